@@ -1,0 +1,13 @@
+"""mavit-mm: the MAViT backbone (MALA attention) for mmdet and mmseg.
+
+``import mavit_mm`` registers ``MAViT`` in the mmdet and mmseg MODELS
+registries where those libraries are installed.
+"""
+from .models import MAViT
+from .registry import register_all
+
+__version__ = '0.1.0'
+
+REGISTERED_IN = register_all()
+
+__all__ = ['MAViT', '__version__', 'REGISTERED_IN']

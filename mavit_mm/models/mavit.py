@@ -1,0 +1,432 @@
+"""MAViT: the Magnitude-Aware Linear Attention vision transformer (ICCV 2025)
+as a dense-prediction backbone.
+
+Module names and parameter shapes follow the published implementation exactly,
+so its checkpoints load with ``strict=True``. Depends on torch and mmengine only.
+"""
+from __future__ import annotations
+
+from numbers import Number
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint as cp
+from mmengine.logging import MMLogger
+from mmengine.model import BaseModule
+from mmengine.model.weight_init import trunc_normal_
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..ops.mala import check_mala_impl, mala_attention
+from ..ops.rope2d import RoPE2d, RotaryTables, apply_rope
+
+# Published sizes (reference README). drop_path_rate is the detection /
+# segmentation one.
+ARCH_SETTINGS = {
+    'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 6, 2],
+                 num_heads=[1, 2, 4, 8], mlp_ratios=[3.5] * 4,
+                 layer_init_values=[1, 1, 1, 1], drop_path_rate=0.1),
+    'small': dict(embed_dims=[64, 128, 320, 512], depths=[3, 5, 9, 3],
+                  num_heads=[1, 2, 5, 8], mlp_ratios=[3.5] * 4,
+                  layer_init_values=[1, 1, 1, 1], drop_path_rate=0.15),
+    'base': dict(embed_dims=[96, 192, 384, 512], depths=[4, 6, 12, 6],
+                 num_heads=[1, 2, 6, 8], mlp_ratios=[3.5] * 4,
+                 layer_init_values=[1, 1, 1e-6, 1e-6], drop_path_rate=0.4),
+    'large': dict(embed_dims=[96, 192, 448, 640], depths=[4, 7, 19, 8],
+                  num_heads=[1, 2, 7, 10], mlp_ratios=[3.5] * 4,
+                  layer_init_values=[1e-6] * 4, drop_path_rate=0.55),
+}
+ARCH_ALIASES = {'t': 'tiny', 's': 'small', 'b': 'base', 'l': 'large'}
+ATTN_TYPES = ('mala', 'softmax')
+LN_EPS = 1e-6
+
+
+def resolve_arch(arch: str) -> dict:
+    """The preset of ``arch`` ('tiny'|'small'|'base'|'large' or t|s|b|l)."""
+    key = ARCH_ALIASES.get(str(arch).lower(), str(arch).lower())
+    if key not in ARCH_SETTINGS:
+        choices = sorted(ARCH_SETTINGS) + sorted(ARCH_ALIASES)
+        raise ValueError(f'unknown MAViT arch {arch!r}; choose one of {choices}')
+    return {name: list(value) if isinstance(value, list) else value
+            for name, value in ARCH_SETTINGS[key].items()}
+
+
+def build_norm2d(norm_cfg: Optional[dict], num_features: int) -> nn.Module:
+    """BatchNorm-style norm for the stem and the downsampling layers.
+
+    A torch-only stand-in for mmcv's ``build_norm_layer`` covering what these
+    layers use: ``BN`` and ``SyncBN`` (mmengine reverts SyncBN to BN when not
+    distributed), with ``eps``, ``momentum`` and ``requires_grad``.
+    """
+    cfg = dict(type='BN') if norm_cfg is None else dict(norm_cfg)
+    norm_type = cfg.pop('type')
+    requires_grad = cfg.pop('requires_grad', True)
+    layers = {'BN': nn.BatchNorm2d, 'BN2d': nn.BatchNorm2d, 'SyncBN': nn.SyncBatchNorm}
+    if norm_type not in layers:
+        raise ValueError(f'norm_cfg type must be one of {sorted(layers)}, got {norm_type!r}')
+    norm = layers[norm_type](num_features, **cfg)
+    for param in norm.parameters():
+        param.requires_grad = requires_grad
+    return norm
+
+
+class LayerNorm2d(nn.Module):
+    """LayerNorm over the channels of an NCHW tensor (key ``<name>.norm.*``)."""
+
+    def __init__(self, num_channels: int, eps: float = LN_EPS):
+        super().__init__()
+        self.norm = nn.LayerNorm(num_channels, eps=eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class DropPath(nn.Module):
+    """Stochastic depth per sample."""
+
+    def __init__(self, drop_prob: float = 0.0):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.drop_prob == 0.0 or not self.training:
+            return x
+        keep_prob = 1.0 - self.drop_prob
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep_prob)
+        return x * mask / keep_prob
+
+    def extra_repr(self) -> str:
+        return f'drop_prob={self.drop_prob}'
+
+
+class ConvStem(nn.Module):
+    """Four 3x3 convs (strides 2, 1, 1, 2), norm + GELU between them: stride 4."""
+
+    def __init__(self, in_channels: int, embed_dim: int, norm_cfg: Optional[dict]):
+        super().__init__()
+        hidden = embed_dim // 2
+        self.proj = nn.Sequential(
+            nn.Conv2d(in_channels, hidden, 3, stride=2, padding=1),
+            build_norm2d(norm_cfg, hidden), nn.GELU(),
+            nn.Conv2d(hidden, hidden, 3, stride=1, padding=1),
+            build_norm2d(norm_cfg, hidden), nn.GELU(),
+            nn.Conv2d(hidden, hidden, 3, stride=1, padding=1),
+            build_norm2d(norm_cfg, hidden), nn.GELU(),
+            nn.Conv2d(hidden, embed_dim, 3, stride=2, padding=1),
+            build_norm2d(norm_cfg, embed_dim),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)
+
+
+class Downsample(nn.Module):
+    """3x3 stride-2 conv then norm, between stages."""
+
+    def __init__(self, in_dim: int, out_dim: int, norm_cfg: Optional[dict]):
+        super().__init__()
+        self.reduction = nn.Conv2d(in_dim, out_dim, 3, stride=2, padding=1)
+        self.norm = build_norm2d(norm_cfg, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.reduction(x))
+
+
+class ConvFFN(nn.Module):
+    """1x1 conv up, GELU, residual 3x3 depthwise conv, 1x1 conv down."""
+
+    def __init__(self, dim: int, hidden_dim: int):
+        super().__init__()
+        # Registration order gives the published state-dict order.
+        self.fc1 = nn.Conv2d(dim, hidden_dim, 1)
+        self.act = nn.GELU()
+        self.fc2 = nn.Conv2d(hidden_dim, dim, 1)
+        self.dwconv = nn.Conv2d(hidden_dim, hidden_dim, 3, padding=1, groups=hidden_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.fc1(x))
+        x = x + self.dwconv(x)
+        return self.fc2(x)
+
+
+class GatedAttention(nn.Module):
+    """MAViT token mixer: ``proj(o * (attention(q, k, v) + lepe(v)))``.
+
+    One 1x1 conv gives q, k, v and the gate o; ``lepe`` is a 5x5 depthwise conv
+    on v; q and k are rotated by the stage's 2D RoPE. ``attn_type`` is
+    ``'mala'`` (linear, stages 1-2 as published) or ``'softmax'`` (global).
+    """
+
+    def __init__(self, dim: int, num_heads: int, attn_type: str = 'mala',
+                 mala_impl: str = 'auto'):
+        super().__init__()
+        self.dim = dim
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.attn_type = attn_type
+        self.mala_impl = mala_impl
+        self.qkvo = nn.Conv2d(dim, 4 * dim, 1)
+        self.lepe = nn.Conv2d(dim, dim, 5, padding=2, groups=dim)
+        self.proj = nn.Conv2d(dim, dim, 1)
+
+    def forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
+        batch, _, height, width = x.shape
+        q, k, v, o = self.qkvo(x).chunk(4, dim=1)
+        lepe = self.lepe(v)
+        # (B, C, H, W) -> (B, heads, N, d) as views, no copies.
+        q, k, v = (t.reshape(batch, self.num_heads, self.head_dim, height * width)
+                   .transpose(-1, -2) for t in (q, k, v))
+        if self.attn_type == 'mala':
+            out = mala_attention(q, k, v, rope, impl=self.mala_impl)
+        else:
+            cos, signed_sin = rope.tables(q.dtype)
+            out = F.scaled_dot_product_attention(
+                apply_rope(q, cos, signed_sin), apply_rope(k, cos, signed_sin), v)
+        out = out.transpose(-1, -2).reshape(batch, self.dim, height, width)
+        return self.proj(o * (out + lepe))
+
+    def extra_repr(self) -> str:
+        return f'attn_type={self.attn_type}, num_heads={self.num_heads}'
+
+
+class MAViTBlock(nn.Module):
+    """Conditional position conv, gated attention and conv FFN, with layer scale."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, drop_path: float,
+                 layerscale: bool, layer_init_value: float, attn_type: str,
+                 mala_impl: str, with_cp: bool):
+        super().__init__()
+        self.with_cp = with_cp
+        self.layerscale = layerscale
+        if layerscale:
+            self.gamma_1 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_init_value)))
+            self.gamma_2 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_init_value)))
+        # Registration order gives the published state-dict order.
+        self.norm1 = LayerNorm2d(dim)
+        self.attn = GatedAttention(dim, num_heads, attn_type, mala_impl)
+        self.norm2 = LayerNorm2d(dim)
+        self.ffn = ConvFFN(dim, int(mlp_ratio * dim))
+        self.pos = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+        self.drop_path = DropPath(drop_path)
+
+    def _forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
+        x = x + self.pos(x)
+        attn = self.attn(self.norm1(x), rope)
+        ffn_in = x + self.drop_path(self.gamma_1 * attn if self.layerscale else attn)
+        ffn = self.ffn(self.norm2(ffn_in))
+        return ffn_in + self.drop_path(self.gamma_2 * ffn if self.layerscale else ffn)
+
+    def forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(self._forward, x, rope, use_reentrant=False)
+        return self._forward(x, rope)
+
+
+class MAViTStage(nn.Module):
+    """The blocks of one stage, its RoPE angles and the downsampling after it."""
+
+    def __init__(self, dim: int, out_dim: Optional[int], depth: int, num_heads: int,
+                 mlp_ratio: float, drop_paths: Sequence[float], layerscale: bool,
+                 layer_init_value: float, attn_type: str, mala_impl: str,
+                 norm_cfg: Optional[dict], with_cp: bool):
+        super().__init__()
+        self.RoPE = RoPE2d(dim // num_heads)
+        self.blocks = nn.ModuleList([
+            MAViTBlock(dim, num_heads, mlp_ratio, drop_paths[i], layerscale,
+                       layer_init_value, attn_type, mala_impl, with_cp)
+            for i in range(depth)])
+        self.downsample = Downsample(dim, out_dim, norm_cfg) if out_dim is not None else None
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Returns (stage output, input of the next stage)."""
+        rope = self.RoPE(x.shape[2], x.shape[3])
+        for block in self.blocks:
+            x = block(x, rope)
+        return x, (self.downsample(x) if self.downsample is not None else x)
+
+
+def _per_stage(name: str, value, num_stages: int, kind=None) -> list:
+    """Expand a scalar to every stage, or check a list has one entry per stage."""
+    if kind is not None and isinstance(value, kind):
+        return [value] * num_stages
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ValueError(f'{name} must be a list with one entry per stage ({num_stages}), '
+                         f'got {value!r}')
+    if len(value) != num_stages:
+        raise ValueError(f'{name} must have {num_stages} entries (one per stage), '
+                         f'got {len(value)}: {list(value)}')
+    return list(value)
+
+
+class MAViT(BaseModule):
+    """MAViT backbone for mmdet / mmseg.
+
+    Args:
+        arch: Preset size, ``'tiny'|'small'|'base'|'large'`` (or ``t|s|b|l``);
+            any explicit argument below overrides its entry.
+        embed_dims, depths, num_heads, mlp_ratios, layerscales, layer_init_values:
+            Per-stage settings, published names.
+        drop_path_rate: Stochastic depth rate, linear over all blocks.
+        projection: Accepted for compatibility with published configs; unused.
+        in_channels: Channels of the input image.
+        out_indices: Stages whose (normed) outputs are returned.
+        attn_types: Per stage, ``'mala'`` or ``'softmax'``.
+        mala_impl: ``'auto'|'torch'|'triton'``, the MALA implementation.
+        norm_cfg: Norm of the stem and downsampling layers (``BN``/``SyncBN``).
+        frozen_stages: Freeze the stem (0) and stages ``< frozen_stages``; -1: none.
+        norm_eval: Keep the batch norms in eval mode while training.
+        with_cp: Gradient checkpointing of every block.
+        pretrained: Deprecated shortcut for ``init_cfg=dict(type='Pretrained')``.
+        init_cfg: mmengine init config; ``type='Pretrained'`` loads a published
+            MAViT checkpoint (classification or dense prediction).
+    """
+
+    def __init__(self,
+                 arch: Optional[str] = 'tiny',
+                 embed_dims: Optional[Sequence[int]] = None,
+                 depths: Optional[Sequence[int]] = None,
+                 num_heads: Optional[Sequence[int]] = None,
+                 mlp_ratios=None,
+                 drop_path_rate: Optional[float] = None,
+                 layerscales=None,
+                 layer_init_values=None,
+                 projection=None,
+                 in_channels: int = 3,
+                 out_indices: Sequence[int] = (0, 1, 2, 3),
+                 attn_types: Sequence[str] = ('mala', 'mala', 'softmax', 'softmax'),
+                 mala_impl: str = 'auto',
+                 norm_cfg: Optional[dict] = dict(type='BN', requires_grad=True),
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 pretrained: Optional[str] = None,
+                 init_cfg=None):
+        if pretrained is not None:
+            if init_cfg is not None:
+                raise ValueError('give the checkpoint as pretrained or init_cfg, not both')
+            init_cfg = dict(type='Pretrained', checkpoint=pretrained)
+        super().__init__(init_cfg=init_cfg)
+        preset = resolve_arch(arch) if arch is not None else {}
+        explicit = dict(embed_dims=embed_dims, depths=depths, num_heads=num_heads,
+                        mlp_ratios=mlp_ratios, drop_path_rate=drop_path_rate,
+                        layer_init_values=layer_init_values)
+        settings = {**preset, **{k: v for k, v in explicit.items() if v is not None}}
+        missing = [k for k in explicit if k not in settings]
+        if missing:
+            raise ValueError(f'without an arch preset MAViT needs {missing}')
+
+        num_stages = len(_per_stage('depths', settings['depths'], len(settings['depths'])))
+        self.embed_dims = [int(d) for d in _per_stage('embed_dims', settings['embed_dims'], num_stages)]
+        self.depths = [int(d) for d in settings['depths']]
+        self.num_heads = [int(h) for h in _per_stage('num_heads', settings['num_heads'], num_stages)]
+        self.mlp_ratios = _per_stage('mlp_ratios', settings['mlp_ratios'], num_stages, Number)
+        self.layer_init_values = _per_stage('layer_init_values', settings['layer_init_values'],
+                                            num_stages, Number)
+        self.layerscales = _per_stage('layerscales', True if layerscales is None else layerscales,
+                                      num_stages, bool)
+        self.attn_types = _per_stage('attn_types', attn_types, num_stages, str)
+        self.drop_path_rate = float(settings['drop_path_rate'])
+        self.out_indices = tuple(sorted(set(int(i) for i in out_indices)))
+        self.mala_impl = check_mala_impl(mala_impl)
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.in_channels = in_channels
+        self._check_settings(num_stages)
+
+        self.patch_embed = ConvStem(in_channels, self.embed_dims[0], norm_cfg)
+        drop_paths = torch.linspace(0, self.drop_path_rate, sum(self.depths)).tolist()
+        self.layers = nn.ModuleList()
+        for i in range(num_stages):
+            first = sum(self.depths[:i])
+            self.layers.append(MAViTStage(
+                dim=self.embed_dims[i],
+                out_dim=self.embed_dims[i + 1] if i + 1 < num_stages else None,
+                depth=self.depths[i], num_heads=self.num_heads[i],
+                mlp_ratio=self.mlp_ratios[i],
+                drop_paths=drop_paths[first:first + self.depths[i]],
+                layerscale=self.layerscales[i], layer_init_value=self.layer_init_values[i],
+                attn_type=self.attn_types[i], mala_impl=self.mala_impl,
+                norm_cfg=norm_cfg, with_cp=with_cp))
+        # Keyed by stage index ('extra_norms.2.norm.weight' as published), and
+        # only for returned stages so no parameter goes unused under DDP.
+        self.extra_norms = nn.ModuleDict(
+            {str(i): LayerNorm2d(self.embed_dims[i]) for i in self.out_indices})
+        self._freeze_stages()
+
+    def _check_settings(self, num_stages: int) -> None:
+        for i, (dim, heads) in enumerate(zip(self.embed_dims, self.num_heads)):
+            if heads <= 0 or dim % heads != 0:
+                raise ValueError(f'stage {i}: embed_dims {dim} is not divisible by '
+                                 f'num_heads {heads}')
+            if (dim // heads) % 4 != 0:
+                raise ValueError(f'stage {i}: head dim {dim // heads} (embed_dims {dim} / '
+                                 f'num_heads {heads}) must be divisible by 4 for 2D RoPE')
+        for i, attn_type in enumerate(self.attn_types):
+            if attn_type not in ATTN_TYPES:
+                raise ValueError(f'attn_types[{i}] must be one of {ATTN_TYPES}, '
+                                 f'got {attn_type!r}')
+        for index in self.out_indices:
+            if not 0 <= index < num_stages:
+                raise ValueError(f'out_indices {self.out_indices} must lie in '
+                                 f'[0, {num_stages - 1}]')
+        if self.in_channels <= 0:
+            raise ValueError(f'in_channels must be positive, got {self.in_channels}')
+
+    # -- mmdet backbone conventions -------------------------------------------
+    def _freeze_stages(self) -> None:
+        frozen = []
+        if self.frozen_stages >= 0:
+            frozen.append(self.patch_embed)
+        for i in range(min(self.frozen_stages, len(self.layers))):
+            frozen.append(self.layers[i])
+            if str(i) in self.extra_norms:
+                frozen.append(self.extra_norms[str(i)])
+        for module in frozen:
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for module in self.modules():
+                if isinstance(module, _BatchNorm):
+                    module.eval()
+        return self
+
+    def init_weights(self) -> None:
+        if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
+            from ..utils.checkpoint import load_pretrained_backbone
+            load_pretrained_backbone(self, self.init_cfg['checkpoint'],
+                                     prefix=self.init_cfg.get('prefix'),
+                                     logger=MMLogger.get_current_instance())
+            self._is_init = True
+            return
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, (nn.LayerNorm, _BatchNorm)):
+                if module.weight is not None:
+                    nn.init.ones_(module.weight)
+                    nn.init.zeros_(module.bias)
+        super().init_weights()
+
+    # -- forward ------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        if x.dim() != 4:
+            raise ValueError(f'MAViT expects a 4-D (N, C, H, W) input, got shape '
+                             f'{tuple(x.shape)}')
+        if x.shape[1] != self.in_channels:
+            raise ValueError(f'MAViT expects {self.in_channels} input channels, got '
+                             f'{x.shape[1]} (input shape {tuple(x.shape)})')
+        x = self.patch_embed(x)
+        outs: List[torch.Tensor] = []
+        for i, stage in enumerate(self.layers):
+            out, x = stage(x)
+            if i in self.out_indices:
+                outs.append(self.extra_norms[str(i)](out))
+        return tuple(outs)

@@ -1,0 +1,85 @@
+"""Loading published MAViT weights into the backbone."""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Optional
+
+import torch
+from torch import nn
+
+# Where published and OpenMMLab checkpoints keep their weights.
+_STATE_DICT_KEYS = ('state_dict', 'model', 'module')
+# Prefixes a backbone's weights carry inside wrapped or full-detector checkpoints.
+_WRAPPER_PREFIXES = ('module.', '_orig_mod.')
+
+
+def extract_state_dict(checkpoint) -> 'OrderedDict[str, torch.Tensor]':
+    """The tensor dict of a loaded checkpoint, unwrapped from its container."""
+    state_dict = checkpoint
+    for key in _STATE_DICT_KEYS:
+        if isinstance(state_dict, dict) and key in state_dict and isinstance(state_dict[key], dict):
+            state_dict = state_dict[key]
+            break
+    if not isinstance(state_dict, dict) or not all(torch.is_tensor(v) for v in state_dict.values()):
+        raise ValueError('checkpoint holds no state dict of tensors (looked at the top '
+                         f'level and under {_STATE_DICT_KEYS})')
+    return OrderedDict(state_dict)
+
+
+def backbone_state_dict(state_dict: dict, prefix: Optional[str] = None) -> 'OrderedDict[str, torch.Tensor]':
+    """Strip wrapper prefixes; from a whole detector / segmentor keep ``backbone.*``."""
+    out = OrderedDict()
+    for key, value in state_dict.items():
+        for wrapper in _WRAPPER_PREFIXES:
+            if key.startswith(wrapper):
+                key = key[len(wrapper):]
+        out[key] = value
+    prefix = prefix if prefix is not None else (
+        'backbone.' if any(k.startswith('backbone.') for k in out) else None)
+    if prefix:
+        prefix = prefix if prefix.endswith('.') else prefix + '.'
+        out = OrderedDict((k[len(prefix):], v) for k, v in out.items() if k.startswith(prefix))
+        if not out:
+            raise ValueError(f'checkpoint has no weights under the prefix {prefix!r}')
+    return out
+
+
+def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: Optional[str] = None,
+                             logger=None) -> dict:
+    """Load published weights into ``model``, reporting what did not match.
+
+    A classification checkpoint has no ``extra_norms`` and carries a head: those
+    are reported, not errors. Tensors whose shape differs are skipped and reported.
+    Returns ``dict(loaded=[...], missing=[...], unexpected=[...], mismatched=[...])``.
+    """
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    is_remote = '://' in checkpoint
+    if not is_remote and not os.path.isfile(checkpoint):
+        raise FileNotFoundError(f'MAViT pretrained checkpoint not found: {checkpoint}')
+    loaded = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+    state_dict = backbone_state_dict(extract_state_dict(loaded), prefix)
+    own = model.state_dict()
+    usable = OrderedDict()
+    mismatched, unexpected = [], []
+    for key, value in state_dict.items():
+        if key not in own:
+            unexpected.append(key)
+        elif own[key].shape != value.shape:
+            mismatched.append(f'{key}: checkpoint {tuple(value.shape)} vs model {tuple(own[key].shape)}')
+        else:
+            usable[key] = value
+    if not usable:
+        raise ValueError(f'no tensor of {checkpoint} matches the MAViT backbone: is it a '
+                         'MAViT checkpoint of this size?')
+    result = model.load_state_dict(usable, strict=False)
+    report = dict(loaded=list(usable), missing=list(result.missing_keys),
+                  unexpected=unexpected, mismatched=mismatched)
+    if logger is not None:
+        logger.info(f'MAViT: loaded {len(usable)} tensors from {checkpoint}')
+        for name in ('missing', 'unexpected', 'mismatched'):
+            if report[name]:
+                shown = ', '.join(report[name][:8]) + (' ...' if len(report[name]) > 8 else '')
+                logger.warning(f'MAViT pretrained: {len(report[name])} {name} keys: {shown}')
+    return report

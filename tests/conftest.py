@@ -1,0 +1,30 @@
+"""Shared test set-up.
+
+Without a CUDA GPU the Triton kernels run in Triton's CPU interpreter; the
+variable must be set before any ``@triton.jit`` function is defined, hence here.
+"""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault('TRITON_INTERPRET', '1')
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_DIR = Path(os.environ.get('MAVIT_REFERENCE_DIR', REPO_ROOT.parent / 'shared' / 'reference'))
+sys.path.insert(0, str(REPO_ROOT))
+
+
+@pytest.fixture(scope='session')
+def reference_dir() -> Path:
+    if not REFERENCE_DIR.is_dir():
+        pytest.fail(f'reference data not found at {REFERENCE_DIR} (set MAVIT_REFERENCE_DIR)')
+    return REFERENCE_DIR
+
+
+@pytest.fixture(scope='session')
+def parity_data(reference_dir):
+    return torch.load(reference_dir / 'parity_tiny.pt', weights_only=False)
