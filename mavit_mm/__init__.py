@@ -5,6 +5,7 @@ registries where those libraries are installed.
 """
 from .models import MAViT
 from .registry import register_all
+from .utils import torch_load_compat  # noqa: F401  (mmengine checkpoints load with weights_only=True)
 
 __version__ = '0.1.0'
 

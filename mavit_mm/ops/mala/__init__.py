@@ -1,17 +1,49 @@
 """Magnitude-Aware Linear Attention (MALA).
 
 ``mala_attention`` is the one entry point the backbone uses; ``impl`` picks the
-PyTorch path (``'torch'``), the fused Triton kernels (``'triton'``) or the best
-available one (``'auto'``).
+PyTorch path (``'torch'``, :mod:`.naive`), the fused Triton kernels
+(``'triton'``, :mod:`.function` / :mod:`.kernels`) or the best available one
+(``'auto'``).
+
+* ``'auto'``: Triton for supported CUDA cases, else the PyTorch path with one
+  warning per distinct reason (CPU tensors, unsupported head dim or dtype,
+  triton missing).
+* ``'triton'``: the fused kernels or a clear error saying why not. On CPU it
+  runs in Triton's interpreter when ``TRITON_INTERPRET=1`` (how CI tests them).
+
+The Triton modules are imported on first use only: ``import mavit_mm`` works
+without triton installed.
 """
 from __future__ import annotations
+
+import importlib
+import os
+import warnings
+import weakref
+from typing import NamedTuple, Optional
 
 import torch
 
 from ..rope2d import RotaryTables
-from .naive import mala_naive
+from .naive import MALA_EPS, mala_naive
 
 MALA_IMPLS = ('auto', 'torch', 'triton')
+TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+TRITON_MIN_HEAD_DIM = 16
+TRITON_MAX_HEAD_DIM = 128
+# (B * heads) is the second launch-grid axis, limited to 65535 programs.
+TRITON_MAX_BATCH_HEADS = 65535
+
+_warned_fallback_reasons = set()
+_triton_import_error: Optional[str] = None
+_triton_import_tried = False
+_paired_angle_cache = {}
+
+
+class Unsupported(NamedTuple):
+    """Why the Triton path cannot run a case, and the error ``'triton'`` raises."""
+    reason: str
+    error: type
 
 
 def check_mala_impl(impl: str) -> str:
@@ -25,10 +57,112 @@ def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """MALA over ``(B, heads, N, d)`` q, k, v (pre-activation q and k).
 
     ``N`` must equal ``rope.height * rope.width``; returns ``(B, heads, N, d)``.
+    Any strides are accepted.
     """
     check_mala_impl(impl)
+    _check_shapes(q, k, v, rope)
+    if impl == 'torch' or q.numel() == 0:
+        return _torch_mala(q, k, v, rope)
+    unsupported = triton_unsupported(q, k, v, rope, allow_interpreter=impl == 'triton')
+    if unsupported is None:
+        return _triton_mala(q, k, v, rope)
+    if impl == 'triton':
+        raise unsupported.error(f"mala_impl='triton' cannot run this case: {unsupported.reason}")
+    _warn_fallback_once(unsupported.reason)
+    return _torch_mala(q, k, v, rope)
+
+
+def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: RotaryTables,
+                       allow_interpreter: bool) -> Optional[Unsupported]:
+    """``None`` when the fused kernels can run this case, else why not."""
+    device = q.device
+    if device.type != 'cuda' and not (allow_interpreter and triton_interpreter_enabled()):
+        return Unsupported(f'tensors are on {device.type}, the Triton kernels need CUDA '
+                           '(or TRITON_INTERPRET=1 to run them in the CPU interpreter '
+                           "with mala_impl='triton')", RuntimeError)
+    import_error = _triton_unavailable()
+    if import_error is not None:
+        return Unsupported(import_error, RuntimeError)
+    if q.dtype not in TRITON_DTYPES:
+        return Unsupported(f'dtype {q.dtype} is not supported (float16, bfloat16 or float32)',
+                           ValueError)
+    if k.dtype != q.dtype or v.dtype != q.dtype or k.device != device or v.device != device:
+        return Unsupported(f'q, k and v must share one dtype and device, got '
+                           f'{q.dtype}/{k.dtype}/{v.dtype} on {device}/{k.device}/{v.device}',
+                           ValueError)
+    head_dim = q.shape[-1]
+    if not (TRITON_MIN_HEAD_DIM <= head_dim <= TRITON_MAX_HEAD_DIM and head_dim % 4 == 0):
+        return Unsupported(f'head dim {head_dim} is not supported (a multiple of 4 in '
+                           f'{TRITON_MIN_HEAD_DIM}..{TRITON_MAX_HEAD_DIM})', ValueError)
+    batch_heads = q.shape[0] * q.shape[1]
+    if batch_heads > TRITON_MAX_BATCH_HEADS:
+        return Unsupported(f'batch * heads = {batch_heads} exceeds {TRITON_MAX_BATCH_HEADS}',
+                           ValueError)
+    if not _angles_repeat_in_pairs(rope.angle):
+        return Unsupported('the RoPE angle buffer must repeat each frequency twice '
+                           '(the published layout the kernels rely on)', ValueError)
+    return None
+
+
+def triton_interpreter_enabled() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET)."""
+    return os.environ.get('TRITON_INTERPRET', '0').strip().lower() in ('1', 'true', 'yes', 'on')
+
+
+def _check_shapes(q, k, v, rope: RotaryTables) -> None:
+    if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
+        raise ValueError(f'q, k and v must all be (B, heads, N, d), got '
+                         f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
+    if q.shape[-2] != rope.height * rope.width:
+        raise ValueError(f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
+                         'feature map of the rotary tables')
+
+
+def _torch_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
     cos, signed_sin = rope.tables(q.dtype)
+    # mala_naive picks its own (fp32) precision; autocast would undo it.
+    if torch.is_autocast_enabled(q.device.type):
+        with torch.autocast(q.device.type, enabled=False):
+            return mala_naive(q, k, v, cos, signed_sin)
     return mala_naive(q, k, v, cos, signed_sin)
 
 
-__all__ = ['mala_attention', 'mala_naive', 'check_mala_impl', 'MALA_IMPLS']
+def _triton_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
+    from .function import fused_mala
+    return fused_mala(q, k, v, rope.angle, rope.width)
+
+
+def _triton_unavailable() -> Optional[str]:
+    """Import the Triton modules once; the error text if that fails."""
+    global _triton_import_error, _triton_import_tried
+    if not _triton_import_tried:
+        _triton_import_tried = True
+        try:
+            importlib.import_module('.function', __name__)
+        except ImportError as exc:
+            _triton_import_error = f'triton is not available ({exc})'
+    return _triton_import_error
+
+
+def _angles_repeat_in_pairs(angle: torch.Tensor) -> bool:
+    # Checked once per buffer (and in-place version of it): the comparison
+    # syncs with the GPU. Entries leave with their tensor, so ids are not reused.
+    version = -1 if angle.is_inference() else angle._version
+    key = (id(angle), version)
+    if key not in _paired_angle_cache:
+        _paired_angle_cache[key] = bool(angle.numel() % 2 == 0
+                                        and torch.equal(angle[0::2], angle[1::2]))
+        weakref.finalize(angle, _paired_angle_cache.pop, key, None)
+    return _paired_angle_cache[key]
+
+
+def _warn_fallback_once(reason: str) -> None:
+    if reason in _warned_fallback_reasons:
+        return
+    _warned_fallback_reasons.add(reason)
+    warnings.warn(f"MALA falls back to the PyTorch path: {reason}. Pass mala_impl='torch' "
+                  'to choose it explicitly.', RuntimeWarning, stacklevel=3)
+
+
+__all__ = ['mala_attention', 'mala_naive', 'check_mala_impl', 'triton_unsupported',
+           'triton_interpreter_enabled', 'MALA_IMPLS', 'MALA_EPS']

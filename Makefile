@@ -1,0 +1,17 @@
+# The two commands of the README: `make demo` (main job) and `make test`.
+# Both set up .venv first (idempotent; seconds when it is already complete).
+PYTHON_VENV := .venv/bin/python
+
+.PHONY: setup demo test test-slow
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	PYTHONUNBUFFERED=1 $(PYTHON_VENV) tools/main_job.py
+
+test: setup
+	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest
+
+test-slow: setup
+	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -m slow

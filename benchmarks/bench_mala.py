@@ -1,0 +1,406 @@
+"""Benchmark MALA: the fused Triton kernels against the PyTorch path.
+
+Measures, per shape / dtype / pass, the median time, the peak extra memory of
+the op and the achieved memory bandwidth, and writes everything to JSON.
+
+Byte model (the traffic of the big tensors an ideal implementation cannot
+avoid; ``s`` = bytes per element, ``BH`` = batch x heads):
+
+* forward: read q, k, v and write out                     -> 4 * BH * N * d * s
+* forward + backward: the forward, then read q, k, v and
+  dout and write dq, dk, dv                                -> 11 * BH * N * d * s
+
+The per-(batch, head) statistics and split-N workspaces (O(d^2) floats per
+chunk) are left out. The fused kernels move exactly these bytes (each big
+tensor once per pass, recomputing rather than storing intermediates); for the
+PyTorch path the same model gives an *effective* bandwidth, it really moves
+several times more. "% peak" compares with the device's nominal HBM bandwidth.
+
+On CUDA both paths are timed with ``triton.testing.do_bench``. On CPU only the
+PyTorch path runs (the Triton kernels need a GPU), timed with
+``time.perf_counter``; ``--quick`` picks small shapes so that finishes in well
+under a minute.
+
+Examples::
+
+    python benchmarks/bench_mala.py                     # full sweep on a GPU
+    python benchmarks/bench_mala.py --quick             # CPU smoke run
+    python benchmarks/bench_mala.py --dtypes bf16 --tokens 65536 --head-dims 64
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from mavit_mm.ops.mala import mala_attention  # noqa: E402
+from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
+
+DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+# Nominal HBM bandwidth in TB/s, matched against torch.cuda.get_device_name();
+# the first matching pattern wins, so the more specific ones come first.
+PEAK_BANDWIDTH_TBPS = [
+    ('H200', 4.8),
+    ('H100 NVL', 3.9),
+    ('H100 PCIe', 2.0),
+    ('H100', 3.35),            # SXM
+    ('A100-SXM4-80GB', 2.039),
+    ('A100 80GB PCIe', 1.935),
+    ('A100', 1.555),           # 40 GB
+    ('L40S', 0.864),
+    ('RTX 4090', 1.008),
+]
+PASS_BYTES_PER_ELEMENT = {'fwd': 4, 'fwd+bwd': 11}
+FULL_SWEEP = dict(tokens=[65536, 16384], head_dims=[64, 96], batch_heads=[1, 16])
+QUICK_SWEEP = dict(tokens=[4096, 1024], head_dims=[64, 96], batch_heads=[1, 4])
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--quick', action='store_true',
+                        help='small default shapes (N 4096/1024, batch x heads 1/4) for a fast '
+                             'smoke run, e.g. on CPU; explicit --tokens/--head-dims/'
+                             '--batch-heads still override')
+    parser.add_argument('--tokens', type=int, nargs='+', metavar='N',
+                        help='tokens per image, each a square feature map (N must be a perfect '
+                             'square); default 65536 16384')
+    parser.add_argument('--head-dims', type=int, nargs='+', metavar='D',
+                        help='head dims to run; default 64 96')
+    parser.add_argument('--batch-heads', type=int, nargs='+', metavar='BH',
+                        help='batch x heads (run as batch=BH, 1 head); default 1 16')
+    parser.add_argument('--dtypes', nargs='+', choices=sorted(DTYPES), default=['fp32', 'bf16', 'fp16'],
+                        help='input dtypes; default all three')
+    parser.add_argument('--impls', nargs='+', choices=['torch', 'triton'], default=['torch', 'triton'],
+                        help="MALA implementations to compare; 'triton' is skipped on CPU")
+    parser.add_argument('--passes', nargs='+', choices=sorted(PASS_BYTES_PER_ELEMENT),
+                        default=['fwd', 'fwd+bwd'],
+                        help="'fwd' (forward only) and/or 'fwd+bwd' (forward then grads of q, k, v)")
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu',
+                        help='torch device; default cuda when available, else cpu')
+    parser.add_argument('--warmup', type=float, default=None,
+                        help='CUDA: warm-up time in ms for do_bench (default 25); '
+                             'CPU: warm-up calls (default 2)')
+    parser.add_argument('--rep', type=float, default=None,
+                        help='CUDA: measuring time in ms for do_bench (default 100); '
+                             'CPU: timed calls, the median is reported (default 5)')
+    parser.add_argument('--peak-bw', type=float, default=None, metavar='TBPS',
+                        help="the device's peak memory bandwidth in TB/s, for devices missing "
+                             'from the built-in table (else "%% peak" is n/a)')
+    parser.add_argument('--output', type=Path, default=None,
+                        help='JSON file to write; default benchmarks/results/<device>-<date>.json')
+    parser.add_argument('--no-save', action='store_true', help='print the table only, write no JSON')
+    parser.add_argument('--compile-report', type=int, nargs='+', metavar='SM',
+                        help='instead of timing, compile the Triton kernels ahead of time for '
+                             'these NVIDIA compute capabilities (e.g. 80 90; no GPU needed) with '
+                             'the launch plan of every --head-dims x --dtypes case and print '
+                             'registers, stack (spills) and shared memory per kernel')
+    args = parser.parse_args(argv)
+    sweep = QUICK_SWEEP if args.quick else FULL_SWEEP
+    args.tokens = args.tokens or sweep['tokens']
+    args.head_dims = args.head_dims or sweep['head_dims']
+    args.batch_heads = args.batch_heads or sweep['batch_heads']
+    for num_tokens in args.tokens:
+        if round(num_tokens ** 0.5) ** 2 != num_tokens:
+            parser.error(f'--tokens {num_tokens} is not a perfect square')
+    return args
+
+
+# --------------------------------------------------------------------------
+# Device facts
+# --------------------------------------------------------------------------
+def device_name(device: torch.device) -> str:
+    if device.type == 'cuda':
+        return torch.cuda.get_device_name(device)
+    return f'cpu {_cpu_model() or platform.machine()}'
+
+
+def _cpu_model() -> Optional[str]:
+    try:
+        for line in Path('/proc/cpuinfo').read_text().splitlines():
+            if line.startswith('model name'):
+                return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def peak_bandwidth_tbps(name: str, override: Optional[float]) -> Optional[float]:
+    if override is not None:
+        return override
+    for pattern, tbps in PEAK_BANDWIDTH_TBPS:
+        if pattern in name:
+            return tbps
+    return None
+
+
+def default_output_path(name: str, device: torch.device) -> Path:
+    slug = re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')
+    if device.type == 'cpu' and not slug.startswith('cpu'):
+        slug = f'cpu-{slug}'
+    return REPO_ROOT / 'benchmarks' / 'results' / f'{slug}-{datetime.date.today().isoformat()}.json'
+
+
+# --------------------------------------------------------------------------
+# Measuring
+# --------------------------------------------------------------------------
+def backbone_inputs(batch_heads: int, num_tokens: int, head_dim: int, dtype: torch.dtype,
+                    device: torch.device, requires_grad: bool):
+    """q, k, v laid out as the backbone passes them: (B, 1, N, d) views of a
+    (B, 3d, H, W) conv output, i.e. token-contiguous, and the rotary tables."""
+    side = round(num_tokens ** 0.5)
+    qkv = torch.randn(batch_heads, 3 * head_dim, side, side, device=device, dtype=dtype,
+                      requires_grad=requires_grad)
+    views = tuple(t.reshape(batch_heads, 1, head_dim, num_tokens).transpose(-1, -2)
+                  for t in qkv.chunk(3, dim=1))
+    return views, RoPE2d(head_dim).to(device)(side, side)
+
+
+def make_step(impl: str, pass_name: str, views, rope) -> Callable:
+    if pass_name == 'fwd':
+        def forward():
+            with torch.no_grad():
+                return mala_attention(*views, rope, impl=impl)
+        return forward
+
+    dout = torch.randn_like(views[0])
+
+    def forward_backward():
+        out = mala_attention(*views, rope, impl=impl)
+        # Grads of the views themselves: no accumulation into a .grad is timed.
+        return torch.autograd.grad(out, views, dout)
+    return forward_backward
+
+
+def time_ms(step: Callable, device: torch.device, warmup: Optional[float],
+            rep: Optional[float]) -> float:
+    if device.type == 'cuda':
+        import triton.testing
+        return triton.testing.do_bench(step, warmup=int(warmup or 25), rep=int(rep or 100),
+                                       return_mode='median')
+    for _ in range(int(warmup if warmup is not None else 2)):
+        step()
+    samples = []
+    for _ in range(max(1, int(rep if rep is not None else 5))):
+        start = time.perf_counter()
+        step()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def peak_extra_memory(step: Callable, device: torch.device) -> Optional[int]:
+    """Bytes the step allocates at its peak beyond what was allocated before."""
+    if device.type != 'cuda':
+        return None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    result = step()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    del result
+    return peak - before
+
+
+def run_case(impl, pass_name, dtype_name, batch_heads, num_tokens, head_dim, args, device,
+             peak_tbps) -> Dict:
+    dtype = DTYPES[dtype_name]
+    views, rope = backbone_inputs(batch_heads, num_tokens, head_dim, dtype, device,
+                                  requires_grad=pass_name != 'fwd')
+    step = make_step(impl, pass_name, views, rope)
+    milliseconds = time_ms(step, device, args.warmup, args.rep)
+    memory = peak_extra_memory(step, device)
+    moved = (PASS_BYTES_PER_ELEMENT[pass_name] * batch_heads * num_tokens * head_dim
+             * torch.finfo(dtype).bits // 8)
+    bandwidth = moved / (milliseconds * 1e-3) / 1e9
+    return dict(impl=impl, pass_=pass_name, dtype=dtype_name, batch_heads=batch_heads,
+                tokens=num_tokens, height=round(num_tokens ** 0.5), width=round(num_tokens ** 0.5),
+                head_dim=head_dim, time_ms=milliseconds, bytes_moved=moved,
+                bandwidth_gbps=bandwidth,
+                percent_of_peak=None if peak_tbps is None else 100 * bandwidth / (peak_tbps * 1e3),
+                peak_extra_memory_bytes=memory)
+
+
+# --------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------
+def add_speedups(results: List[Dict]) -> None:
+    """Speed-up and memory ratio of each Triton row over its PyTorch row."""
+    baseline = {(r['pass_'], r['dtype'], r['batch_heads'], r['tokens'], r['head_dim']): r
+                for r in results if r['impl'] == 'torch'}
+    for row in results:
+        if row['impl'] == 'torch':
+            row['speedup_vs_torch'] = row['memory_vs_torch'] = None
+            continue
+        torch_row = baseline.get((row['pass_'], row['dtype'], row['batch_heads'], row['tokens'],
+                                  row['head_dim']))
+        row['speedup_vs_torch'] = None if torch_row is None else torch_row['time_ms'] / row['time_ms']
+        both_memory = torch_row and torch_row['peak_extra_memory_bytes'] and row['peak_extra_memory_bytes']
+        row['memory_vs_torch'] = (row['peak_extra_memory_bytes'] / torch_row['peak_extra_memory_bytes']
+                                  if both_memory else None)
+
+
+def format_table(results: List[Dict]) -> str:
+    def fmt(value, spec):
+        return 'n/a' if value is None else format(value, spec)
+    header = (f"{'pass':8} {'dtype':5} {'BH':>3} {'N':>6} {'d':>3} {'impl':6} {'ms':>9} "
+              f"{'GB/s':>8} {'%peak':>6} {'peak MiB':>9} {'speedup':>7} {'mem x':>6}")
+    lines = [header, '-' * len(header)]
+    for r in results:
+        memory = None if r['peak_extra_memory_bytes'] is None else r['peak_extra_memory_bytes'] / 2 ** 20
+        lines.append(
+            f"{r['pass_']:8} {r['dtype']:5} {r['batch_heads']:>3} {r['tokens']:>6} {r['head_dim']:>3} "
+            f"{r['impl']:6} {r['time_ms']:>9.3f} {r['bandwidth_gbps']:>8.1f} "
+            f"{fmt(r['percent_of_peak'], '6.1f'):>6} {fmt(memory, '9.1f'):>9} "
+            f"{fmt(r['speedup_vs_torch'], '7.2f'):>7} {fmt(r['memory_vs_torch'], '6.2f'):>6}")
+    return '\n'.join(lines)
+
+
+def environment(name: str, device: torch.device, peak_tbps: Optional[float]) -> Dict:
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return dict(device=name, device_type=device.type, peak_bandwidth_tbps=peak_tbps,
+                torch=torch.__version__, triton=triton_version,
+                cuda=torch.version.cuda if device.type == 'cuda' else None,
+                python=platform.python_version(), platform=platform.platform(),
+                cpu_threads=torch.get_num_threads(),
+                date=datetime.datetime.now().isoformat(timespec='seconds'))
+
+
+# --------------------------------------------------------------------------
+# Ahead-of-time compile report (no GPU needed)
+# --------------------------------------------------------------------------
+# Pointer arguments holding the input / output dtype; other pointers are fp32
+# buffers and plain float arguments are scales.
+_IO_POINTERS = {'q_ptr', 'k_ptr', 'v_ptr', 'out_ptr', 'dout_ptr', 'dq_ptr', 'dk_ptr', 'dv_ptr'}
+_FLOAT_ARGS = {'scale', 'kv_scale'}
+_TRITON_TYPES = {'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16'}
+
+
+def _kernel_launches(plan):
+    """(kernel, its tile meta) for every kernel of a plan."""
+    from mavit_mm.ops.mala import function, kernels
+    return [(kernels._forward_partials_kernel, function._tile_meta(plan, plan.partials)),
+            (kernels._forward_combine_kernel,
+             dict(ROWS=function.COMBINE_ROWS, BLOCK_D=plan.block_d, num_warps=4)),
+            (kernels._forward_output_kernel, function._tile_meta(plan, plan.output)),
+            (kernels._backward_query_kernel, function._tile_meta(plan, plan.query)),
+            (kernels._backward_key_kernel, function._tile_meta(plan, plan.key))]
+
+
+def _compile_for(kernel, meta: Dict, io_type: str, capability: int) -> Dict:
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    meta = dict(meta)
+    num_warps = meta.pop('num_warps')
+    signature, constants, attrs = {}, dict(meta), {}
+    for index, arg in enumerate(kernel.arg_names):
+        if arg in constants:
+            signature[arg] = 'constexpr'
+        elif arg.startswith('stride_') and arg.endswith('n'):
+            # Token strides are 1 for the backbone's layout; the JIT specialises that.
+            signature[arg], constants[arg] = 'constexpr', 1
+        elif arg.endswith('_ptr'):
+            signature[arg] = '*' + (io_type if arg in _IO_POINTERS else 'fp32')
+            attrs[(index,)] = [['tt.divisibility', 16]]
+        else:
+            signature[arg] = 'fp32' if arg in _FLOAT_ARGS else 'i32'
+    compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
+                              target=GPUTarget('cuda', capability, 32),
+                              options=dict(num_warps=num_warps))
+    with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
+        cubin.write(compiled.asm['cubin'])
+        cubin.flush()
+        tool = Path(triton.__file__).parent / 'backends' / 'nvidia' / 'bin' / 'cuobjdump'
+        usage = subprocess.run([os.fspath(tool), '--dump-resource-usage', cubin.name],
+                               capture_output=True, text=True).stdout
+    registers = re.search(r'REG:(\d+)', usage)
+    stack = re.search(r'STACK:(\d+)', usage)
+    return dict(num_warps=num_warps, registers=int(registers.group(1)) if registers else None,
+                stack_bytes=int(stack.group(1)) if stack else None,
+                shared_bytes=compiled.metadata.shared)
+
+
+def compile_report(args) -> int:
+    from mavit_mm.ops.mala.function import make_launch_plan
+    for capability in args.compile_report:
+        for dtype_name in args.dtypes:
+            for head_dim in args.head_dims:
+                plan = make_launch_plan(max(args.tokens), 1, head_dim, DTYPES[dtype_name],
+                                        torch.device('cpu'), tokens_per_chunk=1024)
+                print(f'sm_{capability} {dtype_name} d={head_dim}')
+                for kernel, meta in _kernel_launches(plan):
+                    try:
+                        usage = _compile_for(kernel, meta, _TRITON_TYPES[dtype_name], capability)
+                    except Exception as exc:  # report and go on with the other kernels
+                        usage = f'FAILED: {type(exc).__name__}: {str(exc)[:500]}'
+                    print(f"    {kernel.__name__:26} BLOCK_N={meta.get('BLOCK_N', '-')!s:3} {usage}")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.compile_report:
+        return compile_report(args)
+    device = torch.device(args.device)
+    name = device_name(device)
+    peak_tbps = peak_bandwidth_tbps(name, args.peak_bw) if device.type == 'cuda' else args.peak_bw
+    impls = [impl for impl in args.impls if impl == 'torch' or device.type == 'cuda']
+    if impls != args.impls:
+        print('note: the Triton kernels need CUDA; timing the PyTorch path only')
+    print(f'device: {name}; peak bandwidth: '
+          f"{'n/a' if peak_tbps is None else f'{peak_tbps} TB/s'}")
+
+    results = []
+    for dtype_name in args.dtypes:
+        for batch_heads in args.batch_heads:
+            for num_tokens in args.tokens:
+                for head_dim in args.head_dims:
+                    for pass_name in args.passes:
+                        for impl in impls:
+                            results.append(run_case(impl, pass_name, dtype_name, batch_heads,
+                                                    num_tokens, head_dim, args, device, peak_tbps))
+                            if device.type == 'cuda':
+                                torch.cuda.empty_cache()
+    add_speedups(results)
+    print(format_table(results))
+
+    if not args.no_save:
+        output = args.output or default_output_path(name, device)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        report = dict(environment=environment(name, device, peak_tbps),
+                      byte_model={'fwd': 'read q, k, v; write out: 4 * BH * N * d * bytes',
+                                  'fwd+bwd': 'fwd + read q, k, v, dout; write dq, dk, dv: '
+                                             '11 * BH * N * d * bytes'},
+                      arguments={key: (str(value) if isinstance(value, Path) else value)
+                                 for key, value in vars(args).items()},
+                      results=[{('pass' if key == 'pass_' else key): value for key, value in row.items()}
+                               for row in results])
+        output.write_text(json.dumps(report, indent=2) + '\n')
+        print(f'wrote {output}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,32 @@
+# "3x" detection schedule as published: 36 epochs, lr x0.1 after epochs 27 and
+# 33, 500-iteration linear warm-up; AdamW lr 4e-4 / weight decay 0.05, no
+# weight decay on norm layers, mixed precision. 16 images per iteration.
+max_epochs = 36
+train_cfg = dict(
+    type='EpochBasedTrainLoop', max_epochs=max_epochs, val_interval=1)
+val_cfg = dict(type='ValLoop')
+test_cfg = dict(type='TestLoop')
+
+param_scheduler = [
+    dict(
+        type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=500),
+    dict(
+        type='MultiStepLR',
+        begin=0,
+        end=max_epochs,
+        by_epoch=True,
+        milestones=[27, 33],
+        gamma=0.1)
+]
+
+# Mixed precision; tools may fall back to a plain OptimWrapper without CUDA.
+optim_wrapper = dict(
+    type='AmpOptimWrapper',
+    loss_scale='dynamic',
+    optimizer=dict(
+        type='AdamW', lr=0.0004, betas=(0.9, 0.999), weight_decay=0.05),
+    paramwise_cfg=dict(norm_decay_mult=0.))
+
+# The learning rate above is for 16 images per iteration (8 GPUs x 2 images);
+# enable auto_scale_lr (--auto-scale-lr) to scale it to another batch size.
+auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -1,0 +1,14 @@
+# MAViT-B Cascade Mask R-CNN, 3x+MS schedule, COCO.
+# Paper: 105M params, 55.5 box AP / 48.0 mask AP.
+# The backbone starts from the ImageNet-1K classification weights of MAViT-B:
+# put them at pretrained/mavit_b_in1k.pth (relative to the directory the
+# tools are run from) or point `checkpoint` below at them.
+_base_ = '../_base_/recipes/cascade-mask-rcnn_mavit_fpn_ms-3x_coco.py'
+
+model = dict(
+    backbone=dict(
+        arch='base',
+        drop_path_rate=0.4,
+        init_cfg=dict(
+            type='Pretrained', checkpoint='pretrained/mavit_b_in1k.pth')),
+    neck=dict(in_channels=[96, 192, 384, 512]))

@@ -1,0 +1,14 @@
+# MAViT-B Mask R-CNN, 1x schedule, COCO.
+# Paper: 67M params, 51.7 box AP / 46.1 mask AP.
+# The backbone starts from the ImageNet-1K classification weights of MAViT-B:
+# put them at pretrained/mavit_b_in1k.pth (relative to the directory the
+# tools are run from) or point `checkpoint` below at them.
+_base_ = '../_base_/recipes/mask-rcnn_mavit_fpn_1x_coco.py'
+
+model = dict(
+    backbone=dict(
+        arch='base',
+        drop_path_rate=0.4,
+        init_cfg=dict(
+            type='Pretrained', checkpoint='pretrained/mavit_b_in1k.pth')),
+    neck=dict(in_channels=[96, 192, 384, 512]))

@@ -1,0 +1,14 @@
+# MAViT-L Mask R-CNN, 3x+MS schedule, COCO.
+# Paper: 114M params, 53.6 box AP / 47.2 mask AP.
+# The backbone starts from the ImageNet-1K classification weights of MAViT-L:
+# put them at pretrained/mavit_l_in1k.pth (relative to the directory the
+# tools are run from) or point `checkpoint` below at them.
+_base_ = '../_base_/recipes/mask-rcnn_mavit_fpn_ms-3x_coco.py'
+
+model = dict(
+    backbone=dict(
+        arch='large',
+        drop_path_rate=0.55,
+        init_cfg=dict(
+            type='Pretrained', checkpoint='pretrained/mavit_l_in1k.pth')),
+    neck=dict(in_channels=[96, 192, 448, 640]))

@@ -1,0 +1,14 @@
+# MAViT-S RetinaNet, 1x schedule, COCO.
+# Paper: 34M params, 48.3 box AP.
+# The backbone starts from the ImageNet-1K classification weights of MAViT-S:
+# put them at pretrained/mavit_s_in1k.pth (relative to the directory the
+# tools are run from) or point `checkpoint` below at them.
+_base_ = '../_base_/recipes/retinanet_mavit_fpn_1x_coco.py'
+
+model = dict(
+    backbone=dict(
+        arch='small',
+        drop_path_rate=0.15,
+        init_cfg=dict(
+            type='Pretrained', checkpoint='pretrained/mavit_s_in1k.pth')),
+    neck=dict(in_channels=[128, 320, 512]))  # stages 1-3

@@ -1,0 +1,14 @@
+# MAViT-B Semantic FPN, 80k iterations, ADE20K.
+# Paper: 51M params, 51.5 mIoU.
+# The backbone starts from the ImageNet-1K classification weights of MAViT-B:
+# put them at pretrained/mavit_b_in1k.pth (relative to the directory the
+# tools are run from) or point `checkpoint` below at them.
+_base_ = '../_base_/recipes/fpn_mavit_8xb2-80k_ade20k-512x512.py'
+
+model = dict(
+    backbone=dict(
+        arch='base',
+        drop_path_rate=0.4,
+        init_cfg=dict(
+            type='Pretrained', checkpoint='pretrained/mavit_b_in1k.pth')),
+    neck=dict(in_channels=[96, 192, 384, 512]))

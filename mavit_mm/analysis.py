@@ -1,0 +1,92 @@
+"""Complexity counting in both conventions the literature uses.
+
+``layer_macs`` counts convolutions and linear layers only (what the paper's
+FLOPs columns match); ``attention_macs`` counts the attention products those
+counters miss (softmax ``q k^T`` and ``a v``; MALA's ``k^T v``, ``q kv`` and the
+mean terms). Figures are multiply-accumulates (MACs), as in mmdet/mmseg tables.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict
+
+import torch
+from torch import nn
+
+from .models.mavit import GatedAttention
+
+
+@dataclass
+class Complexity:
+    params: int = 0
+    layer_macs: int = 0
+    attention_macs: int = 0
+    per_module_type: Dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_macs(self) -> int:
+        return self.layer_macs + self.attention_macs
+
+    def as_dict(self) -> dict:
+        return dict(params=self.params, layer_macs=self.layer_macs,
+                    attention_macs=self.attention_macs, total_macs=self.total_macs,
+                    per_module_type=dict(self.per_module_type))
+
+
+def conv_macs(module: nn.Conv2d, output: torch.Tensor) -> int:
+    kernel = module.kernel_size[0] * module.kernel_size[1]
+    return output.numel() * (module.in_channels // module.groups) * kernel
+
+
+def linear_macs(module: nn.Linear, output: torch.Tensor) -> int:
+    return output.numel() * module.in_features
+
+
+def gated_attention_macs(module: GatedAttention, inputs) -> int:
+    """The products inside the attention, per image batch (convs excluded)."""
+    x = inputs[0]
+    batch, _, height, width = x.shape
+    tokens, head_dim, heads = height * width, module.head_dim, module.num_heads
+    if module.attn_type == 'softmax':
+        per_head = 2 * tokens * tokens * head_dim           # q k^T and a v
+    else:
+        # k^T v and q kv (d x d each per token), plus z = q . mean(k).
+        per_head = 2 * tokens * head_dim * head_dim + tokens * head_dim
+    return batch * heads * per_head
+
+
+def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:
+    """Count MACs of everything ``run()`` executes in ``model``, with hooks."""
+    result = Complexity(params=sum(p.numel() for p in model.parameters()))
+
+    def add(kind: str, macs: int, attention: bool = False) -> None:
+        if attention:
+            result.attention_macs += macs
+        else:
+            result.layer_macs += macs
+        result.per_module_type[kind] = result.per_module_type.get(kind, 0) + macs
+
+    def on_conv(module, inputs, output):
+        add('conv', conv_macs(module, output))
+
+    def on_linear(module, inputs, output):
+        add('linear', linear_macs(module, output))
+
+    def on_attention(module, inputs, output):
+        add(f'{module.attn_type}_attention', gated_attention_macs(module, inputs), True)
+
+    handles = []
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            handles.append(module.register_forward_hook(on_conv))
+        elif isinstance(module, nn.Linear):
+            handles.append(module.register_forward_hook(on_linear))
+        elif isinstance(module, GatedAttention):
+            handles.append(module.register_forward_hook(on_attention))
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return result

@@ -1,0 +1,176 @@
+"""What ``tools/train.py`` and ``tools/test.py`` share: reading the config,
+applying the command-line options to it, adapting it to the machine, and
+building mmengine's Runner.
+
+The tools work for detection and segmentation configs alike: the task comes
+from ``cfg.default_scope`` ('mmdet' or 'mmseg'); mmengine's Runner does the rest.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import os.path as osp
+from typing import Optional
+
+from mmengine.config import Config, DictAction  # noqa: F401  (DictAction re-exported for the tools)
+from mmengine.logging import print_log
+
+from .preflight import ConfigCheckError
+
+SUPPORTED_SCOPES = ('mmdet', 'mmseg')
+# Keys only AmpOptimWrapper accepts; dropped when it becomes an OptimWrapper.
+_AMP_ONLY_KEYS = ('loss_scale', 'dtype', 'use_fsdp')
+
+CFG_OPTIONS_HELP = (
+    'override settings of the config, as key=value pairs merged into it, e.g. '
+    'train_cfg.max_iters=100 optim_wrapper.optimizer.lr=1e-4. A list value is given as '
+    'key="[a,b]" or key=a,b, nested lists/tuples as key="[(a,b),(c,d)]" (quotes needed, '
+    'no spaces).')
+LAUNCHER_HELP = ('how the processes were started: none (one process), pytorch (torchrun / '
+                 'tools/dist_train.sh, tools/dist_test.sh) or slurm (srun)')
+LOCAL_RANK_HELP = ('rank of this process on its node; set by older launchers '
+                   '(torch.distributed.launch). torchrun sets the LOCAL_RANK variable instead')
+
+
+def log(message: str, level: int = logging.INFO) -> None:
+    """Log through mmengine's current logger (the console before a Runner exists)."""
+    print_log(message, logger='current', level=level)
+
+
+def export_local_rank(local_rank: int) -> None:
+    """mmengine reads the rank from LOCAL_RANK; older launchers pass --local-rank."""
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(local_rank)
+
+
+def load_config(config_path: str, cfg_options: Optional[dict], launcher: str) -> Config:
+    if not osp.isfile(config_path):
+        raise ConfigCheckError(f'config file not found: {config_path}')
+    cfg = Config.fromfile(config_path)
+    cfg.launcher = launcher
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in SUPPORTED_SCOPES:
+        raise ConfigCheckError(f'{config_path}: default_scope is {scope!r}; these tools run '
+                               f'configs with default_scope in {SUPPORTED_SCOPES}')
+    return cfg
+
+
+def set_work_dir(cfg: Config, work_dir: Optional[str], config_path: str) -> None:
+    """Priority: --work-dir, then the config's work_dir, then ./work_dirs/<config name>."""
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(config_path))[0])
+
+
+def cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def configure_amp(cfg: Config, amp_requested: bool) -> None:
+    """Mixed precision where it helps (CUDA); plain fp32 OptimWrapper on a CPU.
+
+    The published recipes train with AmpOptimWrapper; on a machine without CUDA
+    it is switched to OptimWrapper (CPU autocast is slow and not what the
+    recipes mean), with one log line saying so.
+    """
+    optim_wrapper = cfg.get('optim_wrapper')
+    if optim_wrapper is None:
+        if amp_requested:
+            log('--amp ignored: the config has no optim_wrapper', logging.WARNING)
+        return
+    is_amp = optim_wrapper.get('type', 'OptimWrapper') == 'AmpOptimWrapper'
+    if not cuda_available():
+        if is_amp:
+            optim_wrapper.type = 'OptimWrapper'
+            for key in _AMP_ONLY_KEYS:
+                optim_wrapper.pop(key, None)
+            log('No CUDA device: the config\'s AmpOptimWrapper is replaced by OptimWrapper '
+                '(fp32 training; mixed precision needs a GPU).', logging.WARNING)
+        if amp_requested:
+            log('--amp ignored: no CUDA device, training in fp32.', logging.WARNING)
+        return
+    if amp_requested:
+        if is_amp:
+            log('--amp: mixed precision is already on in the config (AmpOptimWrapper).')
+        else:
+            optim_wrapper.type = 'AmpOptimWrapper'
+            optim_wrapper.setdefault('loss_scale', 'dynamic')
+            log('--amp: training with AmpOptimWrapper (dynamic loss scale).')
+
+
+def configure_dist_backend(cfg: Config) -> None:
+    """NCCL needs CUDA: a distributed run on CPUs uses gloo."""
+    if cfg.launcher == 'none' or cuda_available():
+        return
+    env_cfg = cfg.setdefault('env_cfg', {})
+    dist_cfg = env_cfg.setdefault('dist_cfg', {})
+    if dist_cfg.get('backend', 'nccl') == 'nccl':
+        dist_cfg['backend'] = 'gloo'
+        log('No CUDA device: distributed backend nccl replaced by gloo.', logging.WARNING)
+
+
+def configure_resume(cfg: Config, resume: Optional[str]) -> None:
+    """--resume (no value / 'auto'): latest checkpoint of the work dir; --resume FILE: that file."""
+    if resume is None:
+        return
+    cfg.resume = True
+    cfg.load_from = None if resume == 'auto' else resume
+
+
+def configure_auto_scale_lr(cfg: Config) -> None:
+    auto_scale_lr = cfg.get('auto_scale_lr')
+    if not auto_scale_lr or 'base_batch_size' not in auto_scale_lr:
+        raise ConfigCheckError(
+            '--auto-scale-lr needs auto_scale_lr = dict(enable=False, base_batch_size=N) in '
+            'the config, N being the total batch size its learning rate is meant for '
+            '(16 for the published MAViT recipes)')
+    auto_scale_lr.enable = True
+
+
+def configure_visualization(cfg: Config, show_dir: str) -> None:
+    """Draw predictions of the test run into ``show_dir``."""
+    hooks = cfg.get('default_hooks') or {}
+    hook = hooks.get('visualization')
+    if hook is None:
+        raise ConfigCheckError("--show-dir needs default_hooks.visualization (a "
+                               "DetVisualizationHook / SegVisualizationHook) in the config")
+    hook['draw'] = True
+    if cfg.default_scope == 'mmdet':
+        # DetVisualizationHook saves to <work_dir>/<timestamp>/<test_out_dir>.
+        hook['test_out_dir'] = show_dir
+    else:
+        # SegVisualizationHook draws every `interval` images through the visualizer.
+        hook['interval'] = 1
+        cfg.visualizer['save_dir'] = show_dir
+
+
+def configure_prediction_output(cfg: Config, out: str) -> None:
+    """mmseg: --out is a folder for the predicted label maps (set on the evaluator)."""
+    if cfg.default_scope == 'mmseg':
+        evaluators = cfg.test_evaluator
+        for evaluator in evaluators if isinstance(evaluators, list) else [evaluators]:
+            evaluator['output_dir'] = out
+    elif not out.endswith(('.pkl', '.pickle')):
+        raise ConfigCheckError(f'--out {out}: detection predictions are dumped to a pickle '
+                               'file; give a path ending in .pkl or .pickle')
+
+
+def attach_prediction_dump(runner, cfg: Config, out: str) -> None:
+    """mmdet: --out is a pickle of the predictions, written by DumpDetResults."""
+    if cfg.default_scope != 'mmdet':
+        return
+    from mmdet.evaluation import DumpDetResults
+    runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=out))
+
+
+def build_runner(cfg: Config):
+    """mmengine's Runner (or the config's runner_type), built from the config."""
+    if 'runner_type' in cfg:
+        from mmengine.registry import RUNNERS
+        return RUNNERS.build(cfg)
+    from mmengine.runner import Runner
+    return Runner.from_cfg(cfg)

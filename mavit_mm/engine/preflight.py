@@ -1,0 +1,216 @@
+"""Checks a config before the Runner is built, so that a wrong path or value
+fails at once with a message naming it, not minutes later (after the model and
+datasets are built) or deep inside a registry traceback.
+
+Checked: data roots, annotation files (existence and, for JSON, that they
+parse), image / label folders, MAViT backbone sizes, and every checkpoint the
+run will read (``load_from``, ``--resume``, the test checkpoint, a backbone's
+``init_cfg=dict(type='Pretrained')``). Remote paths (``s3://``, ``http://`` ...)
+are left to the file backends.
+"""
+from __future__ import annotations
+
+import json
+import os.path as osp
+from typing import Iterator, List, Optional, Tuple
+
+# Parse JSON annotation files up to this size; beyond it (full COCO train is
+# ~450 MB) only the first and last bytes are checked, to stay fast.
+MAX_JSON_BYTES_TO_PARSE = 64 * 1024 * 1024
+# Wrappers whose real dataset sits under 'dataset' or 'datasets'.
+_DATASET_DIR_KEYS = ('img', 'img_path', 'seg_map_path', 'seg', 'ann')
+
+
+class ConfigCheckError(ValueError):
+    """A config names a path or value that cannot work; raised before training."""
+
+
+def is_remote(path: str) -> bool:
+    return '://' in str(path)
+
+
+def _join(data_root: Optional[str], path: str) -> str:
+    if not data_root or osp.isabs(path) or is_remote(path):
+        return path
+    return osp.join(data_root, path)
+
+
+def iter_dataset_cfgs(dataset_cfg, where: str) -> Iterator[Tuple[dict, str]]:
+    """Leaf dataset configs of ``dataset_cfg`` (unwrapping Repeat/Concat/... wrappers)."""
+    if dataset_cfg is None:
+        return
+    if isinstance(dataset_cfg, (list, tuple)):
+        for i, item in enumerate(dataset_cfg):
+            yield from iter_dataset_cfgs(item, f'{where}[{i}]')
+        return
+    if not isinstance(dataset_cfg, dict):
+        return
+    if 'datasets' in dataset_cfg:
+        yield from iter_dataset_cfgs(dataset_cfg['datasets'], f'{where}.datasets')
+    elif 'dataset' in dataset_cfg:
+        yield from iter_dataset_cfgs(dataset_cfg['dataset'], f'{where}.dataset')
+    else:
+        yield dataset_cfg, where
+
+
+def check_annotation_file(path: str, where: str, coco_format: bool = False) -> None:
+    """The file exists, and a JSON one parses (is not truncated or garbage);
+    a COCO-format one has an 'images' list."""
+    if not osp.exists(path):
+        raise ConfigCheckError(f'{where}: annotation file not found: {path}')
+    if not osp.isfile(path):
+        raise ConfigCheckError(f'{where}: annotation file is not a file: {path}')
+    if not path.endswith('.json'):
+        return
+    size = osp.getsize(path)
+    if size == 0:
+        raise ConfigCheckError(f'{where}: annotation file is empty: {path}')
+    if size <= MAX_JSON_BYTES_TO_PARSE:
+        try:
+            with open(path, 'rb') as f:
+                content = json.load(f)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ConfigCheckError(f'{where}: annotation file is not valid JSON: {path} '
+                                   f'({error})') from None
+        if not isinstance(content, dict):
+            raise ConfigCheckError(f'{where}: annotation file {path} holds a '
+                                   f'{type(content).__name__}, expected a JSON object')
+        if coco_format and not isinstance(content.get('images'), list):
+            raise ConfigCheckError(f"{where}: annotation file {path} has no 'images' list; "
+                                   'is it a COCO-format annotation file?')
+        return
+    with open(path, 'rb') as f:
+        head = f.read(64).lstrip()
+        f.seek(max(0, size - 64))
+        tail = f.read().rstrip()
+    if not (head.startswith(b'{') and tail.endswith(b'}')):
+        raise ConfigCheckError(f'{where}: annotation file is not valid JSON (truncated?): {path}')
+
+
+def check_dataset_cfg(dataset_cfg: dict, where: str) -> None:
+    """Data root, annotation file and image / label folders of one dataset config."""
+    backend = (dataset_cfg.get('backend_args') or {}).get('backend', 'local')
+    if backend not in ('local', 'disk'):
+        return
+    data_root = dataset_cfg.get('data_root') or ''
+    if data_root and not is_remote(data_root) and not osp.isdir(data_root):
+        raise ConfigCheckError(f'{where}: data_root not found: {data_root} '
+                               f'(absolute: {osp.abspath(data_root)})')
+    ann_file = dataset_cfg.get('ann_file') or ''
+    if ann_file:
+        path = _join(data_root, ann_file)
+        if not is_remote(path):
+            dataset_type = str(dataset_cfg.get('type', ''))
+            check_annotation_file(path, where, coco_format='coco' in dataset_type.lower())
+    prefixes = dataset_cfg.get('data_prefix') or {}
+    for key in _DATASET_DIR_KEYS:
+        folder = prefixes.get(key) if isinstance(prefixes, dict) else None
+        if not folder:
+            continue
+        path = _join(data_root, folder)
+        if not is_remote(path) and not osp.isdir(path):
+            raise ConfigCheckError(f'{where}: data_prefix.{key} folder not found: {path}')
+
+
+def dataloaders_for(mode: str, cfg) -> List[str]:
+    """Which dataloaders a run in ``mode`` ('train'|'test') reads."""
+    if mode == 'test':
+        return ['test_dataloader']
+    names = ['train_dataloader']
+    if cfg.get('val_cfg') is not None and cfg.get('val_dataloader') is not None:
+        names.append('val_dataloader')
+    return names
+
+
+def check_datasets(cfg, mode: str) -> None:
+    for name in dataloaders_for(mode, cfg):
+        loader = cfg.get(name)
+        if loader is None:
+            raise ConfigCheckError(f'the config has no {name}, which a {mode} run needs')
+        for dataset_cfg, where in iter_dataset_cfgs(loader.get('dataset'), f'{name}.dataset'):
+            check_dataset_cfg(dataset_cfg, where)
+
+
+def _iter_typed_cfgs(node, path: str = 'model'):
+    if isinstance(node, dict):
+        if 'type' in node:
+            yield node, path
+        for key, value in node.items():
+            yield from _iter_typed_cfgs(value, f'{path}.{key}')
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _iter_typed_cfgs(value, f'{path}[{i}]')
+
+
+def _is_mavit_type(type_name) -> bool:
+    return isinstance(type_name, str) and type_name.split('.')[-1] == 'MAViT'
+
+
+def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
+    """Every MAViT in the model has a known size; its pretrained file exists."""
+    from ..models.mavit import resolve_arch
+    for node, path in _iter_typed_cfgs(cfg.get('model')):
+        if not _is_mavit_type(node.get('type')):
+            continue
+        arch = node.get('arch', 'tiny')
+        if arch is not None:
+            try:
+                resolve_arch(arch)
+            except ValueError as error:
+                raise ConfigCheckError(f'{path}.arch: {error}') from None
+        init_cfg = node.get('init_cfg')
+        checkpoint = node.get('pretrained')
+        if isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
+            checkpoint = init_cfg.get('checkpoint')
+        if check_pretrained and checkpoint:
+            check_checkpoint(checkpoint, f'{path}.init_cfg.checkpoint (pretrained backbone)',
+                             hint=f'set {path}.init_cfg=None to train from scratch, '
+                                  'or put the published weights there')
+
+
+def check_checkpoint(checkpoint: str, what: str, hint: str = '') -> None:
+    if is_remote(checkpoint) or str(checkpoint).startswith(('open-mmlab:', 'torchvision:', 'mmcls:')):
+        return
+    if not osp.exists(checkpoint):
+        raise ConfigCheckError(f'{what}: checkpoint not found: {checkpoint}'
+                               + (f' ({hint})' if hint else ''))
+    if not osp.isfile(checkpoint):
+        raise ConfigCheckError(f'{what}: checkpoint is not a file: {checkpoint}')
+
+
+def check_resume(cfg) -> None:
+    """``resume=True`` with ``load_from`` (an explicit file) or the work dir's latest."""
+    if not cfg.get('resume'):
+        return
+    load_from = cfg.get('load_from')
+    if load_from:
+        check_checkpoint(load_from, 'resume')
+        return
+    # Auto-resume: mmengine reads <work_dir>/last_checkpoint; a stale pointer
+    # would otherwise fail only after everything is built.
+    pointer = osp.join(cfg.work_dir, 'last_checkpoint')
+    if osp.isfile(pointer):
+        with open(pointer) as f:
+            latest = f.read().strip()
+        if latest and not is_remote(latest) and not osp.isfile(latest):
+            raise ConfigCheckError(f'resume: {pointer} points to a checkpoint that does not '
+                                   f'exist: {latest}')
+
+
+def check_for_training(cfg) -> None:
+    """Everything ``tools/train.py`` reads, checked before the Runner is built."""
+    check_mavit_backbones(cfg, check_pretrained=True)
+    if cfg.get('resume'):
+        check_resume(cfg)
+    elif cfg.get('load_from'):
+        check_checkpoint(cfg.load_from, 'load_from')
+    check_datasets(cfg, 'train')
+
+
+def check_for_testing(cfg, checkpoint: str) -> None:
+    """Everything ``tools/test.py`` reads, checked before the Runner is built."""
+    check_checkpoint(checkpoint, 'test checkpoint')
+    # The test checkpoint replaces all weights: a missing pretrained file is fine.
+    check_mavit_backbones(cfg, check_pretrained=False)
+    check_datasets(cfg, 'test')
+

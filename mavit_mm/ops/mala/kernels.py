@@ -1,0 +1,603 @@
+"""Triton kernels of fused MALA (forward and backward).
+
+Every kernel works on one (batch, head) per program row and reads its big
+tensors through their strides, so the backbone's ``(B, heads, d, N)``-layout
+views are consumed as they are. A head's channels are handled as interleaved
+RoPE pairs: a tile of the even channels and a tile of the odd channels, so the
+rotation is elementwise and needs no shuffles. Everything a token produces is
+computed in fp32 registers; only loads and stores touch the input dtype.
+
+Passes (``s = d ** -0.5``, per (b, h), ``N`` tokens):
+
+forward
+  1. ``_forward_partials_kernel``  (split-N) reads k, v once. Per chunk of
+     tokens: ``sum ka``, and shifted sums ``sum (kr - kr_shift)^T (v - v_shift)``,
+     ``sum (kr - kr_shift)``, ``sum (v - v_shift)``; the shifts are the means of
+     the chunk's first block.
+  2. ``_forward_combine_kernel`` merges the chunks into the per-head stats:
+     ``km``, ``krm = mean kr``, ``vm`` and the *centred* ``KVc = (s/N) sum_j
+     kr_j^T (v_j - vm)``.
+  3. ``_forward_output_kernel`` reads q once, writes out once:
+     ``out = g * (qr @ KVc) + (g * s * (qr . krm) - z) * vm`` with
+     ``g = 1 + 1/(z + eps)``, which equals ``g * (qr @ KV) - z * vm``.
+
+backward
+  1. ``_backward_query_kernel`` (split-N) reads q and dout once, writes dq, and
+     reduces per chunk ``dKV``, ``sum g (dout . vm) qr``, ``sum dz qa`` and
+     ``sum c dout`` (already scaled by ``s/N`` or ``1/N``).
+  2. The chunks are summed (``torch.sum`` over a small fp32 workspace).
+  3. ``_backward_key_kernel`` reads k and v once, writes dk and dv.
+
+Why the centring: ``z * vm`` and ``qr @ KV`` can both be ~1e5 and cancel. The
+dot products may run on tensor cores (tf32 for half inputs), whose ~1e-3
+relative error would be amplified by that cancellation; subtracting the means
+first leaves only the small, non-cancelling part to the dots while the large
+parts are combined exactly in fp32. The same holds in the backward.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+MALA_EPS = tl.constexpr(1e-6)
+# 2*pi split in two (Cody-Waite): the first part has 8 significant bits, so
+# ``turns * _TWO_PI_HI`` is exact for any position of a real feature map.
+_INV_TWO_PI = tl.constexpr(0.15915494309189535)
+_TWO_PI_HI = tl.constexpr(6.28125)
+_TWO_PI_LO = tl.constexpr(0.0019353071795864769)
+
+# Row layouts of the small fp32 buffers, (rows, d) per (b, h) [and chunk]. The
+# first d rows are always a (d, d) matrix in natural channel order.
+# Forward workspace, per chunk: KV partial, then
+FWD_ROW_K_SUM = tl.constexpr(0)      # sum ka
+FWD_ROW_KR_DEV = tl.constexpr(1)     # sum (kr - kr_shift)
+FWD_ROW_KR_SHIFT = tl.constexpr(2)   # kr_shift
+FWD_ROW_V_DEV = tl.constexpr(3)      # sum (v - v_shift)
+FWD_ROW_V_SHIFT = tl.constexpr(4)    # v_shift
+FWD_EXTRA_ROWS = tl.constexpr(5)
+# Forward stats (saved for backward): KVc = (s/N) sum kr^T (v - vm), then
+STATS_ROW_KM = tl.constexpr(0)       # mean ka
+STATS_ROW_KRM = tl.constexpr(1)      # mean kr
+STATS_ROW_VM = tl.constexpr(2)       # mean v
+STATS_EXTRA_ROWS = tl.constexpr(3)
+# Backward workspace per chunk / summed key-side grads: (s/N) dKV, then
+GRAD_ROW_QVEC = tl.constexpr(0)      # (s/N) sum g (dout . vm) qr
+GRAD_ROW_DKM = tl.constexpr(1)       # (s/N) sum dz qa    (= dkm / N)
+GRAD_ROW_CDOUT = tl.constexpr(2)     # (1/N) sum c dout   (= (s/N) krm dKV + dvm / N)
+GRAD_EXTRA_ROWS = tl.constexpr(3)
+
+
+# --------------------------------------------------------------------------
+# Elementwise pieces
+# --------------------------------------------------------------------------
+@triton.jit
+def _elu_plus_one(x):
+    # exp of the clamped value: no overflow in the branch tl.where discards.
+    return tl.where(x > 0, x + 1.0, tl.exp(tl.minimum(x, 0.0)))
+
+
+@triton.jit
+def _elu_grad(x):
+    return tl.where(x > 0, 1.0, tl.exp(tl.minimum(x, 0.0)))
+
+
+@triton.jit
+def _activate_pairs(even, odd, mask):
+    """elu + 1 of both tiles, exactly zero outside ``mask`` (padding must not
+    add to the sums: elu(0) + 1 = 1)."""
+    return (tl.where(mask, _elu_plus_one(even), 0.0),
+            tl.where(mask, _elu_plus_one(odd), 0.0))
+
+
+@triton.jit
+def _rotate(even, odd, cos, sin):
+    """RoPE on interleaved pairs: (x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin)."""
+    return even * cos - odd * sin, odd * cos + even * sin
+
+
+@triton.jit
+def _rotate_back(even, odd, cos, sin):
+    """The transpose of ``_rotate`` (rotation by -theta), for gradients."""
+    return even * cos + odd * sin, odd * cos - even * sin
+
+
+@triton.jit
+def _pair_angles(pairs, angle_ptr, head_dim):
+    """Angle of each channel pair and whether it encodes the row (first half).
+
+    The angle buffer holds d/2 values, each frequency twice, so both channels
+    of a pair share the angle at the pair's even channel.
+    """
+    half_dim = head_dim // 2
+    even_channel = 2 * pairs
+    angle = tl.load(angle_ptr + even_channel % half_dim, mask=pairs < half_dim, other=0.0)
+    return angle.to(tl.float32), even_channel < half_dim
+
+
+def _interpreted() -> bool:
+    knobs = getattr(triton, 'knobs', None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get('TRITON_INTERPRET', '0') == '1'
+
+
+# On NVIDIA, sin/cos of the reduced angle use the hardware approximations
+# (abs. error ~1e-6 on [-pi, pi]); the accurate library versions carry a
+# Payne-Hanek slow path (local memory, registers) these angles never need.
+# The interpreter and other backends have no such intrinsics.
+if not _interpreted() and torch.version.hip is None:
+    from triton.language.extra.cuda import libdevice as _libdevice
+
+    @triton.jit
+    def _cos_sin_of_reduced(theta):
+        return _libdevice.fast_cosf(theta), _libdevice.fast_sinf(theta)
+else:
+    @triton.jit
+    def _cos_sin_of_reduced(theta):
+        return tl.cos(theta), tl.sin(theta)
+
+
+@triton.jit
+def _cos_sin(theta):
+    # Reduce to [-pi, pi] first: fast GPU sin/cos are only accurate there, and
+    # positions times angles reach a few hundred radians at high resolution.
+    turns = tl.floor(theta * _INV_TWO_PI + 0.5)
+    theta = theta - turns * _TWO_PI_HI - turns * _TWO_PI_LO
+    return _cos_sin_of_reduced(theta)
+
+
+@triton.jit
+def _token_rotation(tokens, angle, is_row_pair, width):
+    """cos / sin of a (tokens, pairs) tile; token n sits at (n // W, n % W)."""
+    row = tokens // width
+    col = tokens - row * width
+    position = tl.where(is_row_pair[None, :], row[:, None], col[:, None]).to(tl.float32)
+    return _cos_sin(position * angle[None, :])
+
+
+# --------------------------------------------------------------------------
+# Strided tile access
+# --------------------------------------------------------------------------
+@triton.jit
+def _head_base(ptr, bh, num_heads, stride_b, stride_h):
+    batch = bh // num_heads
+    head = bh - batch * num_heads
+    return ptr + batch.to(tl.int64) * stride_b + head.to(tl.int64) * stride_h
+
+
+@triton.jit
+def _load_pairs(base, tokens, pairs, stride_n, stride_d, mask):
+    """Even- and odd-channel tiles (tokens x pairs) in fp32, zero outside ``mask``."""
+    offsets = tokens[:, None] * stride_n + (2 * pairs)[None, :] * stride_d
+    even = tl.load(base + offsets, mask=mask, other=0.0).to(tl.float32)
+    odd = tl.load(base + offsets + stride_d, mask=mask, other=0.0).to(tl.float32)
+    return even, odd
+
+
+@triton.jit
+def _store_pairs(base, tokens, pairs, stride_n, stride_d, mask, even, odd):
+    offsets = tokens[:, None] * stride_n + (2 * pairs)[None, :] * stride_d
+    tl.store(base + offsets, even.to(base.dtype.element_ty), mask=mask)
+    tl.store(base + offsets + stride_d, odd.to(base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _load_tile(base, tokens, channels, stride_n, stride_d, mask):
+    offsets = tokens[:, None] * stride_n + channels[None, :] * stride_d
+    return tl.load(base + offsets, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store_tile(base, tokens, channels, stride_n, stride_d, mask, value):
+    offsets = tokens[:, None] * stride_n + channels[None, :] * stride_d
+    tl.store(base + offsets, value.to(base.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _load_stat_pairs(row_base, head_dim, pairs, channels, mask):
+    """Rows 2p and 2p+1 of a (d, d) fp32 matrix stored row-major at ``row_base``."""
+    offsets = (2 * pairs)[:, None] * head_dim + channels[None, :]
+    even = tl.load(row_base + offsets, mask=mask, other=0.0)
+    odd = tl.load(row_base + offsets + head_dim, mask=mask, other=0.0)
+    return even, odd
+
+
+@triton.jit
+def _store_stat_pairs(row_base, head_dim, pairs, channels, mask, even, odd):
+    offsets = (2 * pairs)[:, None] * head_dim + channels[None, :]
+    tl.store(row_base + offsets, even, mask=mask)
+    tl.store(row_base + offsets + head_dim, odd, mask=mask)
+
+
+@triton.jit
+def _load_vector_pairs(vector_ptr, pairs, mask):
+    even = tl.load(vector_ptr + 2 * pairs, mask=mask, other=0.0)
+    odd = tl.load(vector_ptr + 2 * pairs + 1, mask=mask, other=0.0)
+    return even, odd
+
+
+@triton.jit
+def _store_vector_pairs(vector_ptr, pairs, mask, even, odd):
+    tl.store(vector_ptr + 2 * pairs, even, mask=mask)
+    tl.store(vector_ptr + 2 * pairs + 1, odd, mask=mask)
+
+
+# --------------------------------------------------------------------------
+# Activated, rotated tiles
+# --------------------------------------------------------------------------
+@triton.jit
+def _key_value_block(k_base, v_base, tokens, pairs, channels, token_ok, pair_ok, channel_ok,
+                     angle, is_row_pair, width,
+                     stride_kn, stride_kd, stride_vn, stride_vd):
+    """ka (pairs), kr (pairs) and v of one block, exactly zero outside the masks."""
+    pair_mask = token_ok[:, None] & pair_ok[None, :]
+    k_even, k_odd = _load_pairs(k_base, tokens, pairs, stride_kn, stride_kd, pair_mask)
+    ka_even, ka_odd = _activate_pairs(k_even, k_odd, pair_mask)
+    cos, sin = _token_rotation(tokens, angle, is_row_pair, width)
+    kr_even, kr_odd = _rotate(ka_even, ka_odd, cos, sin)
+    v = _load_tile(v_base, tokens, channels, stride_vn, stride_vd,
+                   token_ok[:, None] & channel_ok[None, :])
+    return ka_even, ka_odd, kr_even, kr_odd, v
+
+
+@triton.jit
+def _query_terms(q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
+                 km_even, km_odd, krm_even, krm_odd, scale):
+    """What every query-side pass derives from raw q (all fp32, per token).
+
+    Returns qa, qr (pairs), the rotation, ``z`` (before RoPE), ``a = qr . krm``,
+    ``inv = 1/(z+eps)``, ``gain = 1 + inv`` and ``coef = gain*s*a - z``.
+    """
+    qa_even, qa_odd = _activate_pairs(q_even, q_odd, pair_mask)
+    z = scale * (tl.sum(qa_even * km_even[None, :], axis=1)
+                 + tl.sum(qa_odd * km_odd[None, :], axis=1))
+    cos, sin = _token_rotation(tokens, angle, is_row_pair, width)
+    qr_even, qr_odd = _rotate(qa_even, qa_odd, cos, sin)
+    a = tl.sum(qr_even * krm_even[None, :], axis=1) + tl.sum(qr_odd * krm_odd[None, :], axis=1)
+    inv = 1.0 / (z + MALA_EPS)
+    gain = 1.0 + inv
+    coef = gain * scale * a - z
+    return qa_even, qa_odd, qr_even, qr_odd, cos, sin, z, a, inv, gain, coef
+
+
+# --------------------------------------------------------------------------
+# Forward
+# --------------------------------------------------------------------------
+@triton.jit
+def _forward_partials_kernel(
+        k_ptr, v_ptr, angle_ptr, ws_ptr,
+        stride_kb, stride_kh, stride_kn, stride_kd,
+        stride_vb, stride_vh, stride_vn, stride_vd,
+        num_heads, num_tokens, width, head_dim, tokens_per_chunk,
+        BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT_PRECISION: tl.constexpr):
+    chunk = tl.program_id(0)
+    bh = tl.program_id(1)
+    num_chunks = tl.num_programs(0)
+    k_base = _head_base(k_ptr, bh, num_heads, stride_kb, stride_kh)
+    v_base = _head_base(v_ptr, bh, num_heads, stride_vb, stride_vh)
+    pairs = tl.arange(0, BLOCK_P)
+    channels = tl.arange(0, BLOCK_D)
+    pair_ok = pairs < head_dim // 2
+    channel_ok = channels < head_dim
+    angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
+    chunk_start = chunk * tokens_per_chunk
+    chunk_end = tl.minimum(chunk_start + tokens_per_chunk, num_tokens)
+
+    # Shifts: the means of the chunk's first block (re-read from cache below).
+    # Distinct names: a name reassigned in the loop would become loop-carried.
+    first_tokens = chunk_start + tl.arange(0, BLOCK_N)
+    first_ok = first_tokens < chunk_end
+    _, _, first_kr_even, first_kr_odd, first_v = _key_value_block(
+        k_base, v_base, first_tokens, pairs, channels, first_ok, pair_ok, channel_ok,
+        angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd)
+    first_count = tl.sum(first_ok.to(tl.float32), axis=0)
+    kr_shift_even = tl.sum(first_kr_even, axis=0) / first_count
+    kr_shift_odd = tl.sum(first_kr_odd, axis=0) / first_count
+    v_shift = tl.sum(first_v, axis=0) / first_count
+
+    kv_even = tl.zeros((BLOCK_P, BLOCK_D), dtype=tl.float32)
+    kv_odd = tl.zeros((BLOCK_P, BLOCK_D), dtype=tl.float32)
+    k_sum_even = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    k_sum_odd = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    kr_dev_even = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    kr_dev_odd = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    v_dev = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for block_start in range(chunk_start, chunk_end, BLOCK_N):
+        tokens = block_start + tl.arange(0, BLOCK_N)
+        token_ok = tokens < chunk_end
+        ka_even, ka_odd, kr_even, kr_odd, v = _key_value_block(
+            k_base, v_base, tokens, pairs, channels, token_ok, pair_ok, channel_ok,
+            angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd)
+        pair_mask = token_ok[:, None] & pair_ok[None, :]
+        kr_even = tl.where(pair_mask, kr_even - kr_shift_even[None, :], 0.0)
+        kr_odd = tl.where(pair_mask, kr_odd - kr_shift_odd[None, :], 0.0)
+        v = tl.where(token_ok[:, None] & channel_ok[None, :], v - v_shift[None, :], 0.0)
+        kv_even = tl.dot(tl.trans(kr_even), v, kv_even, input_precision=DOT_PRECISION)
+        kv_odd = tl.dot(tl.trans(kr_odd), v, kv_odd, input_precision=DOT_PRECISION)
+        k_sum_even += tl.sum(ka_even, axis=0)
+        k_sum_odd += tl.sum(ka_odd, axis=0)
+        kr_dev_even += tl.sum(kr_even, axis=0)
+        kr_dev_odd += tl.sum(kr_odd, axis=0)
+        v_dev += tl.sum(v, axis=0)
+
+    ws_chunk = ws_ptr + (bh.to(tl.int64) * num_chunks + chunk) * (head_dim + FWD_EXTRA_ROWS) * head_dim
+    matrix_mask = pair_ok[:, None] & channel_ok[None, :]
+    _store_stat_pairs(ws_chunk, head_dim, pairs, channels, matrix_mask, kv_even, kv_odd)
+    extra = ws_chunk + head_dim * head_dim
+    _store_vector_pairs(extra + FWD_ROW_K_SUM * head_dim, pairs, pair_ok, k_sum_even, k_sum_odd)
+    _store_vector_pairs(extra + FWD_ROW_KR_DEV * head_dim, pairs, pair_ok, kr_dev_even, kr_dev_odd)
+    _store_vector_pairs(extra + FWD_ROW_KR_SHIFT * head_dim, pairs, pair_ok,
+                        kr_shift_even, kr_shift_odd)
+    tl.store(extra + FWD_ROW_V_DEV * head_dim + channels, v_dev, mask=channel_ok)
+    tl.store(extra + FWD_ROW_V_SHIFT * head_dim + channels, v_shift, mask=channel_ok)
+
+
+@triton.jit
+def _chunk_token_count(chunk, tokens_per_chunk, num_tokens):
+    return tl.minimum(tokens_per_chunk, num_tokens - chunk * tokens_per_chunk).to(tl.float32)
+
+
+@triton.jit
+def _forward_combine_kernel(
+        ws_ptr, stats_ptr, num_chunks, num_tokens, tokens_per_chunk, head_dim, kv_scale,
+        ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Per-head stats from the chunk partials; one program per ROWS rows of KVc.
+
+    Each chunk's shifted sums are re-centred on the global means with exact
+    fp32 outer products of small (deviation-sized) vectors:
+    sum_j (kr_j - krm)^T (v_j - vm) = P + dk^T Dv + Dk^T dv + n dk^T dv with
+    dk = kr_shift - krm, dv = v_shift - vm, Dk / Dv the summed deviations.
+    """
+    row_block = tl.program_id(0)
+    bh = tl.program_id(1)
+    rows = row_block * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_D)
+    row_ok = rows < head_dim
+    col_ok = cols < head_dim
+    chunk_size = (head_dim + FWD_EXTRA_ROWS) * head_dim
+    ws_head = ws_ptr + bh.to(tl.int64) * num_chunks * chunk_size
+
+    k_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    kr_sum_cols = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    kr_sum_rows = tl.zeros((ROWS,), dtype=tl.float32)
+    v_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for chunk in range(0, num_chunks):
+        count = _chunk_token_count(chunk, tokens_per_chunk, num_tokens)
+        extra = ws_head + chunk * chunk_size + head_dim * head_dim
+        k_sum += tl.load(extra + FWD_ROW_K_SUM * head_dim + cols, mask=col_ok, other=0.0)
+        kr_sum_cols += (count * tl.load(extra + FWD_ROW_KR_SHIFT * head_dim + cols, mask=col_ok, other=0.0)
+                        + tl.load(extra + FWD_ROW_KR_DEV * head_dim + cols, mask=col_ok, other=0.0))
+        kr_sum_rows += (count * tl.load(extra + FWD_ROW_KR_SHIFT * head_dim + rows, mask=row_ok, other=0.0)
+                        + tl.load(extra + FWD_ROW_KR_DEV * head_dim + rows, mask=row_ok, other=0.0))
+        v_sum += (count * tl.load(extra + FWD_ROW_V_SHIFT * head_dim + cols, mask=col_ok, other=0.0)
+                  + tl.load(extra + FWD_ROW_V_DEV * head_dim + cols, mask=col_ok, other=0.0))
+    krm_rows = kr_sum_rows / num_tokens
+    vm = v_sum / num_tokens
+
+    kv = tl.zeros((ROWS, BLOCK_D), dtype=tl.float32)
+    matrix_mask = row_ok[:, None] & col_ok[None, :]
+    for chunk in range(0, num_chunks):
+        count = _chunk_token_count(chunk, tokens_per_chunk, num_tokens)
+        ws_chunk = ws_head + chunk * chunk_size
+        extra = ws_chunk + head_dim * head_dim
+        partial = tl.load(ws_chunk + rows[:, None] * head_dim + cols[None, :],
+                          mask=matrix_mask, other=0.0)
+        k_offset = tl.load(extra + FWD_ROW_KR_SHIFT * head_dim + rows, mask=row_ok, other=0.0) - krm_rows
+        k_dev = tl.load(extra + FWD_ROW_KR_DEV * head_dim + rows, mask=row_ok, other=0.0)
+        v_offset = tl.load(extra + FWD_ROW_V_SHIFT * head_dim + cols, mask=col_ok, other=0.0) - vm
+        v_dev = tl.load(extra + FWD_ROW_V_DEV * head_dim + cols, mask=col_ok, other=0.0)
+        kv += (partial + k_offset[:, None] * v_dev[None, :] + k_dev[:, None] * v_offset[None, :]
+               + count * k_offset[:, None] * v_offset[None, :])
+
+    stats_head = stats_ptr + bh.to(tl.int64) * (head_dim + STATS_EXTRA_ROWS) * head_dim
+    tl.store(stats_head + rows[:, None] * head_dim + cols[None, :], kv * kv_scale, mask=matrix_mask)
+    if row_block == 0:  # the mean vectors are written once
+        stats_extra = stats_head + head_dim * head_dim
+        tl.store(stats_extra + STATS_ROW_KM * head_dim + cols, k_sum / num_tokens, mask=col_ok)
+        tl.store(stats_extra + STATS_ROW_KRM * head_dim + cols, kr_sum_cols / num_tokens,
+                 mask=col_ok)
+        tl.store(stats_extra + STATS_ROW_VM * head_dim + cols, vm, mask=col_ok)
+
+
+@triton.jit
+def _load_forward_stats(stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok):
+    stats_head = stats_ptr + bh.to(tl.int64) * (head_dim + STATS_EXTRA_ROWS) * head_dim
+    kv_even, kv_odd = _load_stat_pairs(stats_head, head_dim, pairs, channels,
+                                       pair_ok[:, None] & channel_ok[None, :])
+    extra = stats_head + head_dim * head_dim
+    km_even, km_odd = _load_vector_pairs(extra + STATS_ROW_KM * head_dim, pairs, pair_ok)
+    krm_even, krm_odd = _load_vector_pairs(extra + STATS_ROW_KRM * head_dim, pairs, pair_ok)
+    vm = tl.load(extra + STATS_ROW_VM * head_dim + channels, mask=channel_ok, other=0.0)
+    return kv_even, kv_odd, km_even, km_odd, krm_even, krm_odd, vm
+
+
+@triton.jit
+def _forward_output_kernel(
+        q_ptr, stats_ptr, angle_ptr, out_ptr,
+        stride_qb, stride_qh, stride_qn, stride_qd,
+        stride_ob, stride_oh, stride_on, stride_od,
+        num_heads, num_tokens, width, head_dim, scale,
+        BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT_PRECISION: tl.constexpr):
+    block = tl.program_id(0)
+    bh = tl.program_id(1)
+    pairs = tl.arange(0, BLOCK_P)
+    channels = tl.arange(0, BLOCK_D)
+    pair_ok = pairs < head_dim // 2
+    channel_ok = channels < head_dim
+    angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
+    kv_even, kv_odd, km_even, km_odd, krm_even, krm_odd, vm = _load_forward_stats(
+        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
+
+    tokens = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    token_ok = tokens < num_tokens
+    pair_mask = token_ok[:, None] & pair_ok[None, :]
+    q_base = _head_base(q_ptr, bh, num_heads, stride_qb, stride_qh)
+    q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, pair_mask)
+    _, _, qr_even, qr_odd, _, _, _, _, _, gain, coef = _query_terms(
+        q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
+        km_even, km_odd, krm_even, krm_odd, scale)
+    attended = tl.dot(qr_even, kv_even, input_precision=DOT_PRECISION)
+    attended = tl.dot(qr_odd, kv_odd, attended, input_precision=DOT_PRECISION)
+    out = gain[:, None] * attended + coef[:, None] * vm[None, :]
+
+    out_base = _head_base(out_ptr, bh, num_heads, stride_ob, stride_oh)
+    _store_tile(out_base, tokens, channels, stride_on, stride_od,
+                token_ok[:, None] & channel_ok[None, :], out)
+
+
+# --------------------------------------------------------------------------
+# Backward
+# --------------------------------------------------------------------------
+@triton.jit
+def _backward_query_kernel(
+        q_ptr, dout_ptr, stats_ptr, angle_ptr, dq_ptr, ws_ptr,
+        stride_qb, stride_qh, stride_qn, stride_qd,
+        stride_gb, stride_gh, stride_gn, stride_gd,
+        stride_dqb, stride_dqh, stride_dqn, stride_dqd,
+        num_heads, num_tokens, width, head_dim, tokens_per_chunk, scale,
+        BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT_PRECISION: tl.constexpr):
+    """dq, and the per-chunk reductions the key side needs.
+
+    With w = dout . vm, u = dout . (qr KVc) and qr KV = qr KVc + s a vm:
+      dz  = -(u + s a w) inv^2 - w
+      dqr = g dout KVc^T + s g w krm
+      dqa = rope^T(dqr) + s dz km
+    """
+    chunk = tl.program_id(0)
+    bh = tl.program_id(1)
+    num_chunks = tl.num_programs(0)
+    pairs = tl.arange(0, BLOCK_P)
+    channels = tl.arange(0, BLOCK_D)
+    pair_ok = pairs < head_dim // 2
+    channel_ok = channels < head_dim
+    angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
+    kv_even, kv_odd, km_even, km_odd, krm_even, krm_odd, vm = _load_forward_stats(
+        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
+    q_base = _head_base(q_ptr, bh, num_heads, stride_qb, stride_qh)
+    dout_base = _head_base(dout_ptr, bh, num_heads, stride_gb, stride_gh)
+    dq_base = _head_base(dq_ptr, bh, num_heads, stride_dqb, stride_dqh)
+    chunk_start = chunk * tokens_per_chunk
+    chunk_end = tl.minimum(chunk_start + tokens_per_chunk, num_tokens)
+
+    dkv_even = tl.zeros((BLOCK_P, BLOCK_D), dtype=tl.float32)
+    dkv_odd = tl.zeros((BLOCK_P, BLOCK_D), dtype=tl.float32)
+    qvec_even = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    qvec_odd = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    dz_qa_even = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    dz_qa_odd = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    coef_dout = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for block_start in range(chunk_start, chunk_end, BLOCK_N):
+        tokens = block_start + tl.arange(0, BLOCK_N)
+        token_ok = tokens < chunk_end
+        pair_mask = token_ok[:, None] & pair_ok[None, :]
+        q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, pair_mask)
+        qa_even, qa_odd, qr_even, qr_odd, cos, sin, z, a, inv, gain, coef = _query_terms(
+            q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
+            km_even, km_odd, krm_even, krm_odd, scale)
+        dout = _load_tile(dout_base, tokens, channels, stride_gn, stride_gd,
+                          token_ok[:, None] & channel_ok[None, :])
+
+        attended = tl.dot(qr_even, kv_even, input_precision=DOT_PRECISION)
+        attended = tl.dot(qr_odd, kv_odd, attended, input_precision=DOT_PRECISION)
+        u = tl.sum(dout * attended, axis=1)
+        w = tl.sum(dout * vm[None, :], axis=1)
+        dz = -(u + scale * a * w) * inv * inv - w
+
+        mean_term = scale * gain * w
+        dqr_even = (gain[:, None] * tl.dot(dout, tl.trans(kv_even), input_precision=DOT_PRECISION)
+                    + mean_term[:, None] * krm_even[None, :])
+        dqr_odd = (gain[:, None] * tl.dot(dout, tl.trans(kv_odd), input_precision=DOT_PRECISION)
+                   + mean_term[:, None] * krm_odd[None, :])
+        dqa_even, dqa_odd = _rotate_back(dqr_even, dqr_odd, cos, sin)
+        dqa_even += scale * dz[:, None] * km_even[None, :]
+        dqa_odd += scale * dz[:, None] * km_odd[None, :]
+        _store_pairs(dq_base, tokens, pairs, stride_dqn, stride_dqd, pair_mask,
+                     dqa_even * _elu_grad(q_even), dqa_odd * _elu_grad(q_odd))
+
+        gqr_even = gain[:, None] * qr_even
+        gqr_odd = gain[:, None] * qr_odd
+        dkv_even = tl.dot(tl.trans(gqr_even), dout, dkv_even, input_precision=DOT_PRECISION)
+        dkv_odd = tl.dot(tl.trans(gqr_odd), dout, dkv_odd, input_precision=DOT_PRECISION)
+        qvec_even += tl.sum(gqr_even * w[:, None], axis=0)
+        qvec_odd += tl.sum(gqr_odd * w[:, None], axis=0)
+        dz_qa_even += tl.sum(dz[:, None] * qa_even, axis=0)
+        dz_qa_odd += tl.sum(dz[:, None] * qa_odd, axis=0)
+        coef_dout += tl.sum(coef[:, None] * dout, axis=0)
+
+    key_scale = scale / num_tokens
+    ws_chunk = ws_ptr + (bh.to(tl.int64) * num_chunks + chunk) * (head_dim + GRAD_EXTRA_ROWS) * head_dim
+    _store_stat_pairs(ws_chunk, head_dim, pairs, channels, pair_ok[:, None] & channel_ok[None, :],
+                      dkv_even * key_scale, dkv_odd * key_scale)
+    extra = ws_chunk + head_dim * head_dim
+    _store_vector_pairs(extra + GRAD_ROW_QVEC * head_dim, pairs, pair_ok,
+                        qvec_even * key_scale, qvec_odd * key_scale)
+    _store_vector_pairs(extra + GRAD_ROW_DKM * head_dim, pairs, pair_ok,
+                        dz_qa_even * key_scale, dz_qa_odd * key_scale)
+    tl.store(extra + GRAD_ROW_CDOUT * head_dim + channels, coef_dout / num_tokens, mask=channel_ok)
+
+
+@triton.jit
+def _backward_key_kernel(
+        k_ptr, v_ptr, stats_ptr, grads_ptr, angle_ptr, dk_ptr, dv_ptr,
+        stride_kb, stride_kh, stride_kn, stride_kd,
+        stride_vb, stride_vh, stride_vn, stride_vd,
+        stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+        stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+        num_heads, num_tokens, width, head_dim,
+        BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT_PRECISION: tl.constexpr):
+    """dk and dv, centred like the forward (dKVs = (s/N) dKV):
+
+      dkr = (v - vm) dKVs^T + (s/N) sum_i g w qr ;  dka = rope^T(dkr) + dkm/N
+      dv  = (kr - krm) dKVs + (1/N) sum_i c dout
+    """
+    block = tl.program_id(0)
+    bh = tl.program_id(1)
+    pairs = tl.arange(0, BLOCK_P)
+    channels = tl.arange(0, BLOCK_D)
+    pair_ok = pairs < head_dim // 2
+    channel_ok = channels < head_dim
+    angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
+    _, _, _, _, krm_even, krm_odd, vm = _load_forward_stats(
+        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
+    grads_head = grads_ptr + bh.to(tl.int64) * (head_dim + GRAD_EXTRA_ROWS) * head_dim
+    dkv_even, dkv_odd = _load_stat_pairs(grads_head, head_dim, pairs, channels,
+                                         pair_ok[:, None] & channel_ok[None, :])
+    extra = grads_head + head_dim * head_dim
+    qvec_even, qvec_odd = _load_vector_pairs(extra + GRAD_ROW_QVEC * head_dim, pairs, pair_ok)
+    dkm_even, dkm_odd = _load_vector_pairs(extra + GRAD_ROW_DKM * head_dim, pairs, pair_ok)
+    coef_dout = tl.load(extra + GRAD_ROW_CDOUT * head_dim + channels, mask=channel_ok, other=0.0)
+
+    tokens = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    token_ok = tokens < num_tokens
+    pair_mask = token_ok[:, None] & pair_ok[None, :]
+    channel_mask = token_ok[:, None] & channel_ok[None, :]
+    k_base = _head_base(k_ptr, bh, num_heads, stride_kb, stride_kh)
+    v_base = _head_base(v_ptr, bh, num_heads, stride_vb, stride_vh)
+    k_even, k_odd = _load_pairs(k_base, tokens, pairs, stride_kn, stride_kd, pair_mask)
+    ka_even, ka_odd = _activate_pairs(k_even, k_odd, pair_mask)
+    cos, sin = _token_rotation(tokens, angle, is_row_pair, width)
+    kr_even, kr_odd = _rotate(ka_even, ka_odd, cos, sin)
+    v = _load_tile(v_base, tokens, channels, stride_vn, stride_vd, channel_mask)
+
+    v_centred = tl.where(channel_mask, v - vm[None, :], 0.0)
+    dkr_even = tl.dot(v_centred, tl.trans(dkv_even), input_precision=DOT_PRECISION) + qvec_even[None, :]
+    dkr_odd = tl.dot(v_centred, tl.trans(dkv_odd), input_precision=DOT_PRECISION) + qvec_odd[None, :]
+    dka_even, dka_odd = _rotate_back(dkr_even, dkr_odd, cos, sin)
+    dk_base = _head_base(dk_ptr, bh, num_heads, stride_dkb, stride_dkh)
+    _store_pairs(dk_base, tokens, pairs, stride_dkn, stride_dkd, pair_mask,
+                 (dka_even + dkm_even[None, :]) * _elu_grad(k_even),
+                 (dka_odd + dkm_odd[None, :]) * _elu_grad(k_odd))
+
+    kr_centred_even = tl.where(pair_mask, kr_even - krm_even[None, :], 0.0)
+    kr_centred_odd = tl.where(pair_mask, kr_odd - krm_odd[None, :], 0.0)
+    dv = tl.dot(kr_centred_even, dkv_even, input_precision=DOT_PRECISION)
+    dv = tl.dot(kr_centred_odd, dkv_odd, dv, input_precision=DOT_PRECISION) + coef_dout[None, :]
+    dv_base = _head_base(dv_ptr, bh, num_heads, stride_dvb, stride_dvh)
+    _store_tile(dv_base, tokens, channels, stride_dvn, stride_dvd, channel_mask, dv)

@@ -1,0 +1,60 @@
+"""Build a detector / segmentor from one of our configs, outside the Runner.
+
+Shared by the analysis tools (FLOPs, FPS, demo): the config's default scope
+(mmdet or mmseg) picks the registry, and dummy inputs of a chosen size are
+made the way each library's ``_forward`` (tensor mode) expects them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+import torch
+from mmengine.config import Config, DictAction  # noqa: F401  (DictAction re-exported for tools)
+
+SCOPES = ('mmdet', 'mmseg')
+
+
+def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f'config file not found: {path}')
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in SCOPES:
+        raise ValueError(f'{path}: default_scope must be one of {SCOPES}, got {scope!r}')
+    return cfg
+
+
+def build_model(cfg: Config, with_pretrained: bool = False) -> torch.nn.Module:
+    """The model of ``cfg``; the backbone's pretrained init is dropped unless asked."""
+    from mmengine.registry import init_default_scope
+
+    import mavit_mm  # noqa: F401  (registers MAViT)
+
+    init_default_scope(cfg.default_scope)
+    model_cfg = cfg.model.copy()
+    if not with_pretrained and 'backbone' in model_cfg:
+        model_cfg.backbone = dict(model_cfg.backbone, init_cfg=None)
+    if cfg.default_scope == 'mmdet':
+        from mmdet.registry import MODELS
+    else:
+        from mmseg.registry import MODELS
+    return MODELS.build(model_cfg)
+
+
+def dummy_forward_inputs(cfg: Config, height: int, width: int, batch_size: int = 1,
+                         device: str = 'cpu') -> Tuple[torch.Tensor, Sequence]:
+    """An input batch and data samples with the metadata ``model._forward`` needs."""
+    inputs = torch.randn(batch_size, 3, height, width, device=device)
+    meta = dict(img_shape=(height, width), ori_shape=(height, width),
+                pad_shape=(height, width), batch_input_shape=(height, width),
+                scale_factor=(1.0, 1.0))
+    if cfg.default_scope == 'mmdet':
+        from mmdet.structures import DetDataSample
+        samples = [DetDataSample(metainfo=meta) for _ in range(batch_size)]
+    else:
+        from mmseg.structures import SegDataSample
+        samples = [SegDataSample(metainfo=meta) for _ in range(batch_size)]
+    return inputs, samples

@@ -1,0 +1,124 @@
+"""Helpers for the config tests: load a config, build its model without
+pretrained weights, and make small CPU batches with real ground truth."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO_ROOT / 'configs'
+
+# Test images: small, and a multiple of 32 so no padding is needed.
+IMG_H, IMG_W = 96, 128
+
+
+def load_config(rel_path: str):
+    """``Config.fromfile`` of ``configs/<rel_path>``."""
+    from mmengine.config import Config
+    return Config.fromfile(str(CONFIG_DIR / rel_path))
+
+
+def scope_registry(cfg):
+    """Initialise the config's default scope and return its MODELS registry."""
+    import mavit_mm  # noqa: F401  (registers MAViT in mmdet / mmseg)
+    from mmengine.registry import init_default_scope
+
+    scope = cfg.get('default_scope')
+    init_default_scope(scope)
+    if scope == 'mmdet':
+        from mmdet.registry import MODELS
+    elif scope == 'mmseg':
+        from mmseg.registry import MODELS
+    else:
+        raise ValueError(f'unexpected default_scope {scope!r}')
+    return MODELS
+
+
+def build_model(cfg, score_thr: float | None = None):
+    """Build ``cfg.model`` with random weights (no pretrained checkpoint).
+
+    ``score_thr`` lowers the detectors' test score threshold, so that an
+    untrained model still returns boxes (and masks) to check.
+    """
+    registry = scope_registry(cfg)
+    model_cfg = cfg.model.copy()
+    model_cfg.backbone.init_cfg = None
+    if score_thr is not None and cfg.default_scope == 'mmdet':
+        test_cfg = model_cfg.test_cfg
+        if 'rcnn' in test_cfg:
+            test_cfg.rcnn.score_thr = score_thr
+        else:
+            test_cfg.score_thr = score_thr
+    return registry.build(model_cfg)
+
+
+def count_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _image(rng: np.random.RandomState) -> torch.Tensor:
+    return torch.from_numpy(rng.randint(0, 256, size=(3, IMG_H, IMG_W), dtype=np.uint8))
+
+
+# Per image: boxes (x1, y1, x2, y2) and COCO label indices.
+_DET_GT = [
+    ([[10., 8., 70., 60.], [40., 30., 120., 90.], [4., 50., 52., 94.]], [1, 5, 17]),
+    ([[20., 12., 100., 80.], [64., 40., 124., 92.]], [0, 62]),
+]
+
+
+def det_batch(with_mask: bool, seed: int = 0) -> dict:
+    """Two images with boxes, labels and (optionally) BitmapMasks, as a
+    dataloader would give them to ``DetDataPreprocessor``."""
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+
+    rng = np.random.RandomState(seed)
+    inputs, samples = [], []
+    for img_id, (boxes, labels) in enumerate(_DET_GT):
+        sample = DetDataSample(metainfo=dict(
+            img_id=img_id, img_path=f'<test{img_id}>.jpg', img_shape=(IMG_H, IMG_W),
+            ori_shape=(IMG_H, IMG_W), scale_factor=(1.0, 1.0), flip=False,
+            flip_direction=None))
+        gt = InstanceData()
+        gt.bboxes = torch.tensor(boxes, dtype=torch.float32)
+        gt.labels = torch.tensor(labels, dtype=torch.long)
+        if with_mask:
+            masks = np.zeros((len(boxes), IMG_H, IMG_W), dtype=np.uint8)
+            for i, (x1, y1, x2, y2) in enumerate(np.asarray(boxes, dtype=int)):
+                # An ellipse inside each box.
+                yy, xx = np.mgrid[0:IMG_H, 0:IMG_W]
+                cx, cy, rx, ry = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2, (y2 - y1) / 2
+                masks[i] = ((xx - cx) / rx) ** 2 + ((yy - cy) / ry) ** 2 <= 1
+            gt.masks = BitmapMasks(masks, IMG_H, IMG_W)
+        sample.gt_instances = gt
+        inputs.append(_image(rng))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def seg_batch(num_classes: int = 150, seed: int = 0) -> dict:
+    """Two images with ``gt_sem_seg`` maps (a few class regions, some 255
+    ignore pixels), as a dataloader would give them to ``SegDataPreProcessor``."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+
+    rng = np.random.RandomState(seed)
+    inputs, samples = [], []
+    for img_id in range(2):
+        seg = np.zeros((IMG_H, IMG_W), dtype=np.int64)
+        classes = rng.choice(num_classes, size=4, replace=False)
+        seg[:, :IMG_W // 2] = classes[0]
+        seg[:, IMG_W // 2:] = classes[1]
+        seg[IMG_H // 3:2 * IMG_H // 3, IMG_W // 4:3 * IMG_W // 4] = classes[2]
+        seg[:8, :8] = 255  # ignored
+        sample = SegDataSample(metainfo=dict(
+            img_path=f'<test{img_id}>.jpg', img_shape=(IMG_H, IMG_W),
+            ori_shape=(IMG_H, IMG_W), flip=False))
+        sample.gt_sem_seg = PixelData(data=torch.from_numpy(seg)[None])
+        inputs.append(_image(rng))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)

@@ -1,0 +1,254 @@
+"""The fused Triton MALA against the PyTorch reference, and the dispatch.
+
+Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``
+from conftest), which is slow: shapes stay tiny. The reference is
+``mala_naive`` in float64 on the same inputs.
+"""
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip('triton')
+
+from mavit_mm import MAViT  # noqa: E402
+from mavit_mm.ops import mala as mala_ops  # noqa: E402
+from mavit_mm.ops.mala import function as mala_function  # noqa: E402
+from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
+from mavit_mm.ops.rope2d import RoPE2d, RotaryTables  # noqa: E402
+
+from conftest import REPO_ROOT  # noqa: E402
+
+DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+HEIGHT, WIDTH = 5, 7          # odd N = 35, not a multiple of any block
+SMALL_BLOCKS = dict(block_n=16, tokens_per_chunk=16)   # 3 chunks, the last partial
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    expected = expected.double()
+    return ((actual.double() - expected).abs().max() / expected.abs().max()).item()
+
+
+def backbone_qkv(batch, heads, head_dim, dtype=torch.float32, qk_scale=1.0, v_scale=1.0,
+                 seed=0):
+    """q, k, v as GatedAttention passes them: (B, heads, N, d) views of a
+    (B, 3C, H, W) tensor, i.e. (B, heads, d, N) memory with a gap between batches."""
+    generator = torch.Generator().manual_seed(seed)
+    channels = heads * head_dim
+    x = torch.randn(batch, 3 * channels, HEIGHT, WIDTH, generator=generator, dtype=torch.float64)
+    x[:, :2 * channels] *= qk_scale
+    x[:, 2 * channels:] *= v_scale
+    x = x.to(device=DEVICE, dtype=dtype).requires_grad_()
+    return [t.reshape(batch, heads, head_dim, HEIGHT * WIDTH).transpose(-1, -2)
+            for t in x.chunk(3, dim=1)]
+
+
+def reference(q, k, v, dout, rope: RotaryTables):
+    """Float64 output and grads of the PyTorch reference."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out = mala_naive(q64, k64, v64, *rope.tables(torch.float64))
+    grads = torch.autograd.grad(out, (q64, k64, v64), dout.double())
+    return out, grads
+
+
+def fused_with_grads(q, k, v, dout, rope: RotaryTables, **plan):
+    out = mala_function.fused_mala(q, k, v, rope.angle.to(DEVICE), rope.width, **plan)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    return out, grads
+
+
+def random_like(t: torch.Tensor, scale: float = 1.0, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(t.shape, generator=generator, dtype=torch.float64) * scale).to(t)
+
+
+def check_against_reference(q, k, v, rope, tolerance, dout_scale=1.0, **plan):
+    dout = random_like(q, dout_scale)
+    out, grads = fused_with_grads(q, k, v, dout, rope, **plan)
+    expected_out, expected_grads = reference(q, k, v, dout, rope)
+    errors = {'out': relative_error(out, expected_out)}
+    errors.update({name: relative_error(g, e) for name, g, e in
+                   zip(('dq', 'dk', 'dv'), grads, expected_grads)})
+    assert max(errors.values()) <= tolerance, errors
+    return out, grads
+
+
+# --------------------------------------------------------------------------
+# Numerics
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize('head_dim', [16, 48, 64, 96])
+def test_fp32_matches_reference_on_backbone_layout(head_dim):
+    q, k, v = backbone_qkv(batch=2, heads=2, head_dim=head_dim)
+    rope = RoPE2d(head_dim)(HEIGHT, WIDTH)
+    out, grads = check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
+    # Results keep the token-contiguous layout, so the backbone's reshape is free.
+    assert out.stride(-2) == 1 and all(g.stride(-2) == 1 for g in grads)
+
+
+def test_fp32_matches_reference_on_contiguous_layout_with_default_plan():
+    generator = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 3, HEIGHT * WIDTH, 32, generator=generator)
+               .to(DEVICE).requires_grad_() for _ in range(3))
+    rope = RoPE2d(32)(HEIGHT, WIDTH)
+    out, _ = check_against_reference(q, k, v, rope, tolerance=1e-4)
+    assert out.is_contiguous()
+
+
+@pytest.mark.parametrize('head_dim', [48, 64])
+def test_fp16_forward_matches_reference(head_dim):
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=head_dim, dtype=torch.float16)
+    rope = RoPE2d(head_dim)(HEIGHT, WIDTH)
+    check_against_reference(q, k, v, rope, tolerance=1e-2, **SMALL_BLOCKS)
+
+
+def test_bf16_matches_reference():
+    # Triton 3.9's interpreter handles bf16 (its fp32 -> bf16 cast truncates,
+    # hence the tolerance of a couple of bf16 ulps).
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=64, dtype=torch.bfloat16)
+    rope = RoPE2d(64)(HEIGHT, WIDTH)
+    check_against_reference(q, k, v, rope, tolerance=2e-2, **SMALL_BLOCKS)
+
+
+def test_fp16_large_activations_stay_finite():
+    # q, k ~ 1e3: z ~ 1e6 and KV ~ 1e3 overflow fp16 if kept in half. v and
+    # dout are small so that the exact results themselves fit in fp16.
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=64, dtype=torch.float16,
+                           qk_scale=1e3, v_scale=1e-2)
+    rope = RoPE2d(64)(HEIGHT, WIDTH)
+    dout = random_like(q, 1e-2)
+    expected_out, expected_grads = reference(q, k, v, dout, rope)
+    fp16_max = torch.finfo(torch.float16).max
+    assert all(t.abs().max() < fp16_max / 2 for t in (expected_out, *expected_grads))
+    out, grads = fused_with_grads(q, k, v, dout, rope, **SMALL_BLOCKS)
+    for name, t in zip(('out', 'dq', 'dk', 'dv'), (out, *grads)):
+        assert torch.isfinite(t).all(), name
+    assert relative_error(out, expected_out) <= 1e-2
+    assert max(relative_error(g, e) for g, e in zip(grads, expected_grads)) <= 1e-2
+
+
+# --------------------------------------------------------------------------
+# Dispatch
+# --------------------------------------------------------------------------
+@pytest.fixture
+def fresh_fallback_warnings(monkeypatch):
+    monkeypatch.setattr(mala_ops, '_warned_fallback_reasons', set())
+
+
+def plain_qkv(head_dim, dtype=torch.float32, device=DEVICE):
+    return [torch.randn(1, 2, HEIGHT * WIDTH, head_dim, dtype=dtype, device=device)
+            for _ in range(3)]
+
+
+def rope_for(head_dim):
+    # RoPE2d refuses head dims that are not multiples of 4: build the tables directly.
+    return RotaryTables(torch.ones(head_dim // 2), HEIGHT, WIDTH)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks the CPU fallback')
+def test_auto_on_cpu_uses_torch_path_with_a_single_warning(monkeypatch, fresh_fallback_warnings):
+    def no_triton(*args):
+        raise AssertionError("'auto' must not run the kernels on CPU")
+    monkeypatch.setattr(mala_ops, '_triton_mala', no_triton)
+    q, k, v = plain_qkv(32)
+    rope = RoPE2d(32)(HEIGHT, WIDTH)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        outs = [mala_attention(q, k, v, rope, impl='auto') for _ in range(3)]
+    fallback_warnings = [w for w in caught if 'falls back' in str(w.message)]
+    assert len(fallback_warnings) == 1
+    assert 'cpu' in str(fallback_warnings[0].message)
+    expected = mala_naive(q, k, v, *rope.tables(q.dtype))
+    assert all(torch.equal(out, expected) for out in outs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_auto_on_cuda_falls_back_once_per_reason(fresh_fallback_warnings):
+    wide = plain_qkv(132)
+    double = plain_qkv(32, dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for _ in range(3):
+            mala_attention(*wide, rope_for(132), impl='auto')
+            mala_attention(*double, RoPE2d(32)(HEIGHT, WIDTH), impl='auto')
+    assert len([w for w in caught if 'falls back' in str(w.message)]) == 2
+
+
+def test_triton_rejects_head_dim_130():
+    q, k, v = plain_qkv(130)
+    with pytest.raises(ValueError, match='head dim 130'):
+        mala_attention(q, k, v, rope_for(130), impl='triton')
+
+
+def test_triton_rejects_float64():
+    q, k, v = plain_qkv(32, dtype=torch.float64)
+    with pytest.raises(ValueError, match='float64'):
+        mala_attention(q, k, v, RoPE2d(32)(HEIGHT, WIDTH), impl='triton')
+
+
+def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
+    monkeypatch.setattr(mala_ops, 'triton_interpreter_enabled', lambda: False)
+    q, k, v = plain_qkv(32, device='cpu')
+    with pytest.raises(RuntimeError, match='CUDA'):
+        mala_attention(q, k, v, RoPE2d(32)(HEIGHT, WIDTH), impl='triton')
+
+
+def test_unknown_impl_is_rejected():
+    q, k, v = plain_qkv(32)
+    with pytest.raises(ValueError, match='mala_impl'):
+        mala_attention(q, k, v, RoPE2d(32)(HEIGHT, WIDTH), impl='cuda')
+
+
+def test_triton_rejects_unpaired_rope_angles():
+    q, k, v = plain_qkv(32)
+    rope = RotaryTables(torch.arange(16, dtype=torch.float32), HEIGHT, WIDTH)
+    with pytest.raises(ValueError, match='repeat each frequency'):
+        mala_attention(q, k, v, rope, impl='triton')
+
+
+def test_import_and_fallback_without_triton():
+    script = (
+        "import sys, warnings\n"
+        "sys.modules['triton'] = None\n"          # makes `import triton` fail
+        "import torch, mavit_mm\n"
+        "from mavit_mm.ops.mala import mala_attention\n"
+        "from mavit_mm.ops.rope2d import RoPE2d\n"
+        "assert not any(m.startswith('triton') for m in sys.modules if sys.modules[m])\n"
+        "q = k = v = torch.randn(1, 1, 12, 16)\n"
+        "rope = RoPE2d(16)(3, 4)\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    mala_attention(q, k, v, rope, impl='auto')\n"
+        "try:\n"
+        "    mala_attention(q, k, v, rope, impl='triton')\n"
+        "except RuntimeError as exc:\n"
+        "    assert 'triton is not available' in str(exc) or 'CUDA' in str(exc), exc\n"
+        "else:\n"
+        "    raise SystemExit('no error without triton')\n"
+    )
+    result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------
+# The backbone
+# --------------------------------------------------------------------------
+def test_mavit_with_triton_mala_matches_published_outputs(parity_data, monkeypatch):
+    calls = []
+    fused = mala_function.fused_mala
+
+    def counting_fused(*args, **kwargs):
+        calls.append(args[0].shape)
+        return fused(*args, **kwargs)
+    monkeypatch.setattr(mala_function, 'fused_mala', counting_fused)
+
+    model = MAViT(**parity_data['config'], mala_impl='triton')
+    model.load_state_dict({key: value.float() for key, value in parity_data['state_dict'].items()})
+    model.to(DEVICE).eval()
+    with torch.no_grad():
+        outputs = model(parity_data['input'].float().to(DEVICE))
+    assert calls, 'the Triton path was not used'
+    for index, (output, expected) in enumerate(zip(outputs, parity_data['outputs'])):
+        assert relative_error(output.cpu(), expected) <= 1e-4, f'stage {index}'

@@ -1,0 +1,82 @@
+"""Shared by the tool tests: tiny data, tiny configs derived from the demo
+configs, running the tools."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TOOLS = REPO_ROOT / 'tools'
+
+# name -> (demo config, dataset kind, metrics the run must report)
+PIPELINES = {
+    'mask_rcnn': ('configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py', 'coco',
+                  ('coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP', 'coco/segm_mAP_50')),
+    'retinanet': ('configs/demo/retinanet_mavit-t_fpn_demo-shapes.py', 'coco',
+                  ('coco/bbox_mAP', 'coco/bbox_mAP_50')),
+    'cascade_mask_rcnn': ('configs/demo/cascade-mask-rcnn_mavit-t_fpn_ms-3x_demo-shapes.py',
+                          'coco', ('coco/bbox_mAP', 'coco/segm_mAP')),
+    'sem_fpn': ('configs/demo/fpn_mavit-t_demo-shapes.py', 'ade20k', ('mIoU', 'mAcc', 'aAcc')),
+    'upernet': ('configs/demo/upernet_mavit-t_demo-shapes.py', 'ade20k', ('mIoU', 'mAcc', 'aAcc')),
+}
+TINY_IMAGE_SIZE = (64, 64)
+TINY_SPLITS = dict(num_train=4, num_val=2)
+# The demo configs are for 160 px images: scale their sizes down to 64 px
+# (segmentation: 128 px crops -> 64).
+SIZE_FACTOR = {'coco': 0.4, 'ade20k': 0.5}
+
+
+def make_tiny_data(root: Path) -> dict:
+    from mavit_mm.data.synthetic import make_ade20k_dataset, make_coco_dataset
+    settings = dict(image_size=TINY_IMAGE_SIZE, max_objects=2, seed=0, **TINY_SPLITS)
+    return {'coco': make_coco_dataset(root / 'coco', **settings)['root'],
+            'ade20k': make_ade20k_dataset(root / 'ade20k', **settings)['root']}
+
+
+def write_tiny_config(name: str, data_roots: dict, out_dir: Path, max_iters: int = 2,
+                      checkpoint_interval: int = 1) -> Path:
+    """The pipeline's demo config on the tiny data, ``max_iters`` iterations,
+    batches of 2, a log line every iteration; dumped as a standalone config."""
+    from mmengine.config import Config
+    from mavit_mm.engine.config_tools import (rescale_image_sizes, retarget_data_root,
+                                              set_iterations)
+    config, kind, _ = PIPELINES[name]
+    cfg = Config.fromfile(str(REPO_ROOT / config))
+    retarget_data_root(cfg, str(data_roots[kind]))
+    rescale_image_sizes(cfg, SIZE_FACTOR[kind])
+    set_iterations(cfg, max_iters, checkpoint_interval)
+    cfg.train_dataloader.batch_size = 2
+    cfg.val_dataloader.batch_size = 2
+    cfg.default_hooks.logger.interval = 1
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f'{name}_tiny.py'
+    cfg.dump(str(path))
+    return path
+
+
+def run_tool(tool: str, *args, cwd=None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``tools/<tool>`` in a subprocess, as a user would; output captured."""
+    command = [sys.executable, str(TOOLS / tool), *map(str, args)]
+    env = dict(os.environ, PYTHONUNBUFFERED='1')
+    start = time.time()
+    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env,
+                            timeout=timeout)
+    result.seconds = time.time() - start
+    return result
+
+
+def explain(result: subprocess.CompletedProcess) -> str:
+    return (f'exit {result.returncode}\n--- stdout (tail) ---\n{result.stdout[-6000:]}'
+            f'\n--- stderr (tail) ---\n{result.stderr[-6000:]}')
+
+
+def load_tool(name: str):
+    """Import ``tools/<name>.py`` as a module (to call its main(argv) in-process)."""
+    spec = importlib.util.spec_from_file_location(f'mavit_tool_{name}', TOOLS / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

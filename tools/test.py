@@ -1,0 +1,79 @@
+#!/usr/bin/env python
+"""Evaluate a trained detector (mmdet config) or segmentor (mmseg config).
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out PATH]
+                         [--show-dir DIR] [--cfg-options k=v ...]
+    bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [same options]
+
+The metrics (COCO bbox/segm AP, mIoU, ...) are logged and written to
+``<work-dir>/<timestamp>/<timestamp>.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(REPO_ROOT))
+
+import mavit_mm  # noqa: E402,F401  (registers MAViT; torch.load allow-list for checkpoints)
+from mavit_mm.engine import cli, preflight  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description='Evaluate a MAViT detector or segmentor checkpoint on the test set of '
+                    "its config with mmengine's Runner and the config's test_evaluator.")
+    parser.add_argument('config', help='config file the checkpoint was trained with')
+    parser.add_argument('checkpoint', help='checkpoint file (.pth) to evaluate')
+    parser.add_argument('--work-dir', help='folder for the log and the metrics JSON '
+                        "(default: the config's work_dir, else ./work_dirs/<config name>)")
+    parser.add_argument('--out', metavar='PATH',
+                        help='also save the predictions: detection - a .pkl file of the '
+                             'raw results for offline evaluation; segmentation - a folder '
+                             'that receives one predicted label PNG per image')
+    parser.add_argument('--show-dir', metavar='DIR',
+                        help='draw predictions on the images and save them: detection - '
+                             'under <work-dir>/<timestamp>/DIR; segmentation - under DIR')
+    parser.add_argument('--cfg-options', nargs='+', action=cli.DictAction,
+                        metavar='KEY=VALUE', help=cli.CFG_OPTIONS_HELP)
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
+                        help=cli.LAUNCHER_HELP)
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0,
+                        help=cli.LOCAL_RANK_HELP)
+    args = parser.parse_args(argv)
+    cli.export_local_rank(args.local_rank)
+    return args
+
+
+def prepare_config(args: argparse.Namespace):
+    cfg = cli.load_config(args.config, args.cfg_options, args.launcher)
+    cli.set_work_dir(cfg, args.work_dir, args.config)
+    cli.configure_dist_backend(cfg)
+    cfg.load_from = args.checkpoint
+    cfg.resume = False
+    if args.show_dir:
+        cli.configure_visualization(cfg, args.show_dir)
+    if args.out:
+        cli.configure_prediction_output(cfg, args.out)
+    preflight.check_for_testing(cfg, args.checkpoint)
+    return cfg
+
+
+def main(argv=None) -> dict:
+    """Evaluate; returns the metrics, e.g. {'coco/bbox_mAP': ..., ...} or {'mIoU': ...}."""
+    args = parse_args(argv)
+    cfg = prepare_config(args)
+    runner = cli.build_runner(cfg)
+    if args.out:
+        cli.attach_prediction_dump(runner, cfg, args.out)
+    return runner.test()
+
+
+if __name__ == '__main__':
+    try:
+        main()
+    except preflight.ConfigCheckError as error:
+        sys.exit(f'test.py: error: {error}')
