@@ -81,13 +81,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='head dims to run; default 64 96')
     parser.add_argument('--batch-heads', type=int, nargs='+', metavar='BH',
                         help='batch x heads (run as batch=BH, 1 head); default 1 16')
-    parser.add_argument('--dtypes', nargs='+', choices=sorted(DTYPES), default=['fp32', 'bf16', 'fp16'],
-                        help='input dtypes; default all three')
-    parser.add_argument('--impls', nargs='+', choices=['torch', 'triton'], default=['torch', 'triton'],
+    parser.add_argument('--dtypes', nargs='+', choices=sorted(DTYPES),
+                        default=['fp32', 'bf16', 'fp16'], help='input dtypes; default all three')
+    parser.add_argument('--impls', nargs='+', choices=['torch', 'triton'],
+                        default=['torch', 'triton'],
                         help="MALA implementations to compare; 'triton' is skipped on CPU")
     parser.add_argument('--passes', nargs='+', choices=sorted(PASS_BYTES_PER_ELEMENT),
                         default=['fwd', 'fwd+bwd'],
-                        help="'fwd' (forward only) and/or 'fwd+bwd' (forward then grads of q, k, v)")
+                        help="'fwd' (forward only) and/or 'fwd+bwd' (forward, then the grads "
+                             "of q, k and v)")
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu',
                         help='torch device; default cuda when available, else cpu')
     parser.add_argument('--warmup', type=float, default=None,
@@ -101,7 +103,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              'from the built-in table (else "%% peak" is n/a)')
     parser.add_argument('--output', type=Path, default=None,
                         help='JSON file to write; default benchmarks/results/<device>-<date>.json')
-    parser.add_argument('--no-save', action='store_true', help='print the table only, write no JSON')
+    parser.add_argument('--no-save', action='store_true',
+                        help='print the table only, write no JSON')
     parser.add_argument('--compile-report', type=int, nargs='+', metavar='SM',
                         help='instead of timing, compile the Triton kernels ahead of time for '
                              'these NVIDIA compute capabilities (e.g. 80 90; no GPU needed) with '
@@ -225,31 +228,33 @@ def run_case(impl, pass_name, dtype_name, batch_heads, num_tokens, head_dim, arg
     moved = (PASS_BYTES_PER_ELEMENT[pass_name] * batch_heads * num_tokens * head_dim
              * torch.finfo(dtype).bits // 8)
     bandwidth = moved / (milliseconds * 1e-3) / 1e9
-    return dict(impl=impl, pass_=pass_name, dtype=dtype_name, batch_heads=batch_heads,
-                tokens=num_tokens, height=round(num_tokens ** 0.5), width=round(num_tokens ** 0.5),
-                head_dim=head_dim, time_ms=milliseconds, bytes_moved=moved,
-                bandwidth_gbps=bandwidth,
-                percent_of_peak=None if peak_tbps is None else 100 * bandwidth / (peak_tbps * 1e3),
-                peak_extra_memory_bytes=memory)
+    side = round(num_tokens ** 0.5)
+    return {'impl': impl, 'pass': pass_name, 'dtype': dtype_name, 'batch_heads': batch_heads,
+            'tokens': num_tokens, 'height': side, 'width': side, 'head_dim': head_dim,
+            'time_ms': milliseconds, 'bytes_moved': moved, 'bandwidth_gbps': bandwidth,
+            'percent_of_peak': None if peak_tbps is None else 100 * bandwidth / (peak_tbps * 1e3),
+            'peak_extra_memory_bytes': memory}
 
 
 # --------------------------------------------------------------------------
 # Reporting
 # --------------------------------------------------------------------------
+def _case_key(row: Dict) -> tuple:
+    return row['pass'], row['dtype'], row['batch_heads'], row['tokens'], row['head_dim']
+
+
 def add_speedups(results: List[Dict]) -> None:
-    """Speed-up and memory ratio of each Triton row over its PyTorch row."""
-    baseline = {(r['pass_'], r['dtype'], r['batch_heads'], r['tokens'], r['head_dim']): r
-                for r in results if r['impl'] == 'torch'}
+    """Speed-up and peak-memory ratio of each Triton row over its PyTorch row."""
+    baseline = {_case_key(row): row for row in results if row['impl'] == 'torch'}
     for row in results:
-        if row['impl'] == 'torch':
-            row['speedup_vs_torch'] = row['memory_vs_torch'] = None
+        row['speedup_vs_torch'] = row['memory_vs_torch'] = None
+        torch_row = baseline.get(_case_key(row))
+        if row['impl'] == 'torch' or torch_row is None:
             continue
-        torch_row = baseline.get((row['pass_'], row['dtype'], row['batch_heads'], row['tokens'],
-                                  row['head_dim']))
-        row['speedup_vs_torch'] = None if torch_row is None else torch_row['time_ms'] / row['time_ms']
-        both_memory = torch_row and torch_row['peak_extra_memory_bytes'] and row['peak_extra_memory_bytes']
-        row['memory_vs_torch'] = (row['peak_extra_memory_bytes'] / torch_row['peak_extra_memory_bytes']
-                                  if both_memory else None)
+        row['speedup_vs_torch'] = torch_row['time_ms'] / row['time_ms']
+        memory, torch_memory = row['peak_extra_memory_bytes'], torch_row['peak_extra_memory_bytes']
+        if memory is not None and torch_memory:
+            row['memory_vs_torch'] = memory / torch_memory
 
 
 def format_table(results: List[Dict]) -> str:
@@ -259,9 +264,11 @@ def format_table(results: List[Dict]) -> str:
               f"{'GB/s':>8} {'%peak':>6} {'peak MiB':>9} {'speedup':>7} {'mem x':>6}")
     lines = [header, '-' * len(header)]
     for r in results:
-        memory = None if r['peak_extra_memory_bytes'] is None else r['peak_extra_memory_bytes'] / 2 ** 20
+        memory = r['peak_extra_memory_bytes']
+        memory = None if memory is None else memory / 2 ** 20
         lines.append(
-            f"{r['pass_']:8} {r['dtype']:5} {r['batch_heads']:>3} {r['tokens']:>6} {r['head_dim']:>3} "
+            f"{r['pass']:8} {r['dtype']:5} {r['batch_heads']:>3} {r['tokens']:>6} "
+            f"{r['head_dim']:>3} "
             f"{r['impl']:6} {r['time_ms']:>9.3f} {r['bandwidth_gbps']:>8.1f} "
             f"{fmt(r['percent_of_peak'], '6.1f'):>6} {fmt(memory, '9.1f'):>9} "
             f"{fmt(r['speedup_vs_torch'], '7.2f'):>7} {fmt(r['memory_vs_torch'], '6.2f'):>6}")
@@ -318,14 +325,19 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int) -> Dict:
     for index, arg in enumerate(kernel.arg_names):
         if arg in constants:
             signature[arg] = 'constexpr'
-        elif arg.startswith('stride_') and arg.endswith('n'):
-            # Token strides are 1 for the backbone's layout; the JIT specialises that.
+        elif (arg.startswith('stride_') and arg.endswith('n')) or arg == 'num_heads':
+            # As the JIT specialises the benchmark's case: token strides of the
+            # backbone layout and the single head are 1 ...
             signature[arg], constants[arg] = 'constexpr', 1
         elif arg.endswith('_ptr'):
             signature[arg] = '*' + (io_type if arg in _IO_POINTERS else 'fp32')
             attrs[(index,)] = [['tt.divisibility', 16]]
+        elif arg in _FLOAT_ARGS:
+            signature[arg] = 'fp32'
         else:
-            signature[arg] = 'fp32' if arg in _FLOAT_ARGS else 'i32'
+            # ... and the other integers (N, W, d, strides) are multiples of 16.
+            signature[arg] = 'i32'
+            attrs[(index,)] = [['tt.divisibility', 16]]
     compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
                               target=GPUTarget('cuda', capability, 32),
                               options=dict(num_warps=num_warps))
@@ -355,7 +367,8 @@ def compile_report(args) -> int:
                         usage = _compile_for(kernel, meta, _TRITON_TYPES[dtype_name], capability)
                     except Exception as exc:  # report and go on with the other kernels
                         usage = f'FAILED: {type(exc).__name__}: {str(exc)[:500]}'
-                    print(f"    {kernel.__name__:26} BLOCK_N={meta.get('BLOCK_N', '-')!s:3} {usage}")
+                    block_n = meta.get('BLOCK_N', '-')
+                    print(f'    {kernel.__name__:26} BLOCK_N={block_n!s:3} {usage}')
     return 0
 
 
@@ -395,8 +408,8 @@ def main(argv=None) -> int:
                                              '11 * BH * N * d * bytes'},
                       arguments={key: (str(value) if isinstance(value, Path) else value)
                                  for key, value in vars(args).items()},
-                      results=[{('pass' if key == 'pass_' else key): value for key, value in row.items()}
-                               for row in results])
+                      impls_timed=impls,
+                      results=results)
         output.write_text(json.dumps(report, indent=2) + '\n')
         print(f'wrote {output}')
     return 0

@@ -16,42 +16,41 @@ IMG_H, IMG_W = 96, 128
 
 def load_config(rel_path: str):
     """``Config.fromfile`` of ``configs/<rel_path>``."""
-    from mmengine.config import Config
-    return Config.fromfile(str(CONFIG_DIR / rel_path))
+    from mavit_mm.utils.model_builder import load_config as load
+    return load(str(CONFIG_DIR / rel_path))
 
 
-def scope_registry(cfg):
-    """Initialise the config's default scope and return its MODELS registry."""
-    import mavit_mm  # noqa: F401  (registers MAViT in mmdet / mmseg)
-    from mmengine.registry import init_default_scope
-
-    scope = cfg.get('default_scope')
-    init_default_scope(scope)
-    if scope == 'mmdet':
-        from mmdet.registry import MODELS
-    elif scope == 'mmseg':
-        from mmseg.registry import MODELS
-    else:
-        raise ValueError(f'unexpected default_scope {scope!r}')
-    return MODELS
-
-
-def build_model(cfg, score_thr: float | None = None):
+def build_model(cfg, cpu_test: bool = False):
     """Build ``cfg.model`` with random weights (no pretrained checkpoint).
 
-    ``score_thr`` lowers the detectors' test score threshold, so that an
-    untrained model still returns boxes (and masks) to check.
+    ``cpu_test`` changes sampling settings only (no parameter changes) for a
+    fast CPU check of an untrained model: fewer RoIs per image in training and
+    testing, and detector test score threshold 0 so that boxes and masks come
+    out; segmentors pad to the test images rather than to the 512x512 crop.
     """
-    registry = scope_registry(cfg)
+    from mavit_mm.utils.model_builder import build_model as build
     model_cfg = cfg.model.copy()
-    model_cfg.backbone.init_cfg = None
-    if score_thr is not None and cfg.default_scope == 'mmdet':
-        test_cfg = model_cfg.test_cfg
-        if 'rcnn' in test_cfg:
-            test_cfg.rcnn.score_thr = score_thr
-        else:
-            test_cfg.score_thr = score_thr
-    return registry.build(model_cfg)
+    if cpu_test:
+        _shrink_for_cpu(model_cfg, IMG_H, IMG_W)
+    return build(cfg, model_cfg=model_cfg)
+
+
+def _shrink_for_cpu(model_cfg, height: int, width: int) -> None:
+    if model_cfg.type == 'EncoderDecoder':
+        model_cfg.data_preprocessor.size = (height, width)
+        return
+    train_cfg, test_cfg = model_cfg.train_cfg, model_cfg.test_cfg
+    if 'rcnn' not in test_cfg:  # one-stage
+        test_cfg.score_thr = 0.0
+        test_cfg.max_per_img = 20
+        return
+    train_cfg.rpn_proposal.max_per_img = 200
+    rcnn_train = train_cfg.rcnn if isinstance(train_cfg.rcnn, list) else [train_cfg.rcnn]
+    for stage in rcnn_train:
+        stage.sampler.num = 32
+    test_cfg.rpn.max_per_img = 100
+    test_cfg.rcnn.score_thr = 0.0
+    test_cfg.rcnn.max_per_img = 10
 
 
 def count_params(model: torch.nn.Module) -> int:

@@ -70,7 +70,7 @@ model = dict(
     # for 1333x800 COCO images (the heads are unchanged, only the counts).
     train_cfg=dict(
         rpn_proposal=dict(nms_pre=1000, max_per_img=300),
-        rcnn=dict(sampler=dict(num=128))),
+        rcnn=dict(sampler=dict(num=32))),
     test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100)))
 
 # --- schedule: iteration based, minutes on a CPU ------------------------------

@@ -27,21 +27,31 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     return cfg
 
 
-def build_model(cfg: Config, with_pretrained: bool = False) -> torch.nn.Module:
-    """The model of ``cfg``; the backbone's pretrained init is dropped unless asked."""
+def scope_registry(cfg: Config):
+    """Enter the config's default scope; its MODELS registry (MAViT registered)."""
     from mmengine.registry import init_default_scope
 
     import mavit_mm  # noqa: F401  (registers MAViT)
 
-    init_default_scope(cfg.default_scope)
-    model_cfg = cfg.model.copy()
-    if not with_pretrained and 'backbone' in model_cfg:
-        model_cfg.backbone = dict(model_cfg.backbone, init_cfg=None)
-    if cfg.default_scope == 'mmdet':
+    scope = cfg.get('default_scope')
+    if scope not in SCOPES:
+        raise ValueError(f'default_scope must be one of {SCOPES}, got {scope!r}')
+    init_default_scope(scope)
+    if scope == 'mmdet':
         from mmdet.registry import MODELS
     else:
         from mmseg.registry import MODELS
-    return MODELS.build(model_cfg)
+    return MODELS
+
+
+def build_model(cfg: Config, with_pretrained: bool = False, model_cfg=None) -> torch.nn.Module:
+    """The model of ``cfg`` (or ``model_cfg`` in its scope); the backbone's
+    pretrained init is dropped unless asked."""
+    registry = scope_registry(cfg)
+    model_cfg = (cfg.model if model_cfg is None else model_cfg).copy()
+    if not with_pretrained and 'backbone' in model_cfg:
+        model_cfg.backbone = dict(model_cfg.backbone, init_cfg=None)
+    return registry.build(model_cfg)
 
 
 def dummy_forward_inputs(cfg: Config, height: int, width: int, batch_size: int = 1,

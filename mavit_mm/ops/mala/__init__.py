@@ -80,6 +80,9 @@ def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
         return Unsupported(f'tensors are on {device.type}, the Triton kernels need CUDA '
                            '(or TRITON_INTERPRET=1 to run them in the CPU interpreter '
                            "with mala_impl='triton')", RuntimeError)
+    if device.type == 'cuda' and torch.version.hip is not None:
+        return Unsupported('the Triton kernels are written and checked for NVIDIA GPUs only, '
+                           'not ROCm', RuntimeError)
     import_error = _triton_unavailable()
     if import_error is not None:
         return Unsupported(import_error, RuntimeError)
@@ -101,6 +104,11 @@ def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
     if not _angles_repeat_in_pairs(rope.angle):
         return Unsupported('the RoPE angle buffer must repeat each frequency twice '
                            '(the published layout the kernels rely on)', ValueError)
+    from .function import shared_memory_shortfall
+    needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    shortfall = shared_memory_shortfall(head_dim, device, needs_backward)
+    if shortfall is not None:
+        return Unsupported(shortfall, RuntimeError)
     return None
 
 

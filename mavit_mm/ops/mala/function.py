@@ -7,6 +7,7 @@ stats tensor: the centred KV matrix, mean k, mean rotated k and mean v.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -29,11 +30,16 @@ PROGRAMS_PER_SM = 2
 COMBINE_ROWS = 16
 # (tokens per tile, warps) per kernel, for heads up to 64 channels and wider
 # ones. Chosen from ahead-of-time sm_80/sm_90 compiles (registers, spills,
-# shared memory; see the benchmark README notes), not from GPU timings.
+# shared memory: ``bench_mala.py --compile-report``), not from GPU timings.
 KERNEL_TILES = {
     'narrow': dict(output=(64, 4), partials=(32, 8), query=(32, 8), key=(32, 4)),
     'wide': dict(output=(32, 8), partials=(16, 8), query=(16, 8), key=(16, 8)),
 }
+# Peak shared memory per block (KiB) of the forward / backward kernels with
+# those tiles: the largest seen over dtypes and shapes on sm_80 and sm_90 with Triton 3.9
+# (``bench_mala.py --compile-report 80 90``). GPUs with ~99 KiB per block
+# (sm_86, sm_89) cannot run the wide-head backward.
+SHARED_MEMORY_KIB = {'narrow': (48, 57), 'wide': (81, 152)}
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,34 @@ def _default_tokens_per_chunk(num_tokens: int, batch_heads: int, block_n: int,
     return triton.cdiv(triton.cdiv(num_tokens, chunks), block_n) * block_n
 
 
+def tile_family(head_dim: int) -> str:
+    return 'narrow' if triton.next_power_of_2(head_dim) <= 64 else 'wide'
+
+
+@functools.lru_cache(maxsize=None)
+def _max_shared_memory_kib(device_index: int) -> Optional[int]:
+    try:
+        from triton.runtime import driver
+        properties = driver.active.utils.get_device_properties(device_index)
+        return properties['max_shared_mem'] // 1024
+    except Exception:  # unknown driver API: let the launch decide
+        return None
+
+
+def shared_memory_shortfall(head_dim: int, device: torch.device, backward: bool) -> Optional[str]:
+    """Why this GPU lacks the shared memory the kernels need, or ``None``."""
+    if device.type != 'cuda':
+        return None
+    needed = SHARED_MEMORY_KIB[tile_family(head_dim)][1 if backward else 0]
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    available = _max_shared_memory_kib(index)
+    if available is None or available >= needed:
+        return None
+    which = 'backward' if backward else 'forward'
+    return (f'head dim {head_dim} needs ~{needed} KiB of shared memory per block in the '
+            f'{which} kernels, {torch.cuda.get_device_name(index)} offers {available} KiB')
+
+
 def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: torch.dtype,
                      device: torch.device, block_n: Optional[int] = None,
                      tokens_per_chunk: Optional[int] = None) -> LaunchPlan:
@@ -79,8 +113,7 @@ def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: to
     blocks and chunks out of a few tokens."""
     block_d = max(16, triton.next_power_of_2(head_dim))
     block_p = max(16, triton.next_power_of_2(head_dim // 2))
-    tiles = {name: KernelTile(*tile) for name, tile in
-             KERNEL_TILES['narrow' if block_d <= 64 else 'wide'].items()}
+    tiles = {name: KernelTile(*tile) for name, tile in KERNEL_TILES[tile_family(head_dim)].items()}
     if block_n is not None:
         if block_n < 16 or block_n & (block_n - 1):
             raise ValueError(f'block_n must be a power of two >= 16, got {block_n}')
@@ -163,6 +196,11 @@ def mala_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     return dq, dk, dv
 
 
+def _on_device(device: torch.device):
+    """Triton launches on the current CUDA device: make it the tensors' one."""
+    return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
+
+
 class FusedMALAFunction(torch.autograd.Function):
     """MALA over (B, heads, N, d) pre-activation q, k and v, fused in Triton."""
 
@@ -172,7 +210,8 @@ class FusedMALAFunction(torch.autograd.Function):
         plan = make_launch_plan(num_tokens, batch * heads, head_dim, q.dtype, q.device,
                                 block_n, tokens_per_chunk)
         angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
-        out, stats = mala_forward(q, k, v, angle, width, plan)
+        with _on_device(q.device):
+            out, stats = mala_forward(q, k, v, angle, width, plan)
         ctx.save_for_backward(q, k, v, angle, stats)
         ctx.width = width
         ctx.plan = plan
@@ -182,7 +221,8 @@ class FusedMALAFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dout):
         q, k, v, angle, stats = ctx.saved_tensors
-        dq, dk, dv = mala_backward(dout, q, k, v, angle, stats, ctx.width, ctx.plan)
+        with _on_device(q.device):
+            dq, dk, dv = mala_backward(dout, q, k, v, angle, stats, ctx.width, ctx.plan)
         return dq, dk, dv, None, None, None, None
 
 

@@ -1,11 +1,15 @@
 """Triton kernels of fused MALA (forward and backward).
 
-Every kernel works on one (batch, head) per program row and reads its big
-tensors through their strides, so the backbone's ``(B, heads, d, N)``-layout
-views are consumed as they are. A head's channels are handled as interleaved
-RoPE pairs: a tile of the even channels and a tile of the odd channels, so the
-rotation is elementwise and needs no shuffles. Everything a token produces is
-computed in fp32 registers; only loads and stores touch the input dtype.
+Grids are (token blocks or split-N chunks, batch * heads); every kernel reads
+the big tensors through their strides, so the backbone's ``(B, heads, d, N)``
+memory layout is consumed as it is. A head's channels are handled as
+interleaved RoPE pairs: one tile of the even channels and one of the odd
+channels, so the rotation is elementwise. The rotation angles come from the
+token's row / column (``n // W``, ``n % W``) and the stage's small angle vector;
+no sin / cos tables are read. Everything a token produces is computed in fp32
+registers; only loads and stores touch the input dtype. Each pass reads or
+writes every big tensor exactly once (q, k, v, out, dout, dq, dk, dv), i.e.
+4 * N * d elements per head forward and 7 * N * d backward.
 
 Passes (``s = d ** -0.5``, per (b, h), ``N`` tokens):
 
@@ -169,6 +173,12 @@ def _head_base(ptr, bh, num_heads, stride_b, stride_h):
 
 
 @triton.jit
+def _matrix_base(ptr, index, rows, head_dim):
+    """Start of the ``index``-th (rows, d) fp32 buffer in a contiguous stack."""
+    return ptr + index * rows * head_dim
+
+
+@triton.jit
 def _load_pairs(base, tokens, pairs, stride_n, stride_d, mask):
     """Even- and odd-channel tiles (tokens x pairs) in fp32, zero outside ``mask``."""
     offsets = tokens[:, None] * stride_n + (2 * pairs)[None, :] * stride_d
@@ -274,6 +284,7 @@ def _forward_partials_kernel(
         num_heads, num_tokens, width, head_dim, tokens_per_chunk,
         BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
         DOT_PRECISION: tl.constexpr):
+    """Shifted k / v sums of one chunk of tokens (see the module docstring)."""
     chunk = tl.program_id(0)
     bh = tl.program_id(1)
     num_chunks = tl.num_programs(0)
@@ -324,7 +335,8 @@ def _forward_partials_kernel(
         kr_dev_odd += tl.sum(kr_odd, axis=0)
         v_dev += tl.sum(v, axis=0)
 
-    ws_chunk = ws_ptr + (bh.to(tl.int64) * num_chunks + chunk) * (head_dim + FWD_EXTRA_ROWS) * head_dim
+    ws_chunk = _matrix_base(ws_ptr, bh.to(tl.int64) * num_chunks + chunk,
+                            head_dim + FWD_EXTRA_ROWS, head_dim)
     matrix_mask = pair_ok[:, None] & channel_ok[None, :]
     _store_stat_pairs(ws_chunk, head_dim, pairs, channels, matrix_mask, kv_even, kv_odd)
     extra = ws_chunk + head_dim * head_dim
@@ -334,6 +346,12 @@ def _forward_partials_kernel(
                         kr_shift_even, kr_shift_odd)
     tl.store(extra + FWD_ROW_V_DEV * head_dim + channels, v_dev, mask=channel_ok)
     tl.store(extra + FWD_ROW_V_SHIFT * head_dim + channels, v_shift, mask=channel_ok)
+
+
+@triton.jit
+def _load_row(base, row, head_dim, index, mask):
+    """Entries ``index`` of row ``row`` of a row-major (rows, d) fp32 buffer."""
+    return tl.load(base + row * head_dim + index, mask=mask, other=0.0)
 
 
 @triton.jit
@@ -368,13 +386,13 @@ def _forward_combine_kernel(
     for chunk in range(0, num_chunks):
         count = _chunk_token_count(chunk, tokens_per_chunk, num_tokens)
         extra = ws_head + chunk * chunk_size + head_dim * head_dim
-        k_sum += tl.load(extra + FWD_ROW_K_SUM * head_dim + cols, mask=col_ok, other=0.0)
-        kr_sum_cols += (count * tl.load(extra + FWD_ROW_KR_SHIFT * head_dim + cols, mask=col_ok, other=0.0)
-                        + tl.load(extra + FWD_ROW_KR_DEV * head_dim + cols, mask=col_ok, other=0.0))
-        kr_sum_rows += (count * tl.load(extra + FWD_ROW_KR_SHIFT * head_dim + rows, mask=row_ok, other=0.0)
-                        + tl.load(extra + FWD_ROW_KR_DEV * head_dim + rows, mask=row_ok, other=0.0))
-        v_sum += (count * tl.load(extra + FWD_ROW_V_SHIFT * head_dim + cols, mask=col_ok, other=0.0)
-                  + tl.load(extra + FWD_ROW_V_DEV * head_dim + cols, mask=col_ok, other=0.0))
+        k_sum += _load_row(extra, FWD_ROW_K_SUM, head_dim, cols, col_ok)
+        kr_sum_cols += (count * _load_row(extra, FWD_ROW_KR_SHIFT, head_dim, cols, col_ok)
+                        + _load_row(extra, FWD_ROW_KR_DEV, head_dim, cols, col_ok))
+        kr_sum_rows += (count * _load_row(extra, FWD_ROW_KR_SHIFT, head_dim, rows, row_ok)
+                        + _load_row(extra, FWD_ROW_KR_DEV, head_dim, rows, row_ok))
+        v_sum += (count * _load_row(extra, FWD_ROW_V_SHIFT, head_dim, cols, col_ok)
+                  + _load_row(extra, FWD_ROW_V_DEV, head_dim, cols, col_ok))
     krm_rows = kr_sum_rows / num_tokens
     vm = v_sum / num_tokens
 
@@ -386,14 +404,14 @@ def _forward_combine_kernel(
         extra = ws_chunk + head_dim * head_dim
         partial = tl.load(ws_chunk + rows[:, None] * head_dim + cols[None, :],
                           mask=matrix_mask, other=0.0)
-        k_offset = tl.load(extra + FWD_ROW_KR_SHIFT * head_dim + rows, mask=row_ok, other=0.0) - krm_rows
-        k_dev = tl.load(extra + FWD_ROW_KR_DEV * head_dim + rows, mask=row_ok, other=0.0)
-        v_offset = tl.load(extra + FWD_ROW_V_SHIFT * head_dim + cols, mask=col_ok, other=0.0) - vm
-        v_dev = tl.load(extra + FWD_ROW_V_DEV * head_dim + cols, mask=col_ok, other=0.0)
+        k_offset = _load_row(extra, FWD_ROW_KR_SHIFT, head_dim, rows, row_ok) - krm_rows
+        k_dev = _load_row(extra, FWD_ROW_KR_DEV, head_dim, rows, row_ok)
+        v_offset = _load_row(extra, FWD_ROW_V_SHIFT, head_dim, cols, col_ok) - vm
+        v_dev = _load_row(extra, FWD_ROW_V_DEV, head_dim, cols, col_ok)
         kv += (partial + k_offset[:, None] * v_dev[None, :] + k_dev[:, None] * v_offset[None, :]
                + count * k_offset[:, None] * v_offset[None, :])
 
-    stats_head = stats_ptr + bh.to(tl.int64) * (head_dim + STATS_EXTRA_ROWS) * head_dim
+    stats_head = _matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
     tl.store(stats_head + rows[:, None] * head_dim + cols[None, :], kv * kv_scale, mask=matrix_mask)
     if row_block == 0:  # the mean vectors are written once
         stats_extra = stats_head + head_dim * head_dim
@@ -405,7 +423,7 @@ def _forward_combine_kernel(
 
 @triton.jit
 def _load_forward_stats(stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok):
-    stats_head = stats_ptr + bh.to(tl.int64) * (head_dim + STATS_EXTRA_ROWS) * head_dim
+    stats_head = _matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
     kv_even, kv_odd = _load_stat_pairs(stats_head, head_dim, pairs, channels,
                                        pair_ok[:, None] & channel_ok[None, :])
     extra = stats_head + head_dim * head_dim
@@ -531,7 +549,8 @@ def _backward_query_kernel(
         coef_dout += tl.sum(coef[:, None] * dout, axis=0)
 
     key_scale = scale / num_tokens
-    ws_chunk = ws_ptr + (bh.to(tl.int64) * num_chunks + chunk) * (head_dim + GRAD_EXTRA_ROWS) * head_dim
+    ws_chunk = _matrix_base(ws_ptr, bh.to(tl.int64) * num_chunks + chunk,
+                            head_dim + GRAD_EXTRA_ROWS, head_dim)
     _store_stat_pairs(ws_chunk, head_dim, pairs, channels, pair_ok[:, None] & channel_ok[None, :],
                       dkv_even * key_scale, dkv_odd * key_scale)
     extra = ws_chunk + head_dim * head_dim
@@ -566,7 +585,7 @@ def _backward_key_kernel(
     angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
     _, _, _, _, krm_even, krm_odd, vm = _load_forward_stats(
         stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
-    grads_head = grads_ptr + bh.to(tl.int64) * (head_dim + GRAD_EXTRA_ROWS) * head_dim
+    grads_head = _matrix_base(grads_ptr, bh.to(tl.int64), head_dim + GRAD_EXTRA_ROWS, head_dim)
     dkv_even, dkv_odd = _load_stat_pairs(grads_head, head_dim, pairs, channels,
                                          pair_ok[:, None] & channel_ok[None, :])
     extra = grads_head + head_dim * head_dim
@@ -587,8 +606,10 @@ def _backward_key_kernel(
     v = _load_tile(v_base, tokens, channels, stride_vn, stride_vd, channel_mask)
 
     v_centred = tl.where(channel_mask, v - vm[None, :], 0.0)
-    dkr_even = tl.dot(v_centred, tl.trans(dkv_even), input_precision=DOT_PRECISION) + qvec_even[None, :]
-    dkr_odd = tl.dot(v_centred, tl.trans(dkv_odd), input_precision=DOT_PRECISION) + qvec_odd[None, :]
+    dkr_even = (tl.dot(v_centred, tl.trans(dkv_even), input_precision=DOT_PRECISION)
+                + qvec_even[None, :])
+    dkr_odd = (tl.dot(v_centred, tl.trans(dkv_odd), input_precision=DOT_PRECISION)
+               + qvec_odd[None, :])
     dka_even, dka_odd = _rotate_back(dkr_even, dkr_odd, cos, sin)
     dk_base = _head_base(dk_ptr, bh, num_heads, stride_dkb, stride_dkh)
     _store_pairs(dk_base, tokens, pairs, stride_dkn, stride_dkd, pair_mask,
