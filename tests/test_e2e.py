@@ -156,10 +156,14 @@ def test_our_checkpoints_feed_load_from_and_pretrained(trained, tmp_path):
                        'train_cfg.max_iters=1', cwd=tmp_path)
     assert cascade.returncode == 0, explain(cascade)
     assert f'Load checkpoint from {checkpoint}' in cascade.stdout + cascade.stderr
-    fpn = run_tool('train.py', trained.config('sem_fpn'), '--work-dir', tmp_path / 'fpn',
-                   '--cfg-options', 'model.backbone.init_cfg.type=Pretrained',
-                   f'model.backbone.init_cfg.checkpoint={checkpoint}',
-                   'train_cfg.max_iters=1', cwd=tmp_path)
+    # The demo configs train from scratch (init_cfg=None): replace it, as a user would.
+    pretrained_config = tmp_path / 'fpn_pretrained.py'
+    pretrained_config.write_text(
+        f"_base_ = [{str(trained.config('sem_fpn'))!r}]\n"
+        f"model = dict(backbone=dict(init_cfg=dict(\n"
+        f"    _delete_=True, type='Pretrained', checkpoint={str(checkpoint)!r})))\n")
+    fpn = run_tool('train.py', pretrained_config, '--work-dir', tmp_path / 'fpn',
+                   '--cfg-options', 'train_cfg.max_iters=1', cwd=tmp_path)
     assert fpn.returncode == 0, explain(fpn)
     log = fpn.stdout + fpn.stderr
     assert f'MAViT: loaded' in log and str(checkpoint) in log

@@ -112,9 +112,11 @@ def run_tool(args, log_name: str, work_dir: Path) -> float:
     with open(work_dir / log_name, 'w') as transcript:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, env=env, cwd=REPO_ROOT)
-        for line in process.stdout:
+        for line in process.stdout:  # progress stays visible while it runs
             sys.stdout.write(line)
+            sys.stdout.flush()
             transcript.write(line)
+            transcript.flush()
         process.wait()
     if process.returncode != 0:
         raise RuntimeError(f'{args[0]} failed (exit {process.returncode}); see '

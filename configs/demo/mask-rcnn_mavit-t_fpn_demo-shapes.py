@@ -36,7 +36,7 @@ test_pipeline = [
                    'scale_factor'))
 ]
 train_dataloader = dict(
-    batch_size=4,
+    batch_size=2,
     num_workers=0,  # tiny images: loading in the main process is cheapest
     persistent_workers=False,
     sampler=dict(type='InfiniteSampler', shuffle=True),
@@ -79,19 +79,19 @@ train_cfg = dict(
     _delete_=True, type='IterBasedTrainLoop', max_iters=max_iters,
     val_interval=max_iters)
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=30),
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
     dict(
         type='MultiStepLR',
         by_epoch=False,
         begin=0,
         end=max_iters,
-        milestones=[int(max_iters * 0.8)],
+        milestones=[int(max_iters * 0.87)],
         gamma=0.1)
 ]
-# AdamW as published, a higher lr for from-scratch training on 4 images per
-# iteration. The tools switch the inherited AmpOptimWrapper to fp32 on a CPU.
+# AdamW as published, a higher lr for from-scratch training (2 images per
+# iteration). The tools switch the inherited AmpOptimWrapper to fp32 on a CPU.
 optim_wrapper = dict(optimizer=dict(lr=0.0004))
-auto_scale_lr = dict(enable=False, base_batch_size=4)
+auto_scale_lr = dict(enable=False, base_batch_size=2)
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=10, log_metric_by_epoch=False),
     checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=max_iters))

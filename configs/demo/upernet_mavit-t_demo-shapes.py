@@ -7,7 +7,7 @@
 #   python tools/make_demo_data.py
 #   python tools/train.py configs/demo/upernet_mavit-t_demo-shapes.py
 #   python tools/test.py configs/demo/upernet_mavit-t_demo-shapes.py \
-#       work_dirs/upernet_mavit-t_demo-shapes/iter_300.pth
+#       work_dirs/upernet_mavit-t_demo-shapes/iter_120.pth
 _base_ = ['../upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py']
 
 # --- data: synthetic shapes in ADE20K layout ---------------------------------
@@ -21,9 +21,9 @@ metainfo = dict(
     palette=[(120, 120, 120), (220, 40, 40), (40, 200, 40), (40, 60, 220),
              (230, 210, 30)])
 num_classes = 5
-# As ADE20K's (2048, 512) scale with 512x512 crops, scaled to 160 px images.
+# ADE20K's (2048, 512) scale and 512x512 crops, scaled to the 160 px images.
 image_scale = (640, 160)
-crop_size = (128, 128)
+crop_size = (96, 96)
 
 train_pipeline = [
     dict(type='LoadImageFromFile'),
@@ -52,7 +52,7 @@ _dataset = dict(
     seg_map_suffix='.png',
     reduce_zero_label=True)
 train_dataloader = dict(
-    batch_size=4,
+    batch_size=2,
     num_workers=0,  # tiny images: loading in the main process is cheapest
     persistent_workers=False,
     dataset=dict(
@@ -80,7 +80,7 @@ model = dict(
     auxiliary_head=dict(num_classes=num_classes))
 
 # --- schedule: minutes on a CPU -----------------------------------------------
-max_iters = 300
+max_iters = 120
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=30),
@@ -92,10 +92,10 @@ param_scheduler = [
         end=max_iters,
         by_epoch=False)
 ]
-# AdamW as published, a higher lr for from-scratch training on 4 images per
-# iteration. The tools switch the inherited AmpOptimWrapper to fp32 on a CPU.
+# AdamW as published, a higher lr for from-scratch training (2 images per
+# iteration). The tools switch the inherited AmpOptimWrapper to fp32 on a CPU.
 optim_wrapper = dict(optimizer=dict(lr=0.0003))
-auto_scale_lr = dict(enable=False, base_batch_size=4)
+auto_scale_lr = dict(enable=False, base_batch_size=2)
 default_hooks = dict(
     logger=dict(interval=10),
     checkpoint=dict(interval=max_iters))

@@ -17,7 +17,6 @@ from mmengine.logging import print_log
 
 from .preflight import ConfigCheckError
 
-SUPPORTED_SCOPES = ('mmdet', 'mmseg')
 # Keys only AmpOptimWrapper accepts; dropped when it becomes an OptimWrapper.
 _AMP_ONLY_KEYS = ('loss_scale', 'dtype', 'use_fsdp')
 
@@ -44,16 +43,14 @@ def export_local_rank(local_rank: int) -> None:
 
 
 def load_config(config_path: str, cfg_options: Optional[dict], launcher: str) -> Config:
-    if not osp.isfile(config_path):
-        raise ConfigCheckError(f'config file not found: {config_path}')
-    cfg = Config.fromfile(config_path)
+    """The config with the command line's overrides; a missing file or a scope
+    these tools do not run is a ConfigCheckError, before anything is built."""
+    from ..utils.model_builder import load_config as load_with_overrides
+    try:
+        cfg = load_with_overrides(config_path, cfg_options)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigCheckError(str(exc)) from exc
     cfg.launcher = launcher
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    scope = cfg.get('default_scope')
-    if scope not in SUPPORTED_SCOPES:
-        raise ConfigCheckError(f'{config_path}: default_scope is {scope!r}; these tools run '
-                               f'configs with default_scope in {SUPPORTED_SCOPES}')
     return cfg
 
 
