@@ -6,6 +6,8 @@
 #   wheel is cached under $MAVIT_CACHE_DIR, default ~/.cache/mavit-mm), mmdet
 #   3.3.0, mmsegmentation 1.2.2, triton, pycocotools, and mavit_mm (editable).
 #
+# Every pip call runs under one constraints file: the torch pin plus
+# requirements/constraints.txt (setuptools>=77,<82, for pkg_resources).
 # Idempotent: when nothing it depends on changed, a second run takes seconds.
 # Environment: PYTHON (interpreter for the venv, default python3),
 # TORCH_SPEC (default torch==2.13.0), MAVIT_CACHE_DIR, MAX_JOBS (mmcv build).
@@ -29,7 +31,7 @@ fingerprint() {
 
 stack_imports() {
     "$PY" - <<'PY' 2>/dev/null
-import torch, mmengine, mmcv, mmcv.ops, mmdet, mmseg, pycocotools, triton, pytest, mavit_mm
+import pkg_resources, torch, mmengine, mmcv, mmcv.ops, mmdet, mmseg, pycocotools, triton, pytest, mavit_mm
 PY
 }
 
@@ -42,24 +44,60 @@ if [[ ! -x "$PY" ]]; then
     log "creating virtual environment at .venv"
     "${PYTHON:-python3}" -m venv "$VENV"
 fi
-# mmcv's build and mmengine's 'mmdet::' config bases import pkg_resources.
-pip_install "setuptools<82" wheel ninja
 
+# One constraints file for every pip call below: the torch pin (the torch
+# already in .venv, e.g. a CUDA build, or $TORCH_SPEC) plus
+# requirements/constraints.txt (setuptools>=77,<82). torch 2.13 needs
+# setuptools>=77 and would otherwise pull one without pkg_resources.
+CONSTRAINTS="$VENV/mavit-constraints.txt"
 if "$PY" -c "import torch" 2>/dev/null; then
-    log "keeping installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
+    TORCH_PIN="torch==$("$PY" -c 'import torch; print(torch.__version__)')"
+else
+    TORCH_PIN="$TORCH_SPEC"
+fi
+{ echo "$TORCH_PIN"; cat "$ROOT/requirements/constraints.txt"; } > "$CONSTRAINTS"
+pip_c() { pip_install -c "$CONSTRAINTS" "$@"; }
+
+pip_c setuptools wheel ninja
+if "$PY" -c "import torch" 2>/dev/null; then
+    log "keeping installed $TORCH_PIN"
 else
     log "installing $TORCH_SPEC"
-    pip_install "$TORCH_SPEC"
+    pip_c "$TORCH_SPEC"
 fi
-TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__)')"
-# Every later install is constrained to this torch, so nothing can pull another.
-CONSTRAINTS="$VENV/torch-constraint.txt"
-echo "torch==$TORCH_VERSION" > "$CONSTRAINTS"
+TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
 log "installing runtime requirements"
-pip_install -c "$CONSTRAINTS" -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
+pip_c -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
 # A CUDA torch brings its own matching triton; only the CPU build needs one.
-"$PY" -c "import triton" 2>/dev/null || pip_install -c "$CONSTRAINTS" triton
+"$PY" -c "import triton" 2>/dev/null || pip_c triton
+"$PY" -c "import pkg_resources" 2>/dev/null || {
+    log "setuptools $("$PY" -c 'import setuptools; print(setuptools.__version__)') has no pkg_resources"
+    exit 1
+}
+
+# Prints the mmcv build's progress every 30 s: ninja's [N/M] compile steps and
+# an estimate of the time left from the compile rate so far. pip -v indents
+# the build's output, hence the leading blanks in the pattern.
+watch_build() {
+    local pid=$1 log_file=$2 start=$SECONDS compile_start="" step total elapsed eta
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 30
+        kill -0 "$pid" 2>/dev/null || break
+        elapsed=$((SECONDS - start))
+        step="" total=""
+        read -r step total < <(grep -oE '^[[:space:]]*\[[0-9]+/[0-9]+\]' "$log_file" | tail -n 1 \
+            | tr -d '[] ' | tr '/' ' ') || true
+        if [[ -n "$step" && -n "$total" && "$step" -gt 0 ]]; then
+            # the rate counts from the first compile step seen, not from pip's download/prepare
+            [[ -n "$compile_start" ]] || compile_start=$((SECONDS - 30))
+            eta=$(( (SECONDS - compile_start) * (total - step) / step ))
+            log "  mmcv build: compiled $step/$total, $((elapsed / 60))m$((elapsed % 60))s so far, about $((eta / 60))m$((eta % 60))s left"
+        else
+            log "  mmcv build: preparing the sources (no compile step yet), $((elapsed / 60))m$((elapsed % 60))s so far"
+        fi
+    done
+}
 
 if "$PY" -c "import mmcv.ops" 2>/dev/null; then
     log "mmcv $MMCV_VERSION with ops already installed"
@@ -68,17 +106,18 @@ else
     WHEEL_DIR="$CACHE_DIR/wheels/mmcv-$MMCV_VERSION-torch$TORCH_VERSION-$PY_TAG"
     mkdir -p "$WHEEL_DIR"
     if ! ls "$WHEEL_DIR"/mmcv-*.whl >/dev/null 2>&1; then
-        log "building mmcv $MMCV_VERSION with C++ ops from source (about 20-25 minutes on 2 cores)"
+        JOBS="${MAX_JOBS:-$(nproc)}"
+        log "building mmcv $MMCV_VERSION with C++ ops from source ($JOBS jobs; about 11 minutes on 2 cores)"
         log "  log: $WHEEL_DIR/build.log; the wheel is cached for later set-ups"
         BUILD_TMP="$(mktemp -d)"
-        ( cd "$BUILD_TMP" && MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-            "$PY" -m pip wheel --disable-pip-version-check --no-deps --no-build-isolation \
-            -w "$BUILD_TMP" "mmcv==$MMCV_VERSION" > "$WHEEL_DIR/build.log" 2>&1 ) &
+        # -v passes ninja's [N/M] lines into the log; .venv/bin on PATH lets
+        # torch's extension builder find the ninja installed above.
+        ( cd "$BUILD_TMP" && PATH="$VENV/bin:$PATH" MMCV_WITH_OPS=1 MAX_JOBS="$JOBS" \
+            "$PY" -m pip wheel -v --disable-pip-version-check --no-cache-dir --no-deps \
+            --no-build-isolation -c "$CONSTRAINTS" -w "$BUILD_TMP" "mmcv==$MMCV_VERSION" \
+            > "$WHEEL_DIR/build.log" 2>&1 ) &
         BUILD_PID=$!
-        while kill -0 "$BUILD_PID" 2>/dev/null; do
-            sleep 60
-            log "  still building mmcv ($(grep -c 'Building\|\[[0-9]*/[0-9]*\]' "$WHEEL_DIR/build.log" || true) build steps so far)"
-        done
+        watch_build "$BUILD_PID" "$WHEEL_DIR/build.log"
         if ! wait "$BUILD_PID"; then
             tail -n 30 "$WHEEL_DIR/build.log"
             log "mmcv build failed; full log: $WHEEL_DIR/build.log"
@@ -88,16 +127,16 @@ else
         rm -rf "$BUILD_TMP"
     fi
     log "installing cached $(basename "$WHEEL_DIR"/mmcv-*.whl)"
-    pip_install --no-deps "$WHEEL_DIR"/mmcv-*.whl
+    pip_c --no-deps "$WHEEL_DIR"/mmcv-*.whl
 fi
 
 log "installing mmdet 3.3.0, mmsegmentation 1.2.2 and mavit_mm (editable)"
-pip_install --no-deps mmdet==3.3.0 mmsegmentation==1.2.2
-pip_install --no-deps --no-build-isolation -e "$ROOT"
+pip_c --no-deps mmdet==3.3.0 mmsegmentation==1.2.2
+pip_c --no-deps --no-build-isolation -e "$ROOT"
 
 if ! stack_imports; then
     log "the environment does not import cleanly:"
-    "$PY" -c "import torch, mmengine, mmcv.ops, mmdet, mmseg, triton, mavit_mm"
+    "$PY" -c "import pkg_resources, torch, mmengine, mmcv.ops, mmdet, mmseg, triton, mavit_mm"
     exit 1
 fi
 fingerprint > "$STAMP"

@@ -14,17 +14,20 @@ if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-REFERENCE_DIR = Path(os.environ.get('MAVIT_REFERENCE_DIR', REPO_ROOT.parent / 'shared' / 'reference'))
+# The published implementation's golden outputs and key lists, copied byte for
+# byte into the repository (tests/data/reference/README.md says from where).
+REFERENCE_DIR = REPO_ROOT / 'tests' / 'data' / 'reference'
 sys.path.insert(0, str(REPO_ROOT))
 
 
 @pytest.fixture(scope='session')
 def reference_dir() -> Path:
     if not REFERENCE_DIR.is_dir():
-        pytest.fail(f'reference data not found at {REFERENCE_DIR} (set MAVIT_REFERENCE_DIR)')
+        pytest.fail(f'reference data not found at {REFERENCE_DIR}: it is part of the repository')
     return REFERENCE_DIR
 
 
 @pytest.fixture(scope='session')
 def parity_data(reference_dir):
-    return torch.load(reference_dir / 'parity_tiny.pt', weights_only=False)
+    # Plain tensors and containers: loads with weights_only=True.
+    return torch.load(reference_dir / 'parity_tiny.pt', weights_only=True)

@@ -32,3 +32,23 @@ def test_mmcv_has_compiled_ops():
         feature, torch.tensor([[0.0, 0.0, 0.0, 3.0, 3.0]]))
     # one bilinear sample at the box centre (1.5, 1.5): the mean of its 4 neighbours
     assert pooled.item() == pytest.approx(feature[0, 0, 1:3, 1:3].mean().item(), abs=1e-5)
+
+
+def test_setuptools_keeps_pkg_resources():
+    """mmcv's setup.py and mmengine's 'mmdet::'/'mmseg::' config bases import
+    pkg_resources; setuptools 82+ no longer ships it (requirements/constraints.txt)."""
+    import setuptools
+    importlib.import_module('pkg_resources')
+    major = int(setuptools.__version__.split('.')[0])
+    assert 77 <= major < 82, f'setuptools {setuptools.__version__} is outside >=77,<82'
+
+
+@pytest.mark.parametrize('base', ['mmdet::_base_/default_runtime.py',
+                                  'mmseg::_base_/default_runtime.py'])
+def test_package_config_bases_resolve(tmp_path, base):
+    """What users write in their own configs: a base from an installed package."""
+    from mmengine.config import Config
+    config = tmp_path / 'child.py'
+    config.write_text(f"_base_ = '{base}'\n")
+    cfg = Config.fromfile(str(config))
+    assert cfg.default_scope == base.split('::')[0]

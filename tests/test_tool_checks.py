@@ -65,6 +65,19 @@ def test_corrupt_annotation_file(tiny, train_tool, tmp_path, content):
     assert str(corrupt) in message
 
 
+def test_missing_evaluator_annotation_file(tiny, test_tool, train_tool, tmp_path):
+    """CocoMetric reads its own copy of the annotation path."""
+    missing = tmp_path / 'instances_gone.json'
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'val_evaluator.ann_file={missing}', work_dir=tmp_path / 'work')
+    assert str(missing) in message and 'val_evaluator' in message
+    checkpoint = tmp_path / 'iter_1.pth'
+    checkpoint.write_bytes(b'')  # exists; never read, the check fails first
+    with pytest.raises(ConfigCheckError, match='test_evaluator'):
+        test_tool.main([str(tiny['det']), str(checkpoint), '--work-dir', str(tmp_path / 'w'),
+                        '--cfg-options', f'test_evaluator.ann_file={missing}'])
+
+
 def test_coco_file_without_images(tiny, train_tool, tmp_path):
     wrong = tmp_path / 'instances_wrong.json'
     wrong.write_text(json.dumps({'annotations': []}))

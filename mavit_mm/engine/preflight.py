@@ -129,6 +129,19 @@ def check_datasets(cfg, mode: str) -> None:
             raise ConfigCheckError(f'the config has no {name}, which a {mode} run needs')
         for dataset_cfg, where in iter_dataset_cfgs(loader.get('dataset'), f'{name}.dataset'):
             check_dataset_cfg(dataset_cfg, where)
+        check_evaluator_files(cfg, name.replace('_dataloader', '_evaluator'))
+
+
+def check_evaluator_files(cfg, name: str) -> None:
+    """An evaluator's own annotation file (CocoMetric's ann_file) exists and parses."""
+    evaluators = cfg.get(name)
+    for i, evaluator in enumerate(evaluators if isinstance(evaluators, list) else [evaluators]):
+        ann_file = evaluator.get('ann_file') if isinstance(evaluator, dict) else None
+        if not ann_file or is_remote(ann_file):
+            continue
+        where = f'{name}[{i}]' if isinstance(evaluators, list) else name
+        check_annotation_file(ann_file, where,
+                              coco_format='coco' in str(evaluator.get('type', '')).lower())
 
 
 def _iter_typed_cfgs(node, path: str = 'model'):
