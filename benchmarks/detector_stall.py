@@ -1,0 +1,155 @@
+#!/usr/bin/env python
+"""Diagnose the from-scratch Mask R-CNN stall (issue 8): train a demo detector
+for a few iterations while recording, every ``--interval`` iterations, the
+losses, the R-CNN accuracy, and the size of the backbone, FPN-lateral and FPN
+outputs (max |x|, std, and the share of their energy in the spatial mean).
+
+    python benchmarks/detector_stall.py --name mavit --iters 100
+    python benchmarks/detector_stall.py --name resnet18 --backbone resnet18
+    python benchmarks/detector_stall.py --name resnet18-ln --backbone resnet18-ln
+    python benchmarks/detector_stall.py --name mavit-no-out-norm --backbone mavit-no-out-norm
+    python benchmarks/detector_stall.py --name frozen --cfg-options model.backbone.frozen_stages=4
+
+Each run writes ``<out-dir>/<name>.json`` (one row per recorded iteration).
+The backbone variants exist only for this experiment: ``resnet18`` is mmdet's
+ResNet-18 from scratch, ``resnet18-ln`` adds a LayerNorm over the channels of
+each output (what MAViT's ``extra_norms`` do), ``mavit-no-out-norm`` returns
+MAViT's stage outputs without ``extra_norms``. Needs the demo data
+(``python tools/make_demo_data.py``). Runs on a CPU, about 1 s per iteration.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+from mmengine.config import DictAction  # noqa: E402
+from mmengine.hooks import Hook  # noqa: E402
+from mmengine.runner import Runner  # noqa: E402
+from torch import nn  # noqa: E402
+
+import mavit_mm  # noqa: E402,F401
+from mavit_mm.engine import cli  # noqa: E402
+from mavit_mm.models.mavit import MAViT, LayerNorm2d  # noqa: E402
+
+RESNET18 = dict(type='ResNet', depth=18, out_indices=(0, 1, 2, 3),
+                norm_cfg=dict(type='BN'), norm_eval=False, init_cfg=None)
+
+
+def register_variants():
+    from mmdet.models.backbones import ResNet
+    from mmdet.registry import MODELS
+
+    @MODELS.register_module(force=True)
+    class ResNetWithOutputLN(ResNet):
+        """ResNet with a LayerNorm over channels on each output, as MAViT's extra_norms."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.out_norms = nn.ModuleList(LayerNorm2d(c) for c in (64, 128, 256, 512))
+
+        def forward(self, x):
+            return tuple(norm(out) for norm, out in zip(self.out_norms, super().forward(x)))
+
+    @MODELS.register_module(force=True)
+    class MAViTWithoutOutputNorm(MAViT):
+        """MAViT returning its stage outputs before extra_norms."""
+
+        def forward(self, x):
+            x = self.patch_embed(x)
+            outs = []
+            for i, stage in enumerate(self.layers):
+                out, x = stage(x)
+                if i in self.out_indices:
+                    outs.append(out)
+            return tuple(outs)
+
+
+def tensor_stats(t: torch.Tensor) -> list:
+    """[max |x|, std, share of the energy in the per-channel spatial mean]."""
+    t = t.detach().float()
+    mean_hw = t.mean((2, 3), keepdim=True)
+    common = (mean_hw ** 2).sum() * t.shape[2] * t.shape[3] / (t ** 2).sum().clamp_min(1e-12)
+    return [round(t.abs().max().item(), 3), round(t.std().item(), 4), round(common.item(), 3)]
+
+
+class FeatureStatsHook(Hook):
+    priority = 'LOW'
+
+    def __init__(self, out_file: Path, interval: int):
+        self.out_file, self.interval = out_file, interval
+        self.rows, self.current = [], {}
+
+    def before_train(self, runner) -> None:
+        model = runner.model
+
+        def record(name):
+            def hook(module, inputs, output):
+                if module.training:
+                    outs = output if isinstance(output, (tuple, list)) else [output]
+                    self.current[name] = [tensor_stats(o) for o in outs]
+            return hook
+
+        model.backbone.register_forward_hook(record('backbone'))
+        model.neck.register_forward_hook(record('fpn'))
+        for i, lateral in enumerate(model.neck.lateral_convs):
+            lateral.register_forward_hook(record(f'fpn_lateral{i}'))
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
+        step = runner.iter + 1
+        if step != 1 and step % self.interval:
+            return
+        row = dict(iter=step, **{k: round(float(v), 4) for k, v in (outputs or {}).items()},
+                   **self.current)
+        self.rows.append(row)
+        runner.logger.info('stats ' + json.dumps(row))
+        self.out_file.write_text(json.dumps(self.rows, indent=1))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--config', default='configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py')
+    parser.add_argument('--name', required=True, help='run name: <out-dir>/<name>.json')
+    parser.add_argument('--backbone', default='mavit',
+                        choices=['mavit', 'resnet18', 'resnet18-ln', 'mavit-no-out-norm'])
+    parser.add_argument('--iters', type=int, default=100)
+    parser.add_argument('--interval', type=int, default=10)
+    parser.add_argument('--evaluate', action='store_true', help='run validation at the end')
+    parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/detector_stall'))
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
+    args = parser.parse_args(argv)
+
+    register_variants()
+    cfg = cli.load_config(args.config, args.cfg_options, 'none')
+    if args.backbone == 'resnet18':
+        cfg.model.backbone = dict(RESNET18)
+    elif args.backbone == 'resnet18-ln':
+        cfg.model.backbone = dict(RESNET18, type='ResNetWithOutputLN')
+    elif args.backbone == 'mavit-no-out-norm':
+        cfg.model.backbone.type = 'MAViTWithoutOutputNorm'
+    cli.configure_amp(cfg, False)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    cfg.work_dir = str(args.out_dir / args.name)
+    cfg.train_cfg.max_iters = args.iters
+    cfg.train_cfg.val_interval = args.iters if args.evaluate else 10 ** 9
+    for scheduler in cfg.param_scheduler:
+        if scheduler.type == 'MultiStepLR':
+            scheduler.end, scheduler.milestones = args.iters, [int(args.iters * 0.87)]
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False, interval=10 ** 9)
+    runner = Runner.from_cfg(cfg)
+    runner.register_hook(FeatureStatsHook(args.out_dir / f'{args.name}.json', args.interval))
+    start = time.time()
+    runner.train()
+    print(f'{args.name}: {args.iters} iterations in {time.time() - start:.0f} s; '
+          f'rows in {args.out_dir / (args.name + ".json")}')
+
+
+if __name__ == '__main__':
+    main()
