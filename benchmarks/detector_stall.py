@@ -52,7 +52,7 @@ def register_variants():
 
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
-            self.out_norms = nn.ModuleList(LayerNorm2d(c) for c in (64, 128, 256, 512))
+            self.out_norms = nn.ModuleList(LayerNorm2d(64 * 2 ** i) for i in self.out_indices)
 
         def forward(self, x):
             return tuple(norm(out) for norm, out in zip(self.out_norms, super().forward(x)))
@@ -111,6 +111,10 @@ class FeatureStatsHook(Hook):
         runner.logger.info('stats ' + json.dumps(row))
         self.out_file.write_text(json.dumps(self.rows, indent=1))
 
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        self.rows.append(dict(iter=runner.iter, val={k: float(v) for k, v in (metrics or {}).items()}))
+        self.out_file.write_text(json.dumps(self.rows, indent=1))
+
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
@@ -128,10 +132,12 @@ def main(argv=None) -> None:
 
     register_variants()
     cfg = cli.load_config(args.config, args.cfg_options, 'none')
+    # ResNet-18 has MAViT-T's widths (64/128/256/512): same stages, same neck.
+    out_indices = tuple(cfg.model.backbone.get('out_indices', (0, 1, 2, 3)))
     if args.backbone == 'resnet18':
-        cfg.model.backbone = dict(RESNET18)
+        cfg.model.backbone = dict(RESNET18, out_indices=out_indices)
     elif args.backbone == 'resnet18-ln':
-        cfg.model.backbone = dict(RESNET18, type='ResNetWithOutputLN')
+        cfg.model.backbone = dict(RESNET18, out_indices=out_indices, type='ResNetWithOutputLN')
     elif args.backbone == 'mavit-no-out-norm':
         cfg.model.backbone.type = 'MAViTWithoutOutputNorm'
     cli.configure_amp(cfg, False)
