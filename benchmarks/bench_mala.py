@@ -304,7 +304,8 @@ def _kernel_launches(plan):
     from mavit_mm.ops.mala import function, kernels
     return [(kernels._forward_partials_kernel, function._tile_meta(plan, plan.partials)),
             (kernels._forward_combine_kernel,
-             dict(ROWS=function.COMBINE_ROWS, BLOCK_D=plan.block_d, num_warps=4)),
+             dict(ROWS=plan.combine.block_n, BLOCK_D=plan.block_d,
+                  num_warps=plan.combine.num_warps, num_stages=plan.combine.num_stages)),
             (kernels._forward_output_kernel, function._tile_meta(plan, plan.output)),
             (kernels._backward_query_kernel, function._tile_meta(plan, plan.query)),
             (kernels._backward_key_kernel, function._tile_meta(plan, plan.key))]
@@ -321,6 +322,7 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int) -> Dict:
 
     meta = dict(meta)
     num_warps = meta.pop('num_warps')
+    num_stages = meta.pop('num_stages', 3)
     signature, constants, attrs = {}, dict(meta), {}
     for index, arg in enumerate(kernel.arg_names):
         if arg in constants:
@@ -340,7 +342,7 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int) -> Dict:
             attrs[(index,)] = [['tt.divisibility', 16]]
     compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
                               target=GPUTarget('cuda', capability, 32),
-                              options=dict(num_warps=num_warps))
+                              options=dict(num_warps=num_warps, num_stages=num_stages))
     with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
         cubin.write(compiled.asm['cubin'])
         cubin.flush()

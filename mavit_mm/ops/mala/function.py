@@ -8,9 +8,10 @@ stats tensor: the centred KV matrix, mean k, mean rotated k and mean v.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import triton
@@ -27,14 +28,22 @@ DOT_PRECISION = {torch.float32: 'ieee', torch.float16: 'tf32', torch.bfloat16: '
 MIN_TOKENS_PER_CHUNK = 1024
 # Enough split-N programs to fill the GPU even when B * heads is 1.
 PROGRAMS_PER_SM = 2
-COMBINE_ROWS = 16
-# (tokens per tile, warps) per kernel, for heads up to 64 channels and wider
-# ones. Chosen from ahead-of-time sm_80/sm_90 compiles (registers, spills,
+# The token-parallel kernels (output, key) loop over several tiles per program
+# so the (d, d) stats are read once per program; but keep at least this many
+# programs per SM so that every SM has work.
+TOKEN_PROGRAMS_PER_SM = 4
+MAX_TILES_PER_PROGRAM = 16
+# (tokens per tile, warps, software-pipeline stages) per kernel, for heads up
+# to 64 channels and wider ones; 'combine' is (rows of KVc per program, warps,
+# stages). Chosen from ahead-of-time sm_80/sm_90 compiles (registers, spills,
 # shared memory: ``bench_mala.py --compile-report``), not from GPU timings.
 KERNEL_TILES = {
-    'narrow': dict(output=(64, 4), partials=(32, 8), query=(32, 8), key=(32, 4)),
-    'wide': dict(output=(32, 8), partials=(16, 8), query=(16, 8), key=(16, 8)),
+    'narrow': dict(output=(64, 4, 3), partials=(32, 8, 3), query=(32, 8, 3), key=(32, 4, 3),
+                   combine=(16, 4, 1)),
+    'wide': dict(output=(32, 8, 3), partials=(16, 8, 3), query=(16, 8, 3), key=(16, 8, 3),
+                 combine=(16, 4, 1)),
 }
+KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
 # Peak shared memory per block (KiB) of the forward / backward kernels with
 # those tiles: the largest seen over dtypes and shapes on sm_80 and sm_90 with Triton 3.9
 # (``bench_mala.py --compile-report 80 90``). GPUs with ~99 KiB per block
@@ -44,8 +53,9 @@ SHARED_MEMORY_KIB = {'narrow': (48, 57), 'wide': (81, 152)}
 
 @dataclass(frozen=True)
 class KernelTile:
-    block_n: int    # tokens per tile (>= 16 for tl.dot)
+    block_n: int        # tokens per tile (>= 16 for tl.dot); rows of KVc for 'combine'
     num_warps: int
+    num_stages: int = 3
 
 
 @dataclass(frozen=True)
@@ -56,8 +66,11 @@ class LaunchPlan:
     partials: KernelTile   # forward split-N reduction
     query: KernelTile      # backward query pass (split-N)
     key: KernelTile        # backward key pass
+    combine: KernelTile    # forward merge of the split-N partials
     tokens_per_chunk: int  # tokens one split-N program reduces
     num_chunks: int
+    output_tokens_per_program: int  # tokens one output program writes
+    key_tokens_per_program: int     # tokens one key program writes
     dot_precision: str
 
 
@@ -75,6 +88,14 @@ def _default_tokens_per_chunk(num_tokens: int, batch_heads: int, block_n: int,
                  triton.cdiv(num_tokens, MIN_TOKENS_PER_CHUNK))
     chunks = max(chunks, 1)
     return triton.cdiv(triton.cdiv(num_tokens, chunks), block_n) * block_n
+
+
+def _default_tokens_per_program(num_tokens: int, batch_heads: int, block_n: int,
+                                device: torch.device) -> int:
+    tiles = triton.cdiv(num_tokens, block_n)
+    wanted_programs = TOKEN_PROGRAMS_PER_SM * _sm_count(device)
+    per_program = triton.cdiv(tiles * batch_heads, wanted_programs)
+    return block_n * max(1, min(MAX_TILES_PER_PROGRAM, per_program, tiles))
 
 
 def tile_family(head_dim: int) -> str:
@@ -107,26 +128,48 @@ def shared_memory_shortfall(head_dim: int, device: torch.device, backward: bool)
 
 def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: torch.dtype,
                      device: torch.device, block_n: Optional[int] = None,
-                     tokens_per_chunk: Optional[int] = None) -> LaunchPlan:
-    """Tile sizes and the split-N chunking. ``block_n`` (every kernel) and
-    ``tokens_per_chunk`` override the defaults; tests use them to get several
-    blocks and chunks out of a few tokens."""
+                     tokens_per_chunk: Optional[int] = None,
+                     tiles: Optional[Dict[str, Tuple[int, ...]]] = None,
+                     tokens_per_program: Optional[int] = None) -> LaunchPlan:
+    """Tile sizes and the split-N chunking.
+
+    ``block_n`` (every token kernel), ``tokens_per_chunk``, ``tiles`` (per kernel
+    name, a ``KernelTile``'s fields) and ``tokens_per_program`` (output and key
+    kernels) override the defaults: tests use them to get several blocks and
+    chunks out of a few tokens, the tuning benchmark to time alternatives.
+    """
     block_d = max(16, triton.next_power_of_2(head_dim))
     block_p = max(16, triton.next_power_of_2(head_dim // 2))
-    tiles = {name: KernelTile(*tile) for name, tile in KERNEL_TILES[tile_family(head_dim)].items()}
+    table = dict(KERNEL_TILES[tile_family(head_dim)])
+    unknown = set(tiles or {}) - set(KERNEL_NAMES)
+    if unknown:
+        raise ValueError(f'unknown kernel names {sorted(unknown)}; choose from {KERNEL_NAMES}')
+    table.update(tiles or {})
+    chosen = {name: KernelTile(*tile) for name, tile in table.items()}
     if block_n is not None:
         if block_n < 16 or block_n & (block_n - 1):
             raise ValueError(f'block_n must be a power of two >= 16, got {block_n}')
-        tiles = {name: KernelTile(block_n, tile.num_warps) for name, tile in tiles.items()}
-    reduce_block_n = max(tiles['partials'].block_n, tiles['query'].block_n)
+        chosen = {name: tile if name == 'combine' else dataclasses.replace(tile, block_n=block_n)
+                  for name, tile in chosen.items()}
+    reduce_block_n = max(chosen['partials'].block_n, chosen['query'].block_n)
     if tokens_per_chunk is None:
         tokens_per_chunk = _default_tokens_per_chunk(num_tokens, batch_heads, reduce_block_n,
                                                      device)
     if tokens_per_chunk < 1:
         raise ValueError(f'tokens_per_chunk must be positive, got {tokens_per_chunk}')
-    return LaunchPlan(block_p=block_p, block_d=block_d, **tiles,
+    per_program = {}
+    for name in ('output', 'key'):
+        tile_n = chosen[name].block_n
+        if tokens_per_program is None:
+            per_program[name] = _default_tokens_per_program(num_tokens, batch_heads, tile_n,
+                                                            device)
+        else:
+            per_program[name] = triton.cdiv(tokens_per_program, tile_n) * tile_n
+    return LaunchPlan(block_p=block_p, block_d=block_d, **chosen,
                       tokens_per_chunk=tokens_per_chunk,
                       num_chunks=triton.cdiv(num_tokens, tokens_per_chunk),
+                      output_tokens_per_program=per_program['output'],
+                      key_tokens_per_program=per_program['key'],
                       dot_precision=DOT_PRECISION[dtype])
 
 
@@ -145,55 +188,122 @@ def _empty_like_layout(x: torch.Tensor) -> torch.Tensor:
 
 def _tile_meta(plan: LaunchPlan, tile: KernelTile) -> dict:
     return dict(BLOCK_N=tile.block_n, BLOCK_P=plan.block_p, BLOCK_D=plan.block_d,
-                DOT_PRECISION=plan.dot_precision, num_warps=tile.num_warps)
+                DOT_PRECISION=plan.dot_precision, num_warps=tile.num_warps,
+                num_stages=tile.num_stages)
+
+
+class ForwardLaunches:
+    """The forward's buffers and its three kernel launches, one method each.
+
+    ``run`` is the forward; benchmarks time the methods one by one.
+    """
+
+    def __init__(self, q, k, v, angle, width: int, plan: LaunchPlan):
+        batch, heads, num_tokens, head_dim = q.shape
+        self.q, self.k, self.v, self.angle, self.width, self.plan = q, k, v, angle, width, plan
+        self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
+        self.batch_heads = batch * heads
+        self.scale = head_dim ** -0.5
+        self.workspace = torch.empty(self.batch_heads, plan.num_chunks,
+                                     head_dim + kernels.FWD_EXTRA_ROWS.value, head_dim,
+                                     device=q.device, dtype=torch.float32)
+        self.stats = torch.empty(self.batch_heads, head_dim + kernels.STATS_EXTRA_ROWS.value,
+                                 head_dim, device=q.device, dtype=torch.float32)
+        self.out = _empty_like_layout(q)
+
+    def partials(self):
+        plan, k, v = self.plan, self.k, self.v
+        kernels._forward_partials_kernel[(plan.num_chunks, self.batch_heads)](
+            k, v, self.angle, self.workspace, *k.stride(), *v.stride(),
+            self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk,
+            **_tile_meta(plan, plan.partials))
+
+    def combine(self):
+        plan, tile = self.plan, self.plan.combine
+        kernels._forward_combine_kernel[(triton.cdiv(self.head_dim, tile.block_n),
+                                         self.batch_heads)](
+            self.workspace, self.stats, plan.num_chunks, self.num_tokens,
+            plan.tokens_per_chunk, self.head_dim, self.scale / self.num_tokens,
+            ROWS=tile.block_n, BLOCK_D=plan.block_d, num_warps=tile.num_warps,
+            num_stages=tile.num_stages)
+
+    def output(self):
+        plan, q, out = self.plan, self.q, self.out
+        per_program = plan.output_tokens_per_program
+        kernels._forward_output_kernel[(triton.cdiv(self.num_tokens, per_program),
+                                        self.batch_heads)](
+            q, self.stats, self.angle, out, *q.stride(), *out.stride(),
+            self.heads, self.num_tokens, self.width, self.head_dim, self.scale, per_program,
+            **_tile_meta(plan, plan.output))
+
+    def steps(self):
+        return (('partials', self.partials), ('combine', self.combine), ('output', self.output))
+
+    def run(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        for _, step in self.steps():
+            step()
+        return self.out, self.stats
+
+
+class BackwardLaunches:
+    """The backward's buffers and its launches (query pass, chunk sum, key pass)."""
+
+    def __init__(self, dout, q, k, v, angle, stats, width: int, plan: LaunchPlan):
+        batch, heads, num_tokens, head_dim = q.shape
+        self.dout, self.q, self.k, self.v = dout, q, k, v
+        self.angle, self.stats, self.width, self.plan = angle, stats, width, plan
+        self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
+        self.batch_heads = batch * heads
+        self.scale = head_dim ** -0.5
+        self.workspace = torch.empty(self.batch_heads, plan.num_chunks,
+                                     head_dim + kernels.GRAD_EXTRA_ROWS.value, head_dim,
+                                     device=q.device, dtype=torch.float32)
+        self.key_grads = self.workspace[:, 0]
+        self.dq, self.dk, self.dv = (_empty_like_layout(q), _empty_like_layout(k),
+                                     _empty_like_layout(v))
+
+    def query(self):
+        plan, q, dout, dq = self.plan, self.q, self.dout, self.dq
+        kernels._backward_query_kernel[(plan.num_chunks, self.batch_heads)](
+            q, dout, self.stats, self.angle, dq, self.workspace,
+            *q.stride(), *dout.stride(), *dq.stride(),
+            self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk,
+            self.scale, **_tile_meta(plan, plan.query))
+
+    def chunk_sum(self):
+        # Partials are pre-scaled in the kernel; summing the chunks is all that is left.
+        if self.plan.num_chunks > 1:
+            self.key_grads = self.workspace.sum(dim=1)
+
+    def key(self):
+        plan, k, v, dk, dv = self.plan, self.k, self.v, self.dk, self.dv
+        per_program = plan.key_tokens_per_program
+        kernels._backward_key_kernel[(triton.cdiv(self.num_tokens, per_program),
+                                      self.batch_heads)](
+            k, v, self.stats, self.key_grads, self.angle, dk, dv,
+            *k.stride(), *v.stride(), *dk.stride(), *dv.stride(),
+            self.heads, self.num_tokens, self.width, self.head_dim, per_program,
+            **_tile_meta(plan, plan.key))
+
+    def steps(self):
+        return (('query', self.query), ('chunk_sum', self.chunk_sum), ('key', self.key))
+
+    def run(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        for _, step in self.steps():
+            step()
+        return self.dq, self.dk, self.dv
 
 
 def mala_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tensor,
                  width: int, plan: LaunchPlan) -> Tuple[torch.Tensor, torch.Tensor]:
     """Returns ``out`` and the per-head fp32 stats saved for backward."""
-    batch, heads, num_tokens, head_dim = q.shape
-    batch_heads = batch * heads
-    scale = head_dim ** -0.5
-    workspace = torch.empty(batch_heads, plan.num_chunks, head_dim + kernels.FWD_EXTRA_ROWS.value,
-                            head_dim, device=q.device, dtype=torch.float32)
-    stats = torch.empty(batch_heads, head_dim + kernels.STATS_EXTRA_ROWS.value, head_dim,
-                        device=q.device, dtype=torch.float32)
-    out = _empty_like_layout(q)
-
-    kernels._forward_partials_kernel[(plan.num_chunks, batch_heads)](
-        k, v, angle, workspace, *k.stride(), *v.stride(),
-        heads, num_tokens, width, head_dim, plan.tokens_per_chunk,
-        **_tile_meta(plan, plan.partials))
-    kernels._forward_combine_kernel[(triton.cdiv(head_dim, COMBINE_ROWS), batch_heads)](
-        workspace, stats, plan.num_chunks, num_tokens, plan.tokens_per_chunk, head_dim,
-        scale / num_tokens, ROWS=COMBINE_ROWS, BLOCK_D=plan.block_d, num_warps=4)
-    kernels._forward_output_kernel[(triton.cdiv(num_tokens, plan.output.block_n), batch_heads)](
-        q, stats, angle, out, *q.stride(), *out.stride(),
-        heads, num_tokens, width, head_dim, scale, **_tile_meta(plan, plan.output))
-    return out, stats
+    return ForwardLaunches(q, k, v, angle, width, plan).run()
 
 
 def mala_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   angle: torch.Tensor, stats: torch.Tensor, width: int,
                   plan: LaunchPlan) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    batch, heads, num_tokens, head_dim = q.shape
-    batch_heads = batch * heads
-    scale = head_dim ** -0.5
-    workspace = torch.empty(batch_heads, plan.num_chunks, head_dim + kernels.GRAD_EXTRA_ROWS.value,
-                            head_dim, device=q.device, dtype=torch.float32)
-    dq, dk, dv = _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
-
-    kernels._backward_query_kernel[(plan.num_chunks, batch_heads)](
-        q, dout, stats, angle, dq, workspace, *q.stride(), *dout.stride(), *dq.stride(),
-        heads, num_tokens, width, head_dim, plan.tokens_per_chunk, scale,
-        **_tile_meta(plan, plan.query))
-    # Partials are pre-scaled in the kernel; summing the chunks is all that is left.
-    key_grads = workspace[:, 0] if plan.num_chunks == 1 else workspace.sum(dim=1)
-    kernels._backward_key_kernel[(triton.cdiv(num_tokens, plan.key.block_n), batch_heads)](
-        k, v, stats, key_grads, angle, dk, dv,
-        *k.stride(), *v.stride(), *dk.stride(), *dv.stride(),
-        heads, num_tokens, width, head_dim, **_tile_meta(plan, plan.key))
-    return dq, dk, dv
+    return BackwardLaunches(dout, q, k, v, angle, stats, width, plan).run()
 
 
 def _on_device(device: torch.device):
@@ -205,10 +315,10 @@ class FusedMALAFunction(torch.autograd.Function):
     """MALA over (B, heads, N, d) pre-activation q, k and v, fused in Triton."""
 
     @staticmethod
-    def forward(ctx, q, k, v, angle, width, block_n, tokens_per_chunk):
+    def forward(ctx, q, k, v, angle, width, plan_overrides):
         batch, heads, num_tokens, head_dim = q.shape
         plan = make_launch_plan(num_tokens, batch * heads, head_dim, q.dtype, q.device,
-                                block_n, tokens_per_chunk)
+                                **plan_overrides)
         angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
         with _on_device(q.device):
             out, stats = mala_forward(q, k, v, angle, width, plan)
@@ -223,11 +333,14 @@ class FusedMALAFunction(torch.autograd.Function):
         q, k, v, angle, stats = ctx.saved_tensors
         with _on_device(q.device):
             dq, dk, dv = mala_backward(dout, q, k, v, angle, stats, ctx.width, ctx.plan)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None
 
 
 def fused_mala(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tensor,
-               width: int, block_n: Optional[int] = None,
-               tokens_per_chunk: Optional[int] = None) -> torch.Tensor:
-    """Fused MALA; the caller has checked the case is supported (see ``__init__``)."""
-    return FusedMALAFunction.apply(q, k, v, angle, width, block_n, tokens_per_chunk)
+               width: int, **plan_overrides) -> torch.Tensor:
+    """Fused MALA; the caller has checked the case is supported (see ``__init__``).
+
+    ``plan_overrides`` go to :func:`make_launch_plan` (``block_n``,
+    ``tokens_per_chunk``, ``tiles``, ``tokens_per_program``).
+    """
+    return FusedMALAFunction.apply(q, k, v, angle, width, plan_overrides)

@@ -438,10 +438,12 @@ def _forward_output_kernel(
         q_ptr, stats_ptr, angle_ptr, out_ptr,
         stride_qb, stride_qh, stride_qn, stride_qd,
         stride_ob, stride_oh, stride_on, stride_od,
-        num_heads, num_tokens, width, head_dim, scale,
+        num_heads, num_tokens, width, head_dim, scale, tokens_per_program,
         BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
         DOT_PRECISION: tl.constexpr):
-    block = tl.program_id(0)
+    """out for ``tokens_per_program`` tokens: the (d, d) stats are loaded once
+    per program, not once per tile (they come from L2 and outweigh a tile of q)."""
+    program = tl.program_id(0)
     bh = tl.program_id(1)
     pairs = tl.arange(0, BLOCK_P)
     channels = tl.arange(0, BLOCK_D)
@@ -451,21 +453,23 @@ def _forward_output_kernel(
     kv_even, kv_odd, km_even, km_odd, krm_even, krm_odd, vm = _load_forward_stats(
         stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
 
-    tokens = block * BLOCK_N + tl.arange(0, BLOCK_N)
-    token_ok = tokens < num_tokens
-    pair_mask = token_ok[:, None] & pair_ok[None, :]
     q_base = _head_base(q_ptr, bh, num_heads, stride_qb, stride_qh)
-    q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, pair_mask)
-    _, _, qr_even, qr_odd, _, _, _, _, _, gain, coef = _query_terms(
-        q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
-        km_even, km_odd, krm_even, krm_odd, scale)
-    attended = tl.dot(qr_even, kv_even, input_precision=DOT_PRECISION)
-    attended = tl.dot(qr_odd, kv_odd, attended, input_precision=DOT_PRECISION)
-    out = gain[:, None] * attended + coef[:, None] * vm[None, :]
-
     out_base = _head_base(out_ptr, bh, num_heads, stride_ob, stride_oh)
-    _store_tile(out_base, tokens, channels, stride_on, stride_od,
-                token_ok[:, None] & channel_ok[None, :], out)
+    first = program * tokens_per_program
+    last = tl.minimum(first + tokens_per_program, num_tokens)
+    for block_start in range(first, last, BLOCK_N):
+        tokens = block_start + tl.arange(0, BLOCK_N)
+        token_ok = tokens < last
+        pair_mask = token_ok[:, None] & pair_ok[None, :]
+        q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, pair_mask)
+        _, _, qr_even, qr_odd, _, _, _, _, _, gain, coef = _query_terms(
+            q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
+            km_even, km_odd, krm_even, krm_odd, scale)
+        attended = tl.dot(qr_even, kv_even, input_precision=DOT_PRECISION)
+        attended = tl.dot(qr_odd, kv_odd, attended, input_precision=DOT_PRECISION)
+        out = gain[:, None] * attended + coef[:, None] * vm[None, :]
+        _store_tile(out_base, tokens, channels, stride_on, stride_od,
+                    token_ok[:, None] & channel_ok[None, :], out)
 
 
 # --------------------------------------------------------------------------
@@ -568,15 +572,16 @@ def _backward_key_kernel(
         stride_vb, stride_vh, stride_vn, stride_vd,
         stride_dkb, stride_dkh, stride_dkn, stride_dkd,
         stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-        num_heads, num_tokens, width, head_dim,
+        num_heads, num_tokens, width, head_dim, tokens_per_program,
         BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
         DOT_PRECISION: tl.constexpr):
-    """dk and dv, centred like the forward (dKVs = (s/N) dKV):
+    """dk and dv of ``tokens_per_program`` tokens, centred like the forward
+    (dKVs = (s/N) dKV); the small per-head sums are loaded once per program:
 
       dkr = (v - vm) dKVs^T + (s/N) sum_i g w qr ;  dka = rope^T(dkr) + dkm/N
       dv  = (kr - krm) dKVs + (1/N) sum_i c dout
     """
-    block = tl.program_id(0)
+    program = tl.program_id(0)
     bh = tl.program_id(1)
     pairs = tl.arange(0, BLOCK_P)
     channels = tl.arange(0, BLOCK_D)
@@ -593,32 +598,35 @@ def _backward_key_kernel(
     dkm_even, dkm_odd = _load_vector_pairs(extra + GRAD_ROW_DKM * head_dim, pairs, pair_ok)
     coef_dout = tl.load(extra + GRAD_ROW_CDOUT * head_dim + channels, mask=channel_ok, other=0.0)
 
-    tokens = block * BLOCK_N + tl.arange(0, BLOCK_N)
-    token_ok = tokens < num_tokens
-    pair_mask = token_ok[:, None] & pair_ok[None, :]
-    channel_mask = token_ok[:, None] & channel_ok[None, :]
     k_base = _head_base(k_ptr, bh, num_heads, stride_kb, stride_kh)
     v_base = _head_base(v_ptr, bh, num_heads, stride_vb, stride_vh)
-    k_even, k_odd = _load_pairs(k_base, tokens, pairs, stride_kn, stride_kd, pair_mask)
-    ka_even, ka_odd = _activate_pairs(k_even, k_odd, pair_mask)
-    cos, sin = _token_rotation(tokens, angle, is_row_pair, width)
-    kr_even, kr_odd = _rotate(ka_even, ka_odd, cos, sin)
-    v = _load_tile(v_base, tokens, channels, stride_vn, stride_vd, channel_mask)
-
-    v_centred = tl.where(channel_mask, v - vm[None, :], 0.0)
-    dkr_even = (tl.dot(v_centred, tl.trans(dkv_even), input_precision=DOT_PRECISION)
-                + qvec_even[None, :])
-    dkr_odd = (tl.dot(v_centred, tl.trans(dkv_odd), input_precision=DOT_PRECISION)
-               + qvec_odd[None, :])
-    dka_even, dka_odd = _rotate_back(dkr_even, dkr_odd, cos, sin)
     dk_base = _head_base(dk_ptr, bh, num_heads, stride_dkb, stride_dkh)
-    _store_pairs(dk_base, tokens, pairs, stride_dkn, stride_dkd, pair_mask,
-                 (dka_even + dkm_even[None, :]) * _elu_grad(k_even),
-                 (dka_odd + dkm_odd[None, :]) * _elu_grad(k_odd))
-
-    kr_centred_even = tl.where(pair_mask, kr_even - krm_even[None, :], 0.0)
-    kr_centred_odd = tl.where(pair_mask, kr_odd - krm_odd[None, :], 0.0)
-    dv = tl.dot(kr_centred_even, dkv_even, input_precision=DOT_PRECISION)
-    dv = tl.dot(kr_centred_odd, dkv_odd, dv, input_precision=DOT_PRECISION) + coef_dout[None, :]
     dv_base = _head_base(dv_ptr, bh, num_heads, stride_dvb, stride_dvh)
-    _store_tile(dv_base, tokens, channels, stride_dvn, stride_dvd, channel_mask, dv)
+    first = program * tokens_per_program
+    last = tl.minimum(first + tokens_per_program, num_tokens)
+    for block_start in range(first, last, BLOCK_N):
+        tokens = block_start + tl.arange(0, BLOCK_N)
+        token_ok = tokens < last
+        pair_mask = token_ok[:, None] & pair_ok[None, :]
+        channel_mask = token_ok[:, None] & channel_ok[None, :]
+        k_even, k_odd = _load_pairs(k_base, tokens, pairs, stride_kn, stride_kd, pair_mask)
+        ka_even, ka_odd = _activate_pairs(k_even, k_odd, pair_mask)
+        cos, sin = _token_rotation(tokens, angle, is_row_pair, width)
+        kr_even, kr_odd = _rotate(ka_even, ka_odd, cos, sin)
+        v = _load_tile(v_base, tokens, channels, stride_vn, stride_vd, channel_mask)
+
+        v_centred = tl.where(channel_mask, v - vm[None, :], 0.0)
+        dkr_even = (tl.dot(v_centred, tl.trans(dkv_even), input_precision=DOT_PRECISION)
+                    + qvec_even[None, :])
+        dkr_odd = (tl.dot(v_centred, tl.trans(dkv_odd), input_precision=DOT_PRECISION)
+                   + qvec_odd[None, :])
+        dka_even, dka_odd = _rotate_back(dkr_even, dkr_odd, cos, sin)
+        _store_pairs(dk_base, tokens, pairs, stride_dkn, stride_dkd, pair_mask,
+                     (dka_even + dkm_even[None, :]) * _elu_grad(k_even),
+                     (dka_odd + dkm_odd[None, :]) * _elu_grad(k_odd))
+
+        kr_centred_even = tl.where(pair_mask, kr_even - krm_even[None, :], 0.0)
+        kr_centred_odd = tl.where(pair_mask, kr_odd - krm_odd[None, :], 0.0)
+        dv = tl.dot(kr_centred_even, dkv_even, input_precision=DOT_PRECISION)
+        dv = tl.dot(kr_centred_odd, dkv_odd, dv, input_precision=DOT_PRECISION) + coef_dout[None, :]
+        _store_tile(dv_base, tokens, channels, stride_dvn, stride_dvd, channel_mask, dv)

@@ -1,0 +1,234 @@
+"""Tune the fused MALA's launch table on a GPU: time every kernel on its own
+with candidate tiles (tokens per tile, warps, pipeline stages), then the split-N
+chunking and the tokens per program, with ``triton.testing.do_bench``.
+
+For each shape it prints, per kernel, the fastest candidate against the current
+table, then the whole forward and forward+backward with the winners against the
+defaults, and writes everything as JSON. The chosen values go into
+``KERNEL_TILES`` (``mavit_mm/ops/mala/function.py``) by hand, with the JSON
+committed under ``benchmarks/results/`` as the evidence.
+
+Example (the targets of the GPU issue)::
+
+    python benchmarks/tune_mala.py --dtypes bf16 --head-dims 64 96 \\
+        --batch-heads 16 1 --tokens 65536 --output tune.json
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.bench_mala import DTYPES, backbone_inputs, environment  # noqa: E402
+
+TOKEN_KERNELS = ('partials', 'output', 'query', 'key')
+BLOCK_NS = (16, 32, 64, 128)
+WARPS = (4, 8)
+STAGES = (1, 2, 3)
+COMBINE_CANDIDATES = [(rows, warps, 1) for rows in (2, 4, 8, 16, 32) for warps in (1, 2, 4)]
+CHUNK_COUNTS = (8, 16, 32, 64, 128, 256, 512)
+TILES_PER_PROGRAM = (1, 2, 4, 8, 16, 32)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--dtypes', nargs='+', choices=sorted(DTYPES), default=['bf16'])
+    parser.add_argument('--head-dims', type=int, nargs='+', default=[64, 96])
+    parser.add_argument('--batch-heads', type=int, nargs='+', default=[16, 1])
+    parser.add_argument('--tokens', type=int, nargs='+', default=[65536],
+                        help='tokens per image, a square feature map')
+    parser.add_argument('--kernels', nargs='+', default=list(TOKEN_KERNELS) + ['combine'],
+                        help='kernels whose tiles to tune')
+    parser.add_argument('--rep', type=int, default=25, help='do_bench measuring time in ms')
+    parser.add_argument('--output', type=Path, required=False,
+                        help='JSON file to write (default: print only)')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='list the candidates per kernel and exit (no GPU needed)')
+    return parser.parse_args(argv)
+
+
+def tile_candidates(kernel: str, head_dim: int):
+    if kernel == 'combine':
+        return COMBINE_CANDIDATES
+    wide = head_dim > 64
+    block_ns = [n for n in BLOCK_NS if not (wide and n > 64)]
+    return list(itertools.product(block_ns, WARPS, STAGES))
+
+
+class Case:
+    """Inputs of one shape and launches built from plan overrides."""
+
+    def __init__(self, dtype, batch_heads, num_tokens, head_dim, device):
+        from mavit_mm.ops.mala import function
+        self.function = function
+        self.views, rope = backbone_inputs(batch_heads, num_tokens, head_dim, dtype, device,
+                                           requires_grad=False)
+        self.angle = rope.angle.float().contiguous()
+        self.width = rope.width
+        self.shape = (batch_heads, num_tokens, head_dim)
+        self.dtype = dtype
+        self.device = device
+        self.dout = torch.randn_like(self.views[0])
+
+    def plan(self, **overrides):
+        batch_heads, num_tokens, head_dim = self.shape
+        return self.function.make_launch_plan(num_tokens, batch_heads, head_dim, self.dtype,
+                                              self.device, **overrides)
+
+    def launches(self, plan):
+        q, k, v = self.views
+        forward = self.function.ForwardLaunches(q, k, v, self.angle, self.width, plan)
+        out, stats = forward.run()
+        backward = self.function.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
+                                                  self.width, plan)
+        backward.run()
+        return forward, backward
+
+    def kernel_step(self, kernel: str, plan) -> Callable:
+        forward, backward = self.launches(plan)
+        if kernel in ('partials', 'combine', 'output'):
+            return getattr(forward, kernel)
+        if kernel == 'query':
+            return backward.query
+        return backward.key
+
+    def pass_step(self, plan, with_backward: bool) -> Callable:
+        q, k, v = self.views
+
+        def step():
+            _, stats = self.function.ForwardLaunches(q, k, v, self.angle, self.width,
+                                                     plan).run()
+            if with_backward:
+                self.function.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
+                                               self.width, plan).run()
+        return step
+
+
+def bench(step: Callable, rep: int) -> Optional[float]:
+    import triton.testing
+    try:
+        return triton.testing.do_bench(step, warmup=10, rep=rep, return_mode='median')
+    except Exception as exc:  # out of resources, compile failure: record and go on
+        print(f'      failed: {type(exc).__name__}: {str(exc)[:160]}')
+        return None
+
+
+def tune_shape(case: Case, kernels: List[str], rep: int) -> Dict:
+    batch_heads, num_tokens, head_dim = case.shape
+    default = case.plan()
+    record = {'default_plan': _plan_dict(default), 'kernels': {}}
+    best_tiles = {}
+    for kernel in kernels:
+        default_tile = getattr(default, kernel)
+        default_tuple = (default_tile.block_n, default_tile.num_warps, default_tile.num_stages)
+        timings = []
+        started = time.time()
+        for tile in tile_candidates(kernel, head_dim):
+            ms = bench(case.kernel_step(kernel, case.plan(tiles={kernel: tile})), rep)
+            timings.append({'tile': list(tile), 'ms': ms})
+        valid = [t for t in timings if t['ms'] is not None]
+        best = min(valid, key=lambda t: t['ms'])
+        default_ms = next((t['ms'] for t in timings if tuple(t['tile']) == default_tuple), None)
+        best_tiles[kernel] = tuple(best['tile'])
+        record['kernels'][kernel] = {'timings': timings, 'best': best,
+                                     'default': list(default_tuple), 'default_ms': default_ms}
+        print(f'    {kernel:9} best {best["tile"]} {best["ms"] * 1e3:8.1f} us; '
+              f'default {list(default_tuple)} '
+              f'{"n/a" if default_ms is None else f"{default_ms * 1e3:8.1f} us"} '
+              f'({len(timings)} candidates, {time.time() - started:.0f} s)')
+
+    # Split-N chunking: the reduction passes with the winning tiles.
+    chunk_timings = []
+    reduce_block = max(best_tiles.get('partials', (default.partials.block_n,))[0],
+                       best_tiles.get('query', (default.query.block_n,))[0])
+    for chunks in CHUNK_COUNTS:
+        tokens_per_chunk = -(-num_tokens // chunks)
+        tokens_per_chunk = -(-tokens_per_chunk // reduce_block) * reduce_block
+        if tokens_per_chunk < reduce_block:
+            continue
+        plan = case.plan(tiles=best_tiles, tokens_per_chunk=tokens_per_chunk)
+        forward, backward = case.launches(plan)
+        fwd_ms = bench(lambda f=forward: (f.partials(), f.combine()), rep)
+        bwd_ms = bench(lambda b=backward: (b.query(), b.chunk_sum()), rep)
+        chunk_timings.append({'chunks': plan.num_chunks, 'tokens_per_chunk': tokens_per_chunk,
+                              'forward_reduce_ms': fwd_ms, 'backward_reduce_ms': bwd_ms})
+        print(f'    chunks {plan.num_chunks:4} ({tokens_per_chunk:6} tokens): forward reduce '
+              f'{_us(fwd_ms)}, backward reduce {_us(bwd_ms)}')
+    record['chunking'] = chunk_timings
+
+    program_timings = []
+    for tiles_per_program in TILES_PER_PROGRAM:
+        block = best_tiles.get('output', (default.output.block_n,))[0]
+        plan = case.plan(tiles=best_tiles, tokens_per_program=tiles_per_program * block)
+        forward, backward = case.launches(plan)
+        out_ms = bench(forward.output, rep)
+        key_ms = bench(backward.key, rep)
+        program_timings.append({'tiles_per_program': tiles_per_program, 'output_ms': out_ms,
+                                'key_ms': key_ms})
+        print(f'    {tiles_per_program:3} tiles per program: output {_us(out_ms)}, '
+              f'key {_us(key_ms)}')
+    record['tokens_per_program'] = program_timings
+
+    record['best_tiles'] = {name: list(tile) for name, tile in best_tiles.items()}
+    tuned = case.plan(tiles=best_tiles)
+    for name, plan in (('default', default), ('tuned_tiles', tuned)):
+        record[f'{name}_fwd_ms'] = bench(case.pass_step(plan, False), rep)
+        record[f'{name}_fwd_bwd_ms'] = bench(case.pass_step(plan, True), rep)
+        print(f'    {name:11} plan: fwd {_us(record[f"{name}_fwd_ms"])}, '
+              f'fwd+bwd {_us(record[f"{name}_fwd_bwd_ms"])}')
+    return record
+
+
+def _us(ms):
+    return 'n/a' if ms is None else f'{ms * 1e3:8.1f} us'
+
+
+def _plan_dict(plan) -> Dict:
+    import dataclasses
+    return dataclasses.asdict(plan)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.dry_run:
+        for head_dim in args.head_dims:
+            for kernel in args.kernels:
+                print(f'd={head_dim} {kernel}: {len(tile_candidates(kernel, head_dim))} '
+                      'candidates')
+        return 0
+    if not torch.cuda.is_available():
+        print('tune_mala.py needs a CUDA GPU (use --dry-run to list the candidates)')
+        return 2
+    device = torch.device('cuda')
+    name = torch.cuda.get_device_name(device)
+    results = []
+    for dtype_name, batch_heads, num_tokens, head_dim in itertools.product(
+            args.dtypes, args.batch_heads, args.tokens, args.head_dims):
+        print(f'{dtype_name} BH={batch_heads} N={num_tokens} d={head_dim}', flush=True)
+        case = Case(DTYPES[dtype_name], batch_heads, num_tokens, head_dim, device)
+        record = tune_shape(case, args.kernels, args.rep)
+        record.update(dtype=dtype_name, batch_heads=batch_heads, tokens=num_tokens,
+                      head_dim=head_dim)
+        results.append(record)
+        del case
+        torch.cuda.empty_cache()
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps({'environment': environment(name, device, None),
+                                           'results': results}, indent=1) + '\n')
+        print(f'wrote {args.output}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
