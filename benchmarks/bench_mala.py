@@ -300,15 +300,9 @@ _TRITON_TYPES = {'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16'}
 
 
 def _kernel_launches(plan):
-    """(kernel, its tile meta) for every kernel of a plan."""
-    from mavit_mm.ops.mala import function, kernels
-    return [(kernels._forward_partials_kernel, function._tile_meta(plan, plan.partials)),
-            (kernels._forward_combine_kernel,
-             dict(ROWS=plan.combine.block_n, BLOCK_D=plan.block_d,
-                  num_warps=plan.combine.num_warps, num_stages=plan.combine.num_stages)),
-            (kernels._forward_output_kernel, function._tile_meta(plan, plan.output)),
-            (kernels._backward_query_kernel, function._tile_meta(plan, plan.query)),
-            (kernels._backward_key_kernel, function._tile_meta(plan, plan.key))]
+    """(kernel, its compile-time meta) for every kernel of a plan."""
+    from mavit_mm.ops.mala.function import launch_table
+    return list(launch_table(plan).values())
 
 
 def _compile_for(kernel, meta: Dict, io_type: str, capability: int) -> Dict:

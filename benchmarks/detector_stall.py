@@ -8,11 +8,13 @@ outputs (max |x|, std, and the share of their energy in the spatial mean).
     python benchmarks/detector_stall.py --name resnet18 --backbone resnet18
     python benchmarks/detector_stall.py --name resnet18-ln --backbone resnet18-ln
     python benchmarks/detector_stall.py --name mavit-no-out-norm --backbone mavit-no-out-norm
+    python benchmarks/detector_stall.py --name swin --backbone swin
     python benchmarks/detector_stall.py --name frozen --cfg-options model.backbone.frozen_stages=4
 
 Each run writes ``<out-dir>/<name>.json`` (one row per recorded iteration).
 The backbone variants exist only for this experiment: ``resnet18`` is mmdet's
-ResNet-18 from scratch, ``resnet18-ln`` adds a LayerNorm over the channels of
+ResNet-18 from scratch, ``swin`` mmdet's SwinTransformer with MAViT-T's widths
+(its outputs are LayerNorm'd too), ``resnet18-ln`` adds a LayerNorm over the channels of
 each output (what MAViT's ``extra_norms`` do), ``mavit-no-out-norm`` returns
 MAViT's stage outputs without ``extra_norms``. Needs the demo data
 (``python tools/make_demo_data.py``). Runs on a CPU, about 1 s per iteration.
@@ -40,6 +42,11 @@ from mavit_mm.models.mavit import MAViT, LayerNorm2d  # noqa: E402
 
 RESNET18 = dict(type='ResNet', depth=18, out_indices=(0, 1, 2, 3),
                 norm_cfg=dict(type='BN'), norm_eval=False, init_cfg=None)
+# mmdet's Swin with MAViT-T's widths (64/128/256/512) and depths; its outputs
+# also pass through a LayerNorm each, like MAViT's extra_norms.
+SWIN_T64 = dict(type='SwinTransformer', embed_dims=64, depths=(2, 2, 6, 2),
+                num_heads=(2, 4, 8, 16), window_size=7, drop_path_rate=0.1,
+                out_indices=(0, 1, 2, 3), init_cfg=None)
 
 
 def register_variants():
@@ -122,7 +129,8 @@ def main(argv=None) -> None:
     parser.add_argument('--config', default='configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py')
     parser.add_argument('--name', required=True, help='run name: <out-dir>/<name>.json')
     parser.add_argument('--backbone', default='mavit',
-                        choices=['mavit', 'resnet18', 'resnet18-ln', 'mavit-no-out-norm'])
+                        choices=['mavit', 'resnet18', 'resnet18-ln', 'mavit-no-out-norm',
+                                 'swin'])
     parser.add_argument('--iters', type=int, default=100)
     parser.add_argument('--interval', type=int, default=10)
     parser.add_argument('--evaluate', action='store_true', help='run validation at the end')
@@ -138,6 +146,8 @@ def main(argv=None) -> None:
         cfg.model.backbone = dict(RESNET18, out_indices=out_indices)
     elif args.backbone == 'resnet18-ln':
         cfg.model.backbone = dict(RESNET18, out_indices=out_indices, type='ResNetWithOutputLN')
+    elif args.backbone == 'swin':
+        cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices)
     elif args.backbone == 'mavit-no-out-norm':
         cfg.model.backbone.type = 'MAViTWithoutOutputNorm'
     cli.configure_amp(cfg, False)

@@ -28,8 +28,6 @@ def _downstream_available() -> bool:
 # (and mmcv with its ops).
 needs_downstream = pytest.mark.skipif(not _downstream_available(),
                                       reason='needs mmdet and mmseg (mmcv with ops)')
-# On CPU the backbone's MALA ('auto') warns that it uses the PyTorch path.
-pytestmark = pytest.mark.filterwarnings('ignore:MALA falls back:RuntimeWarning')
 
 SIZES = ('t', 's', 'b', 'l')
 ARCH = dict(t='tiny', s='small', b='base', l='large')

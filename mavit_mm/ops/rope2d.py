@@ -7,7 +7,7 @@ column index. The per-stage ``angle`` buffer holds ``head_dim // 2`` angles
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import nn
@@ -21,6 +21,15 @@ def rope_angles(head_dim: int, base: float = 10000.0) -> torch.Tensor:
     return freqs.repeat_interleave(2).float()
 
 
+def angles_repeat_in_pairs(angle: torch.Tensor) -> bool:
+    """Whether ``angle`` holds each frequency twice, the layout the fused kernels use.
+
+    Compares values, so on a GPU it syncs: call it when a buffer is built or
+    loaded, not per forward.
+    """
+    return bool(angle.numel() % 2 == 0 and torch.equal(angle[0::2], angle[1::2]))
+
+
 class RotaryTables:
     """The rotation of one stage at one feature-map size, shared by its blocks.
 
@@ -29,11 +38,21 @@ class RotaryTables:
     once per dtype; they broadcast over batch and heads and are never copied.
     """
 
-    def __init__(self, angle: torch.Tensor, height: int, width: int):
+    def __init__(self, angle: torch.Tensor, height: int, width: int,
+                 paired: Optional[bool] = None):
         self.angle = angle
         self.height = height
         self.width = width
+        self._paired = paired
         self._tables = {}
+
+    @property
+    def paired(self) -> bool:
+        """Whether the angles repeat in pairs (known from the owning RoPE2d,
+        or checked once here for hand-built tables)."""
+        if self._paired is None:
+            self._paired = angles_repeat_in_pairs(self.angle)
+        return self._paired
 
     def tables(self, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
         if dtype not in self._tables:
@@ -65,12 +84,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
 
 
 class RoPE2d(nn.Module):
-    """Owns a stage's ``angle`` buffer (state-dict key ``layers.i.RoPE.angle``)."""
+    """Owns a stage's ``angle`` buffer (state-dict key ``layers.i.RoPE.angle``).
+
+    Whether the buffer has the paired layout is checked when it is built and
+    after each ``load_state_dict``, so that no forward has to look at its values.
+    """
 
     def __init__(self, head_dim: int):
         super().__init__()
         self.head_dim = head_dim
         self.register_buffer('angle', rope_angles(head_dim))
+        self.angles_paired = True
+        self.register_load_state_dict_post_hook(RoPE2d._check_loaded_angles)
+
+    @staticmethod
+    def _check_loaded_angles(module: 'RoPE2d', incompatible_keys) -> None:
+        module.angles_paired = angles_repeat_in_pairs(module.angle)
 
     def forward(self, height: int, width: int) -> RotaryTables:
-        return RotaryTables(self.angle, height, width)
+        return RotaryTables(self.angle, height, width, paired=self.angles_paired)

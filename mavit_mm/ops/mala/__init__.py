@@ -5,9 +5,10 @@ PyTorch path (``'torch'``, :mod:`.naive`), the fused Triton kernels
 (``'triton'``, :mod:`.function` / :mod:`.kernels`) or the best available one
 (``'auto'``).
 
-* ``'auto'``: Triton for supported CUDA cases, else the PyTorch path with one
-  warning per distinct reason (CPU tensors, unsupported head dim or dtype,
-  triton missing).
+* ``'auto'``: Triton for supported CUDA cases. Off CUDA, the PyTorch path,
+  silently. On CUDA cases the kernels cannot run (head dim, dtype, triton
+  missing, too little shared memory), the PyTorch path with one warning per
+  distinct reason.
 * ``'triton'``: the fused kernels or a clear error saying why not. On CPU it
   runs in Triton's interpreter when ``TRITON_INTERPRET=1`` (how CI tests them).
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 import importlib
 import os
 import warnings
-import weakref
 from typing import NamedTuple, Optional
 
 import torch
@@ -37,7 +37,7 @@ TRITON_MAX_BATCH_HEADS = 65535
 _warned_fallback_reasons = set()
 _triton_import_error: Optional[str] = None
 _triton_import_tried = False
-_paired_angle_cache = {}
+_function = None  # the .function module (kernels' launches), once imported
 
 
 class Unsupported(NamedTuple):
@@ -61,15 +61,30 @@ def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     check_mala_impl(impl)
     _check_shapes(q, k, v, rope)
-    if impl == 'torch' or q.numel() == 0:
+    # 'auto' off CUDA: the PyTorch path is the best there is, nothing to warn about.
+    if impl == 'torch' or q.numel() == 0 or (impl == 'auto' and q.device.type != 'cuda'):
         return _torch_mala(q, k, v, rope)
     unsupported = triton_unsupported(q, k, v, rope, allow_interpreter=impl == 'triton')
     if unsupported is None:
-        return _triton_mala(q, k, v, rope)
+        return _triton_or_fallback(q, k, v, rope, impl)
     if impl == 'triton':
         raise unsupported.error(f"mala_impl='triton' cannot run this case: {unsupported.reason}")
     _warn_fallback_once(unsupported.reason)
     return _torch_mala(q, k, v, rope)
+
+
+def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:
+    """The fused kernels; a launch the GPU cannot hold (Triton's out-of-resources
+    error, judged from the compiled kernel's own registers and shared memory)
+    falls back under 'auto' and is a clear error under 'triton'."""
+    try:
+        return _triton_mala(q, k, v, rope)
+    except _function.OutOfResources as exc:
+        reason = f'the kernels do not fit this GPU ({exc})'
+        if impl == 'triton':
+            raise RuntimeError(f"mala_impl='triton' cannot run this case: {reason}") from exc
+        _warn_fallback_once(reason)
+        return _torch_mala(q, k, v, rope)
 
 
 def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: RotaryTables,
@@ -101,20 +116,36 @@ def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
     if batch_heads > TRITON_MAX_BATCH_HEADS:
         return Unsupported(f'batch * heads = {batch_heads} exceeds {TRITON_MAX_BATCH_HEADS}',
                            ValueError)
-    if not _angles_repeat_in_pairs(rope.angle):
+    too_far = _int32_offset_overflow(q, k, v)
+    if too_far is not None:
+        return Unsupported(too_far, ValueError)
+    if not rope.paired:
         return Unsupported('the RoPE angle buffer must repeat each frequency twice '
                            '(the published layout the kernels rely on)', ValueError)
-    from .function import shared_memory_shortfall
     needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    shortfall = shared_memory_shortfall(head_dim, device, needs_backward)
+    shortfall = _function.shared_memory_shortfall(head_dim, device, needs_backward)
     if shortfall is not None:
         return Unsupported(shortfall, RuntimeError)
     return None
 
 
+def _int32_offset_overflow(*tensors: torch.Tensor) -> Optional[str]:
+    # The kernels index within a head in int32 (the head's base is int64).
+    for name, t in zip('qkv', tensors):
+        extent = sum((size - 1) * abs(stride) for size, stride in
+                     zip(t.shape[-2:], t.stride()[-2:]))
+        if extent >= 2 ** 31:
+            return (f'{name} spans {extent + 1} elements within one head with strides '
+                    f'{t.stride()}; the kernels index a head in int32 (at most 2**31)')
+    return None
+
+
 def triton_interpreter_enabled() -> bool:
     """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET)."""
-    return os.environ.get('TRITON_INTERPRET', '0').strip().lower() in ('1', 'true', 'yes', 'on')
+    # The values Triton itself reads as true (its knobs' env_bool), so this and
+    # Triton never disagree; the one place the package decides it.
+    return os.environ.get('TRITON_INTERPRET', '0').strip().lower() in ('1', 'true', 'yes', 'on',
+                                                                      'y')
 
 
 def _check_shapes(q, k, v, rope: RotaryTables) -> None:
@@ -136,32 +167,19 @@ def _torch_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
 
 
 def _triton_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
-    from .function import fused_mala
-    return fused_mala(q, k, v, rope.angle, rope.width)
+    return _function.fused_mala(q, k, v, rope.angle, rope.width)
 
 
 def _triton_unavailable() -> Optional[str]:
     """Import the Triton modules once; the error text if that fails."""
-    global _triton_import_error, _triton_import_tried
+    global _function, _triton_import_error, _triton_import_tried
     if not _triton_import_tried:
         _triton_import_tried = True
         try:
-            importlib.import_module('.function', __name__)
+            _function = importlib.import_module('.function', __name__)
         except ImportError as exc:
             _triton_import_error = f'triton is not available ({exc})'
     return _triton_import_error
-
-
-def _angles_repeat_in_pairs(angle: torch.Tensor) -> bool:
-    # Checked once per buffer (and in-place version of it): the comparison
-    # syncs with the GPU. Entries leave with their tensor, so ids are not reused.
-    version = -1 if angle.is_inference() else angle._version
-    key = (id(angle), version)
-    if key not in _paired_angle_cache:
-        _paired_angle_cache[key] = bool(angle.numel() % 2 == 0
-                                        and torch.equal(angle[0::2], angle[1::2]))
-        weakref.finalize(angle, _paired_angle_cache.pop, key, None)
-    return _paired_angle_cache[key]
 
 
 def _warn_fallback_once(reason: str) -> None:

@@ -15,19 +15,45 @@ from typing import Dict, Optional, Tuple
 
 import torch
 import triton
-from torch.autograd.function import once_differentiable
 
-from . import kernels
+# The Triton releases the kernels are written and tested for (setup.py's
+# 'triton' extra says the same). Outside them the import fails with this
+# reason, so 'auto' keeps the PyTorch path and 'triton' says why it cannot run.
+SUPPORTED_TRITON = ('3.2', '3.10')   # [lowest, first unsupported)
+
+
+def _release(version: str) -> Tuple[int, int]:
+    major, minor = version.split('.')[:2]
+    return int(major), int(''.join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+if not _release(SUPPORTED_TRITON[0]) <= _release(triton.__version__) < _release(
+        SUPPORTED_TRITON[1]):
+    raise ImportError(f'triton {triton.__version__} is outside the versions the fused MALA '
+                      f'kernels support (>={SUPPORTED_TRITON[0]},<{SUPPORTED_TRITON[1]})')
+
+from . import kernels  # noqa: E402
+
+try:  # where Triton raises it when a compiled kernel needs more than the GPU has
+    from triton.runtime.errors import OutOfResources
+except ImportError:  # pragma: no cover - older layouts
+    from triton.runtime.autotuner import OutOfResources
 
 # fp32 inputs get exact fp32 dots. Half inputs use tf32 tensor cores on fp32
 # operands: fp32 range (a half KV would overflow at large activations) and,
 # thanks to the centring in the kernels, an error that is not amplified.
 DOT_PRECISION = {torch.float32: 'ieee', torch.float16: 'tf32', torch.bfloat16: 'tf32'}
-# A chunk's partial sums cost a (d + 5) x d fp32 write + read: with at least
-# this many tokens per chunk that stays a few percent of reading k and v.
-MIN_TOKENS_PER_CHUNK = 1024
-# Enough split-N programs to fill the GPU even when B * heads is 1.
-PROGRAMS_PER_SM = 2
+# A chunk's partial sums cost a (d + 5) x d fp32 write + read, about as much as
+# reading d + 5 more tokens; with at least this many tokens per chunk they stay
+# a few percent of reading k and v.
+MIN_TOKENS_PER_CHUNK = 512
+# Split-N programs (partials, query kernels) resident on one SM at once: from
+# the ahead-of-time sm_80/sm_90 compiles (<= 64 KiB shared memory, <= 255
+# registers x 8 warps per program, so 2 fit an SM's 228 KiB / 64K registers).
+# GPU timing (benchmarks/tune_mala.py) may refine it.
+RESIDENT_PROGRAMS_PER_SM = 2
+# What a chunk's partial sums cost, in tokens read (see MIN_TOKENS_PER_CHUNK).
+PARTIAL_SUM_TOKENS = 64
 # The token-parallel kernels (output, key) loop over several tiles per program
 # so the (d, d) stats are read once per program; but keep at least this many
 # programs per SM so that every SM has work.
@@ -83,10 +109,21 @@ def _sm_count(device: torch.device) -> int:
 
 def _default_tokens_per_chunk(num_tokens: int, batch_heads: int, block_n: int,
                               device: torch.device) -> int:
-    wanted_programs = PROGRAMS_PER_SM * _sm_count(device)
-    chunks = min(triton.cdiv(wanted_programs, batch_heads),
-                 triton.cdiv(num_tokens, MIN_TOKENS_PER_CHUNK))
-    chunks = max(chunks, 1)
+    """Tokens per split-N chunk: the chunk count that finishes soonest.
+
+    The time is modelled as waves x tokens per chunk (plus each chunk's partial
+    sums): ``chunks * batch_heads`` programs run ``RESIDENT_PROGRAMS_PER_SM * SMs``
+    at a time, so counts that leave the last wave nearly empty lose, and whole
+    waves win.
+    """
+    slots = RESIDENT_PROGRAMS_PER_SM * _sm_count(device)
+    max_chunks = max(1, min(num_tokens // MIN_TOKENS_PER_CHUNK, slots))
+
+    def cost(chunks: int) -> float:
+        waves = triton.cdiv(chunks * batch_heads, slots)
+        return waves * (triton.cdiv(num_tokens, chunks) + PARTIAL_SUM_TOKENS)
+
+    chunks = min(range(1, max_chunks + 1), key=lambda c: (cost(c), c))
     return triton.cdiv(triton.cdiv(num_tokens, chunks), block_n) * block_n
 
 
@@ -192,6 +229,22 @@ def _tile_meta(plan: LaunchPlan, tile: KernelTile) -> dict:
                 num_stages=tile.num_stages)
 
 
+def _combine_meta(plan: LaunchPlan) -> dict:
+    tile = plan.combine
+    return dict(ROWS=tile.block_n, BLOCK_D=plan.block_d, num_warps=tile.num_warps,
+                num_stages=tile.num_stages)
+
+
+def launch_table(plan: LaunchPlan) -> Dict[str, Tuple[object, dict]]:
+    """Every kernel of a plan with its compile-time meta-parameters, by name:
+    the one table the launches below and the benchmarks' compile reports use."""
+    return dict(partials=(kernels._forward_partials_kernel, _tile_meta(plan, plan.partials)),
+                combine=(kernels._forward_combine_kernel, _combine_meta(plan)),
+                output=(kernels._forward_output_kernel, _tile_meta(plan, plan.output)),
+                query=(kernels._backward_query_kernel, _tile_meta(plan, plan.query)),
+                key=(kernels._backward_key_kernel, _tile_meta(plan, plan.key)))
+
+
 class ForwardLaunches:
     """The forward's buffers and its three kernel launches, one method each.
 
@@ -201,6 +254,7 @@ class ForwardLaunches:
     def __init__(self, q, k, v, angle, width: int, plan: LaunchPlan):
         batch, heads, num_tokens, head_dim = q.shape
         self.q, self.k, self.v, self.angle, self.width, self.plan = q, k, v, angle, width, plan
+        self.table = launch_table(plan)
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
         self.batch_heads = batch * heads
         self.scale = head_dim ** -0.5
@@ -213,28 +267,26 @@ class ForwardLaunches:
 
     def partials(self):
         plan, k, v = self.plan, self.k, self.v
-        kernels._forward_partials_kernel[(plan.num_chunks, self.batch_heads)](
+        kernel, meta = self.table['partials']
+        kernel[(plan.num_chunks, self.batch_heads)](
             k, v, self.angle, self.workspace, *k.stride(), *v.stride(),
-            self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk,
-            **_tile_meta(plan, plan.partials))
+            self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk, **meta)
 
     def combine(self):
-        plan, tile = self.plan, self.plan.combine
-        kernels._forward_combine_kernel[(triton.cdiv(self.head_dim, tile.block_n),
-                                         self.batch_heads)](
+        plan = self.plan
+        kernel, meta = self.table['combine']
+        kernel[(triton.cdiv(self.head_dim, meta['ROWS']), self.batch_heads)](
             self.workspace, self.stats, plan.num_chunks, self.num_tokens,
-            plan.tokens_per_chunk, self.head_dim, self.scale / self.num_tokens,
-            ROWS=tile.block_n, BLOCK_D=plan.block_d, num_warps=tile.num_warps,
-            num_stages=tile.num_stages)
+            plan.tokens_per_chunk, self.head_dim, self.scale / self.num_tokens, **meta)
 
     def output(self):
         plan, q, out = self.plan, self.q, self.out
         per_program = plan.output_tokens_per_program
-        kernels._forward_output_kernel[(triton.cdiv(self.num_tokens, per_program),
-                                        self.batch_heads)](
+        kernel, meta = self.table['output']
+        kernel[(triton.cdiv(self.num_tokens, per_program), self.batch_heads)](
             q, self.stats, self.angle, out, *q.stride(), *out.stride(),
             self.heads, self.num_tokens, self.width, self.head_dim, self.scale, per_program,
-            **_tile_meta(plan, plan.output))
+            **meta)
 
     def steps(self):
         return (('partials', self.partials), ('combine', self.combine), ('output', self.output))
@@ -252,6 +304,7 @@ class BackwardLaunches:
         batch, heads, num_tokens, head_dim = q.shape
         self.dout, self.q, self.k, self.v = dout, q, k, v
         self.angle, self.stats, self.width, self.plan = angle, stats, width, plan
+        self.table = launch_table(plan)
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
         self.batch_heads = batch * heads
         self.scale = head_dim ** -0.5
@@ -264,11 +317,12 @@ class BackwardLaunches:
 
     def query(self):
         plan, q, dout, dq = self.plan, self.q, self.dout, self.dq
-        kernels._backward_query_kernel[(plan.num_chunks, self.batch_heads)](
+        kernel, meta = self.table['query']
+        kernel[(plan.num_chunks, self.batch_heads)](
             q, dout, self.stats, self.angle, dq, self.workspace,
             *q.stride(), *dout.stride(), *dq.stride(),
             self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk,
-            self.scale, **_tile_meta(plan, plan.query))
+            self.scale, **meta)
 
     def chunk_sum(self):
         # Partials are pre-scaled in the kernel; summing the chunks is all that is left.
@@ -278,12 +332,11 @@ class BackwardLaunches:
     def key(self):
         plan, k, v, dk, dv = self.plan, self.k, self.v, self.dk, self.dv
         per_program = plan.key_tokens_per_program
-        kernels._backward_key_kernel[(triton.cdiv(self.num_tokens, per_program),
-                                      self.batch_heads)](
+        kernel, meta = self.table['key']
+        kernel[(triton.cdiv(self.num_tokens, per_program), self.batch_heads)](
             k, v, self.stats, self.key_grads, self.angle, dk, dv,
             *k.stride(), *v.stride(), *dk.stride(), *dv.stride(),
-            self.heads, self.num_tokens, self.width, self.head_dim, per_program,
-            **_tile_meta(plan, plan.key))
+            self.heads, self.num_tokens, self.width, self.head_dim, per_program, **meta)
 
     def steps(self):
         return (('query', self.query), ('chunk_sum', self.chunk_sum), ('key', self.key))
@@ -311,36 +364,77 @@ def _on_device(device: torch.device):
     return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
 
 
-class FusedMALAFunction(torch.autograd.Function):
-    """MALA over (B, heads, N, d) pre-activation q, k and v, fused in Triton."""
+# The fused MALA as PyTorch operators: ``mavit_mm::mala`` (forward, returns
+# ``out`` and the fp32 stats saved for backward) and ``mavit_mm::mala_backward``,
+# with fake implementations and an autograd formula, so that torch.compile
+# treats them as opaque nodes and nothing in them syncs with the host. The
+# plan overrides travel as ints, 0 meaning "the default".
+@torch.library.custom_op('mavit_mm::mala', mutates_args=())
+def mala_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tensor,
+            width: int, block_n: int = 0, tokens_per_chunk: int = 0,
+            tokens_per_program: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
+    plan = _plan_for(q, block_n, tokens_per_chunk, tokens_per_program)
+    angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
+    with _on_device(q.device):
+        return mala_forward(q, k, v, angle, width, plan)
 
-    @staticmethod
-    def forward(ctx, q, k, v, angle, width, plan_overrides):
-        batch, heads, num_tokens, head_dim = q.shape
-        plan = make_launch_plan(num_tokens, batch * heads, head_dim, q.dtype, q.device,
-                                **plan_overrides)
-        angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
-        with _on_device(q.device):
-            out, stats = mala_forward(q, k, v, angle, width, plan)
-        ctx.save_for_backward(q, k, v, angle, stats)
-        ctx.width = width
-        ctx.plan = plan
-        return out
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dout):
-        q, k, v, angle, stats = ctx.saved_tensors
-        with _on_device(q.device):
-            dq, dk, dv = mala_backward(dout, q, k, v, angle, stats, ctx.width, ctx.plan)
-        return dq, dk, dv, None, None, None
+@mala_op.register_fake
+def _mala_fake(q, k, v, angle, width, block_n=0, tokens_per_chunk=0, tokens_per_program=0):
+    batch, heads, _, head_dim = q.shape
+    stats = q.new_empty(batch * heads, head_dim + kernels.STATS_EXTRA_ROWS.value, head_dim,
+                        dtype=torch.float32)
+    return _empty_like_layout(q), stats
+
+
+@torch.library.custom_op('mavit_mm::mala_backward', mutates_args=())
+def mala_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     angle: torch.Tensor, stats: torch.Tensor, width: int, block_n: int = 0,
+                     tokens_per_chunk: int = 0, tokens_per_program: int = 0
+                     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    plan = _plan_for(q, block_n, tokens_per_chunk, tokens_per_program)
+    angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
+    with _on_device(q.device):
+        return mala_backward(dout, q, k, v, angle, stats, width, plan)
+
+
+@mala_backward_op.register_fake
+def _mala_backward_fake(dout, q, k, v, angle, stats, width, block_n=0, tokens_per_chunk=0,
+                        tokens_per_program=0):
+    return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
+
+
+def _plan_for(q: torch.Tensor, block_n: int, tokens_per_chunk: int,
+              tokens_per_program: int) -> LaunchPlan:
+    batch, heads, num_tokens, head_dim = q.shape
+    return make_launch_plan(num_tokens, batch * heads, head_dim, q.dtype, q.device,
+                            block_n=block_n or None, tokens_per_chunk=tokens_per_chunk or None,
+                            tokens_per_program=tokens_per_program or None)
+
+
+def _mala_setup_context(ctx, inputs, output):
+    q, k, v, angle, width, *overrides = inputs
+    ctx.save_for_backward(q, k, v, angle, output[1])
+    ctx.width = width
+    ctx.overrides = overrides
+
+
+def _mala_autograd(ctx, dout, _dstats):
+    q, k, v, angle, stats = ctx.saved_tensors
+    dq, dk, dv = mala_backward_op(dout, q, k, v, angle, stats, ctx.width, *ctx.overrides)
+    return dq, dk, dv, None, None, None, None, None
+
+
+mala_op.register_autograd(_mala_autograd, setup_context=_mala_setup_context)
 
 
 def fused_mala(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tensor,
-               width: int, **plan_overrides) -> torch.Tensor:
+               width: int, block_n: Optional[int] = None, tokens_per_chunk: Optional[int] = None,
+               tokens_per_program: Optional[int] = None) -> torch.Tensor:
     """Fused MALA; the caller has checked the case is supported (see ``__init__``).
 
-    ``plan_overrides`` go to :func:`make_launch_plan` (``block_n``,
-    ``tokens_per_chunk``, ``tiles``, ``tokens_per_program``).
+    The overrides go to :func:`make_launch_plan`; ``None`` keeps its default.
     """
-    return FusedMALAFunction.apply(q, k, v, angle, width, plan_overrides)
+    out, _ = mala_op(q, k, v, angle, width, block_n or 0, tokens_per_chunk or 0,
+                     tokens_per_program or 0)
+    return out

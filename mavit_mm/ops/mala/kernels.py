@@ -40,13 +40,13 @@ parts are combined exactly in fp32. The same holds in the backward.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-MALA_EPS = tl.constexpr(1e-6)
+from . import naive, triton_interpreter_enabled
+
+MALA_EPS = tl.constexpr(naive.MALA_EPS)
 # 2*pi split in two (Cody-Waite): the first part has 8 significant bits, so
 # ``turns * _TWO_PI_HI`` is exact for any position of a real feature map.
 _INV_TWO_PI = tl.constexpr(0.15915494309189535)
@@ -121,18 +121,11 @@ def _pair_angles(pairs, angle_ptr, head_dim):
     return angle.to(tl.float32), even_channel < half_dim
 
 
-def _interpreted() -> bool:
-    knobs = getattr(triton, 'knobs', None)
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
-    return os.environ.get('TRITON_INTERPRET', '0') == '1'
-
-
 # On NVIDIA, sin/cos of the reduced angle use the hardware approximations
 # (abs. error ~1e-6 on [-pi, pi]); the accurate library versions carry a
 # Payne-Hanek slow path (local memory, registers) these angles never need.
 # The interpreter and other backends have no such intrinsics.
-if not _interpreted() and torch.version.hip is None:
+if not triton_interpreter_enabled() and torch.version.hip is None:
     from triton.language.extra.cuda import libdevice as _libdevice
 
     @triton.jit
