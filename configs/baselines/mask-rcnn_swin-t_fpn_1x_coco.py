@@ -1,0 +1,24 @@
+# Baseline: Mask R-CNN + Swin-T (mmdet's SwinTransformer) in MAViT-T's 1x
+# recipe, for side-by-side speed and memory (tools/benchmark_fps.py). Swin-T as
+# in mmdet's mask-rcnn_swin-t-p4-w7_fpn_1x_coco: 96 channels, depths 2/2/6/2,
+# heads 3/6/12/24, 7x7 windows, drop path 0.2. For accuracy runs, point
+# init_cfg at the Swin-T ImageNet-1K weights (mmdet's configs/swin README).
+_base_ = ['../mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py']
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='SwinTransformer',
+        embed_dims=96,
+        depths=[2, 2, 6, 2],
+        num_heads=[3, 6, 12, 24],
+        window_size=7,
+        mlp_ratio=4,
+        qkv_bias=True,
+        drop_path_rate=0.2,
+        patch_norm=True,
+        out_indices=(0, 1, 2, 3),
+        with_cp=False,
+        convert_weights=True,
+        init_cfg=None),
+    neck=dict(in_channels=[96, 192, 384, 768]))
