@@ -16,7 +16,8 @@ The backbone variants exist only for this experiment: ``resnet18`` is mmdet's
 ResNet-18 from scratch, ``swin`` mmdet's SwinTransformer with MAViT-T's widths
 (its outputs are LayerNorm'd too), ``resnet18-ln`` adds a LayerNorm over the channels of
 each output (what MAViT's ``extra_norms`` do), ``mavit-no-out-norm`` returns
-MAViT's stage outputs without ``extra_norms``. Needs the demo data
+MAViT's stage outputs without ``extra_norms``, ``mavit-ln-stem`` has LayerNorms
+where MAViT's stem and downsampling layers have BatchNorms. Needs the demo data
 (``python tools/make_demo_data.py``). Runs on a CPU, about 1 s per iteration.
 """
 from __future__ import annotations
@@ -63,6 +64,18 @@ def register_variants():
 
         def forward(self, x):
             return tuple(norm(out) for norm, out in zip(self.out_norms, super().forward(x)))
+
+    @MODELS.register_module(force=True)
+    class MAViTWithLayerNormStem(MAViT):
+        """MAViT whose stem and downsampling BatchNorms are LayerNorms over channels
+        (as Swin's patch embedding and merging are): tells BN and LN apart."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            for module in list(self.modules()):
+                for name, child in module.named_children():
+                    if isinstance(child, nn.modules.batchnorm._BatchNorm):
+                        setattr(module, name, LayerNorm2d(child.num_features))
 
     @MODELS.register_module(force=True)
     class MAViTWithoutOutputNorm(MAViT):
@@ -130,7 +143,7 @@ def main(argv=None) -> None:
     parser.add_argument('--name', required=True, help='run name: <out-dir>/<name>.json')
     parser.add_argument('--backbone', default='mavit',
                         choices=['mavit', 'resnet18', 'resnet18-ln', 'mavit-no-out-norm',
-                                 'swin'])
+                                 'swin', 'mavit-ln-stem'])
     parser.add_argument('--iters', type=int, default=100)
     parser.add_argument('--interval', type=int, default=10)
     parser.add_argument('--evaluate', action='store_true', help='run validation at the end')
@@ -146,6 +159,8 @@ def main(argv=None) -> None:
         cfg.model.backbone = dict(RESNET18, out_indices=out_indices)
     elif args.backbone == 'resnet18-ln':
         cfg.model.backbone = dict(RESNET18, out_indices=out_indices, type='ResNetWithOutputLN')
+    elif args.backbone == 'mavit-ln-stem':
+        cfg.model.backbone.type = 'MAViTWithLayerNormStem'
     elif args.backbone == 'swin':
         cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices)
     elif args.backbone == 'mavit-no-out-norm':
