@@ -441,3 +441,17 @@ def test_unsupported_triton_version_is_refused_with_its_reason():
                             text=True, timeout=120, env={**os.environ, 'TRITON_INTERPRET': '1'})
     assert result.returncode == 0, result.stderr[-2000:]
     assert 'triton 3.11.0 is outside the versions' in result.stdout
+
+
+def test_shared_memory_check_counts_forward_and_backward(monkeypatch):
+    # A 99 KiB-per-block GPU (sm_86/sm_89): narrow heads fit both passes, wide
+    # heads fit neither (the forward alone needs more than 99 KiB).
+    monkeypatch.setattr(mala_function, '_max_shared_memory_kib', lambda index: 99)
+    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda index: 'RTX 4090')
+    gpu = torch.device('cuda', 0)
+    assert mala_function.shared_memory_shortfall(64, gpu, backward=True) is None
+    reason = mala_function.shared_memory_shortfall(96, gpu, backward=False)
+    assert reason is not None and 'RTX 4090 offers 99 KiB' in reason and 'forward' in reason
+    monkeypatch.setattr(mala_function, '_max_shared_memory_kib', lambda index: 128)
+    assert mala_function.shared_memory_shortfall(96, gpu, backward=False) is None
+    assert 'backward' in mala_function.shared_memory_shortfall(96, gpu, backward=True)

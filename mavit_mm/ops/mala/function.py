@@ -71,10 +71,14 @@ KERNEL_TILES = {
 }
 KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
 # Peak shared memory per block (KiB) of the forward / backward kernels with
-# those tiles: the largest seen over dtypes and shapes on sm_80 and sm_90 with Triton 3.9
-# (``bench_mala.py --compile-report 80 90``). GPUs with ~99 KiB per block
-# (sm_86, sm_89) cannot run the wide-head backward.
-SHARED_MEMORY_KIB = {'narrow': (48, 57), 'wide': (81, 152)}
+# those tiles (3 pipeline stages): the largest over fp32/bf16/fp16 and head dims
+# 16-128 on sm_80 and sm_90 with Triton 3.9 (``bench_mala.py --compile-report
+# 80 90``, benchmarks/results/compile-report-sm80-sm90-triton3.9-2026-11-23.txt).
+# GPUs with ~99 KiB per block (sm_86, sm_89) cannot run the wide-head kernels;
+# a launch that still runs out is caught (Triton checks the compiled kernel).
+# fp32 'tf32x3' dots were tried: fewer spills (d=96 query kernel 4728 -> 576
+# bytes) but the wide backward then needs 296 KiB, more than an H100 has.
+SHARED_MEMORY_KIB = {'narrow': (65, 57), 'wide': (113, 152)}
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,8 @@ def shared_memory_shortfall(head_dim: int, device: torch.device, backward: bool)
     """Why this GPU lacks the shared memory the kernels need, or ``None``."""
     if device.type != 'cuda':
         return None
-    needed = SHARED_MEMORY_KIB[tile_family(head_dim)][1 if backward else 0]
+    forward_kib, backward_kib = SHARED_MEMORY_KIB[tile_family(head_dim)]
+    needed = max(forward_kib, backward_kib) if backward else forward_kib
     index = device.index if device.index is not None else torch.cuda.current_device()
     available = _max_shared_memory_kib(index)
     if available is None or available >= needed:
