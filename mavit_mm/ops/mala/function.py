@@ -47,10 +47,11 @@ DOT_PRECISION = {torch.float32: 'ieee', torch.float16: 'tf32', torch.bfloat16: '
 # reading d + 5 more tokens; with at least this many tokens per chunk they stay
 # a few percent of reading k and v.
 MIN_TOKENS_PER_CHUNK = 512
-# Split-N programs (partials, query kernels) resident on one SM at once: from
-# the ahead-of-time sm_80/sm_90 compiles (<= 64 KiB shared memory, <= 255
-# registers x 8 warps per program, so 2 fit an SM's 228 KiB / 64K registers).
-# GPU timing (benchmarks/tune_mala.py) may refine it.
+# Split-N programs resident on one SM at once, from the sm_90 compile report
+# (benchmarks/results/compile-report-*): at d = 64 the partials kernel takes
+# 124 registers x 256 threads, so 2 fit an SM's 64K registers; at d = 96, and
+# for the query kernel, 255 registers: 1 fits. Whole waves of 2 per SM are
+# whole waves of 1 per SM too. GPU timing (benchmarks/tune_mala.py) may refine it.
 RESIDENT_PROGRAMS_PER_SM = 2
 # What a chunk's partial sums cost, in tokens read (see MIN_TOKENS_PER_CHUNK).
 PARTIAL_SUM_TOKENS = 64
