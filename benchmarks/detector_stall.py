@@ -17,7 +17,11 @@ ResNet-18 from scratch, ``swin`` mmdet's SwinTransformer with MAViT-T's widths
 (its outputs are LayerNorm'd too), ``resnet18-ln`` adds a LayerNorm over the channels of
 each output (what MAViT's ``extra_norms`` do), ``mavit-no-out-norm`` returns
 MAViT's stage outputs without ``extra_norms``, ``mavit-ln-stem`` has LayerNorms
-where MAViT's stem and downsampling layers have BatchNorms. Needs the demo data
+where MAViT's stem and downsampling layers have BatchNorms, ``swin-convstem`` is
+the Swin variant with MAViT's ConvStem in place of its 4x4 patch embedding,
+``mavit-patch-merging`` has Swin's patch merging in place of MAViT's 3x3
+stride-2 conv + BN downsampling, ``mavit-default-init`` keeps PyTorch's default
+conv init. Needs the demo data
 (``python tools/make_demo_data.py``). Runs on a CPU, about 1 s per iteration.
 """
 from __future__ import annotations
@@ -64,6 +68,54 @@ def register_variants():
 
         def forward(self, x):
             return tuple(norm(out) for norm, out in zip(self.out_norms, super().forward(x)))
+
+    from mavit_mm.models.mavit import ConvStem
+    from mmdet.models.backbones import SwinTransformer
+
+    class ConvStemPatchEmbed(nn.Module):
+        """MAViT's ConvStem (four 3x3 convs, BN, GELU; stride 4) in Swin's patch
+        embedding slot, returning tokens and the map size as Swin expects."""
+
+        def __init__(self, embed_dims: int):
+            super().__init__()
+            self.stem = ConvStem(3, embed_dims, dict(type='BN'))
+
+        def forward(self, x):
+            x = self.stem(x)
+            return x.flatten(2).transpose(1, 2), (x.shape[2], x.shape[3])
+
+    @MODELS.register_module(force=True)
+    class SwinWithConvStem(SwinTransformer):
+        """mmdet's Swin with MAViT's overlapping ConvStem instead of 4x4 patches."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.patch_embed = ConvStemPatchEmbed(kwargs['embed_dims'])
+
+    @MODELS.register_module(force=True)
+    class MAViTWithPatchMerging(MAViT):
+        """MAViT whose 3x3 stride-2 conv + BN downsampling is Swin's patch
+        merging (2x2 patches, LayerNorm, then a linear map to the next width)."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            for stage in self.layers:
+                if stage.downsample is not None:
+                    conv = stage.downsample.reduction
+                    stage.downsample = nn.Sequential(
+                        nn.PixelUnshuffle(2), LayerNorm2d(4 * conv.in_channels),
+                        nn.Conv2d(4 * conv.in_channels, conv.out_channels, 1, bias=False))
+
+    @MODELS.register_module(force=True)
+    class MAViTWithDefaultConvInit(MAViT):
+        """MAViT whose convs keep PyTorch's default (Kaiming-uniform) init instead
+        of init_weights' trunc-normal(0.02); norms are reset as before."""
+
+        def init_weights(self):
+            for module in self.modules():
+                if isinstance(module, (nn.LayerNorm, nn.modules.batchnorm._BatchNorm)):
+                    nn.init.ones_(module.weight)
+                    nn.init.zeros_(module.bias)
 
     @MODELS.register_module(force=True)
     class MAViTWithLayerNormStem(MAViT):
@@ -143,7 +195,8 @@ def main(argv=None) -> None:
     parser.add_argument('--name', required=True, help='run name: <out-dir>/<name>.json')
     parser.add_argument('--backbone', default='mavit',
                         choices=['mavit', 'resnet18', 'resnet18-ln', 'mavit-no-out-norm',
-                                 'swin', 'mavit-ln-stem'])
+                                 'swin', 'mavit-ln-stem', 'swin-convstem',
+                                 'mavit-patch-merging', 'mavit-default-init'])
     parser.add_argument('--iters', type=int, default=100)
     parser.add_argument('--interval', type=int, default=10)
     parser.add_argument('--evaluate', action='store_true', help='run validation at the end')
@@ -161,6 +214,12 @@ def main(argv=None) -> None:
         cfg.model.backbone = dict(RESNET18, out_indices=out_indices, type='ResNetWithOutputLN')
     elif args.backbone == 'mavit-ln-stem':
         cfg.model.backbone.type = 'MAViTWithLayerNormStem'
+    elif args.backbone == 'mavit-default-init':
+        cfg.model.backbone.type = 'MAViTWithDefaultConvInit'
+    elif args.backbone == 'mavit-patch-merging':
+        cfg.model.backbone.type = 'MAViTWithPatchMerging'
+    elif args.backbone == 'swin-convstem':
+        cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices, type='SwinWithConvStem')
     elif args.backbone == 'swin':
         cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices)
     elif args.backbone == 'mavit-no-out-norm':
