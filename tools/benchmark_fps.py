@@ -25,6 +25,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import platform
 import sys
@@ -114,12 +115,22 @@ class PeakMemory:
             torch.cuda.synchronize(self.device)
             return (torch.cuda.max_memory_allocated(self.device) - base) / 2 ** 20
         try:  # "5" resets the kernel's peak-RSS counter (VmHWM) of this process
+            self._release_free_heap()
             Path('/proc/self/clear_refs').write_text('5')
             base = self._status_kib('VmRSS')
             call()
             return max(0, self._status_kib('VmHWM') - base) / 1024
         except OSError:
             return None
+
+    @staticmethod
+    def _release_free_heap() -> None:
+        # Memory freed by earlier runs stays in the C heap and would be reused
+        # without raising the RSS: hand it back first so the peak counts it.
+        try:
+            ctypes.CDLL('libc.so.6').malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
 
     @staticmethod
     def _status_kib(field: str) -> int:
@@ -157,7 +168,7 @@ def time_model(model, inputs, samples, args, device, autocast, progress) -> dict
             synchronize()
             if i >= args.warmup:
                 times.append(time.perf_counter() - start)
-            progress()
+            progress(inputs.shape[-2] * inputs.shape[-1])
         memory = PeakMemory(device).measure(run)
     times.sort()
     median = times[len(times) // 2]
@@ -215,16 +226,21 @@ def main(argv=None) -> dict:
     shapes = args.shapes or [tuple(args.shape)]
     autocast = torch.autocast(device.type, dtype=getattr(torch, DTYPES[args.dtype]),
                               enabled=args.dtype != 'fp32')
-    total_runs = len(args.configs) * len(shapes) * (args.warmup + args.iters)
-    done_runs, started = 0, time.time()
+    runs_per_shape = args.warmup + args.iters
+    total_runs = len(args.configs) * len(shapes) * runs_per_shape
+    # The time left is estimated from the pixels still to process: a run costs
+    # roughly in proportion to its input size.
+    total_pixels = len(args.configs) * runs_per_shape * sum(h * w for h, w in shapes)
+    done = dict(runs=0, pixels=0)
+    started = time.time()
 
-    def progress():
-        nonlocal done_runs
-        done_runs += 1
-        if done_runs % max(1, total_runs // 20) == 0 or done_runs == total_runs:
+    def progress(pixels: int):
+        done['runs'] += 1
+        done['pixels'] += pixels
+        if done['runs'] % max(1, total_runs // 20) == 0 or done['runs'] == total_runs:
             elapsed = time.time() - started
-            left = elapsed / done_runs * (total_runs - done_runs)
-            print(f'[{done_runs}/{total_runs} runs] {elapsed:.0f} s so far, '
+            left = elapsed / done['pixels'] * (total_pixels - done['pixels'])
+            print(f"[{done['runs']}/{total_runs} runs] {elapsed:.0f} s so far, "
                   f'about {left:.0f} s left', flush=True)
 
     results = []
