@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
+from mavit_mm.utils.device import device_name  # noqa: E402
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # Nominal HBM bandwidth in TB/s, matched against torch.cuda.get_device_name();
@@ -124,22 +125,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --------------------------------------------------------------------------
 # Device facts
 # --------------------------------------------------------------------------
-def device_name(device: torch.device) -> str:
-    if device.type == 'cuda':
-        return torch.cuda.get_device_name(device)
-    return f'cpu {_cpu_model() or platform.machine()}'
-
-
-def _cpu_model() -> Optional[str]:
-    try:
-        for line in Path('/proc/cpuinfo').read_text().splitlines():
-            if line.startswith('model name'):
-                return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
 def peak_bandwidth_tbps(name: str, override: Optional[float]) -> Optional[float]:
     if override is not None:
         return override

@@ -85,20 +85,6 @@ def parse_args(argv=None):
     return args
 
 
-def device_name(device) -> str:
-    """The GPU's name, or the CPU's model name."""
-    import torch
-    if device.type == 'cuda':
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path('/proc/cpuinfo').read_text().splitlines():
-            if line.startswith('model name'):
-                return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or 'cpu'
-
-
 class PeakMemory:
     """Extra memory one call takes: CUDA allocator peak, or peak RSS on Linux."""
 
@@ -218,6 +204,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     import torch
 
+    from mavit_mm.utils.device import device_name
     from mavit_mm.utils.model_builder import build_model, dummy_forward_inputs, load_config
 
     device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
