@@ -10,6 +10,7 @@ outputs (max |x|, std, and the share of their energy in the spatial mean).
     python benchmarks/detector_stall.py --name mavit-no-out-norm --backbone mavit-no-out-norm
     python benchmarks/detector_stall.py --name swin --backbone swin
     python benchmarks/detector_stall.py --name frozen --cfg-options model.backbone.frozen_stages=4
+    python benchmarks/detector_stall.py --name mavit-cpe-frozen --param-lr-mult .pos. 0
 
 Each run writes ``<out-dir>/<name>.json`` (one row per recorded iteration).
 The backbone variants exist only for this experiment: ``resnet18`` is mmdet's
@@ -21,7 +22,7 @@ where MAViT's stem and downsampling layers have BatchNorms, ``swin-convstem`` is
 the Swin variant with MAViT's ConvStem in place of its 4x4 patch embedding,
 ``mavit-patch-merging`` has Swin's patch merging in place of MAViT's 3x3
 stride-2 conv + BN downsampling, ``mavit-default-init`` keeps PyTorch's default
-conv init. Needs the demo data
+conv init, ``mavit-no-gate`` drops the gate ``o`` of the token mixers. Needs the demo data
 (``python tools/make_demo_data.py``). Runs on a CPU, about 1 s per iteration.
 """
 from __future__ import annotations
@@ -30,12 +31,14 @@ import argparse
 import json
 import sys
 import time
+import types
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 from mmengine.hooks import Hook  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
@@ -43,7 +46,9 @@ from torch import nn  # noqa: E402
 
 import mavit_mm  # noqa: E402,F401
 from mavit_mm.engine import cli  # noqa: E402
-from mavit_mm.models.mavit import MAViT, LayerNorm2d  # noqa: E402
+from mavit_mm.models.mavit import GatedAttention, MAViT, LayerNorm2d  # noqa: E402
+from mavit_mm.ops.mala import mala_attention  # noqa: E402
+from mavit_mm.ops.rope2d import apply_rope  # noqa: E402
 
 RESNET18 = dict(type='ResNet', depth=18, out_indices=(0, 1, 2, 3),
                 norm_cfg=dict(type='BN'), norm_eval=False, init_cfg=None)
@@ -107,6 +112,17 @@ def register_variants():
                         nn.Conv2d(4 * conv.in_channels, conv.out_channels, 1, bias=False))
 
     @MODELS.register_module(force=True)
+    class MAViTWithoutGate(MAViT):
+        """MAViT whose token mixers skip the multiplicative gate:
+        ``proj(attention + lepe)`` instead of ``proj(o * (attention + lepe))``."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            for module in self.modules():
+                if isinstance(module, GatedAttention):
+                    module.forward = types.MethodType(_ungated_forward, module)
+
+    @MODELS.register_module(force=True)
     class MAViTWithDefaultConvInit(MAViT):
         """MAViT whose convs keep PyTorch's default (Kaiming-uniform) init instead
         of init_weights' trunc-normal(0.02); norms are reset as before."""
@@ -141,6 +157,23 @@ def register_variants():
                 if i in self.out_indices:
                     outs.append(out)
             return tuple(outs)
+
+
+def _ungated_forward(self, x, rope):
+    # GatedAttention.forward with the gate o replaced by 1 (experiment only).
+    batch, _, height, width = x.shape
+    q, k, v, _ = self.qkvo(x).chunk(4, dim=1)
+    lepe = self.lepe(v)
+    q, k, v = (t.reshape(batch, self.num_heads, self.head_dim, height * width)
+               .transpose(-1, -2) for t in (q, k, v))
+    if self.attn_type == 'mala':
+        out = mala_attention(q, k, v, rope, impl=self.mala_impl)
+    else:
+        cos, signed_sin = rope.tables(q.dtype)
+        out = F.scaled_dot_product_attention(
+            apply_rope(q, cos, signed_sin), apply_rope(k, cos, signed_sin), v)
+    out = out.transpose(-1, -2).reshape(batch, self.dim, height, width)
+    return self.proj(out + lepe)
 
 
 def tensor_stats(t: torch.Tensor) -> list:
@@ -196,12 +229,17 @@ def main(argv=None) -> None:
     parser.add_argument('--backbone', default='mavit',
                         choices=['mavit', 'resnet18', 'resnet18-ln', 'mavit-no-out-norm',
                                  'swin', 'mavit-ln-stem', 'swin-convstem',
-                                 'mavit-patch-merging', 'mavit-default-init'])
+                                 'mavit-patch-merging', 'mavit-default-init',
+                                 'mavit-no-gate'])
     parser.add_argument('--iters', type=int, default=100)
     parser.add_argument('--interval', type=int, default=10)
     parser.add_argument('--evaluate', action='store_true', help='run validation at the end')
     parser.add_argument('--out-dir', type=Path, default=Path('work_dirs/detector_stall'))
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={})
+    parser.add_argument('--param-lr-mult', nargs=2, action='append', default=[],
+                        metavar=('NAME_PART', 'MULT'),
+                        help='lr (and decay) multiplier for parameters whose name contains '
+                             "NAME_PART, e.g. '.pos.' 0 freezes MAViT's CPE convs")
     args = parser.parse_args(argv)
 
     register_variants()
@@ -214,6 +252,8 @@ def main(argv=None) -> None:
         cfg.model.backbone = dict(RESNET18, out_indices=out_indices, type='ResNetWithOutputLN')
     elif args.backbone == 'mavit-ln-stem':
         cfg.model.backbone.type = 'MAViTWithLayerNormStem'
+    elif args.backbone == 'mavit-no-gate':
+        cfg.model.backbone.type = 'MAViTWithoutGate'
     elif args.backbone == 'mavit-default-init':
         cfg.model.backbone.type = 'MAViTWithDefaultConvInit'
     elif args.backbone == 'mavit-patch-merging':
@@ -224,6 +264,13 @@ def main(argv=None) -> None:
         cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices)
     elif args.backbone == 'mavit-no-out-norm':
         cfg.model.backbone.type = 'MAViTWithoutOutputNorm'
+    if args.param_lr_mult:
+        paramwise = dict(cfg.optim_wrapper.get('paramwise_cfg', {}))
+        custom = dict(paramwise.get('custom_keys', {}))
+        for name_part, mult in args.param_lr_mult:
+            custom[name_part] = dict(lr_mult=float(mult), decay_mult=float(mult))
+        paramwise['custom_keys'] = custom
+        cfg.optim_wrapper.paramwise_cfg = paramwise
     cli.configure_amp(cfg, False)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     cfg.work_dir = str(args.out_dir / args.name)
