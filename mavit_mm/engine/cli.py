@@ -12,7 +12,7 @@ import os
 import os.path as osp
 from typing import Optional
 
-from mmengine.config import Config, DictAction  # noqa: F401  (DictAction re-exported for the tools)
+from mmengine.config import Config
 from mmengine.logging import print_log
 
 from .preflight import ConfigCheckError

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 import torch
-from mmengine.config import Config, DictAction  # noqa: F401  (DictAction re-exported for tools)
+from mmengine.config import Config
 
 SCOPES = ('mmdet', 'mmseg')
 
