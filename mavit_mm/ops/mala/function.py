@@ -121,15 +121,22 @@ def _default_tokens_per_chunk(num_tokens: int, batch_heads: int, block_n: int,
     at a time, so counts that leave the last wave nearly empty lose, and whole
     waves win.
     """
-    slots = RESIDENT_PROGRAMS_PER_SM * _sm_count(device)
+    chunks = _fastest_chunk_count(num_tokens, batch_heads,
+                                  RESIDENT_PROGRAMS_PER_SM * _sm_count(device))
+    return triton.cdiv(triton.cdiv(num_tokens, chunks), block_n) * block_n
+
+
+@functools.lru_cache(maxsize=1024)
+def _fastest_chunk_count(num_tokens: int, batch_heads: int, slots: int) -> int:
+    # A search over up to `slots` counts: cached, since every forward and
+    # backward of every MALA layer plans its launches.
     max_chunks = max(1, min(num_tokens // MIN_TOKENS_PER_CHUNK, slots))
 
     def cost(chunks: int) -> float:
         waves = triton.cdiv(chunks * batch_heads, slots)
         return waves * (triton.cdiv(num_tokens, chunks) + PARTIAL_SUM_TOKENS)
 
-    chunks = min(range(1, max_chunks + 1), key=lambda c: (cost(c), c))
-    return triton.cdiv(triton.cdiv(num_tokens, chunks), block_n) * block_n
+    return min(range(1, max_chunks + 1), key=lambda c: (cost(c), c))
 
 
 def _default_tokens_per_program(num_tokens: int, batch_heads: int, block_n: int,
