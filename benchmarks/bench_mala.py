@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
-from mavit_mm.utils.device import device_name  # noqa: E402
+from mavit_mm.utils.device import cuda_peak_extra_bytes, device_name  # noqa: E402
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # Nominal HBM bandwidth in TB/s, matched against torch.cuda.get_device_name();
@@ -192,14 +192,7 @@ def peak_extra_memory(step: Callable, device: torch.device) -> Optional[int]:
     """Bytes the step allocates at its peak beyond what was allocated before."""
     if device.type != 'cuda':
         return None
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    result = step()
-    torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device)
-    del result
-    return peak - before
+    return cuda_peak_extra_bytes(step, device)
 
 
 def run_case(impl, pass_name, dtype_name, batch_heads, num_tokens, head_dim, args, device,

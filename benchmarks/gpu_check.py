@@ -139,6 +139,8 @@ def step_tune(out: Path) -> Dict:
 
 def step_backbone(out: Path) -> Dict:
     import triton.testing
+
+    from mavit_mm.utils.device import cuda_peak_extra_bytes
     device = torch.device('cuda')
     rows = []
     swin_builder, swin_source = swin_tiny_builder()
@@ -157,7 +159,7 @@ def step_backbone(out: Path) -> Dict:
                         step()
                         ms = triton.testing.do_bench(step, warmup=50, rep=300,
                                                      return_mode='median')
-                        memory = _peak_memory(step)
+                        memory = cuda_peak_extra_bytes(step, device)
                         error = None
                     except Exception as exc:  # e.g. out of memory: record it
                         ms = memory = None
@@ -239,15 +241,6 @@ def _backbone_step(model, images, precision: str, pass_name: str) -> Callable:
         loss.backward()
         model.zero_grad(set_to_none=True)
     return forward_backward
-
-
-def _peak_memory(step: Callable) -> int:
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - before
 
 
 def _junit_summary(path: Path) -> Dict:

@@ -85,45 +85,36 @@ def parse_args(argv=None):
     return args
 
 
-class PeakMemory:
-    """Extra memory one call takes: CUDA allocator peak, or peak RSS on Linux."""
+def peak_extra_mib(call, device) -> float | None:
+    """Extra memory one call takes: the CUDA allocator's peak, or on a CPU the
+    process's peak resident memory (Linux; ``None`` elsewhere)."""
+    from mavit_mm.utils.device import cuda_peak_extra_bytes
+    if device.type == 'cuda':
+        return cuda_peak_extra_bytes(call, device) / 2 ** 20
+    try:  # "5" resets the kernel's peak-RSS counter (VmHWM) of this process
+        _release_free_heap()
+        Path('/proc/self/clear_refs').write_text('5')
+        base = _status_kib('VmRSS')
+        call()
+        return max(0, _status_kib('VmHWM') - base) / 1024
+    except OSError:
+        return None
 
-    def __init__(self, device):
-        self.device = device
 
-    def measure(self, call) -> float | None:
-        import torch
-        if self.device.type == 'cuda':
-            torch.cuda.synchronize(self.device)
-            base = torch.cuda.memory_allocated(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            call()
-            torch.cuda.synchronize(self.device)
-            return (torch.cuda.max_memory_allocated(self.device) - base) / 2 ** 20
-        try:  # "5" resets the kernel's peak-RSS counter (VmHWM) of this process
-            self._release_free_heap()
-            Path('/proc/self/clear_refs').write_text('5')
-            base = self._status_kib('VmRSS')
-            call()
-            return max(0, self._status_kib('VmHWM') - base) / 1024
-        except OSError:
-            return None
+def _release_free_heap() -> None:
+    # Memory freed by earlier runs stays in the C heap and would be reused
+    # without raising the RSS: hand it back first so the peak counts it.
+    try:
+        ctypes.CDLL('libc.so.6').malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
-    @staticmethod
-    def _release_free_heap() -> None:
-        # Memory freed by earlier runs stays in the C heap and would be reused
-        # without raising the RSS: hand it back first so the peak counts it.
-        try:
-            ctypes.CDLL('libc.so.6').malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
 
-    @staticmethod
-    def _status_kib(field: str) -> int:
-        for line in Path('/proc/self/status').read_text().splitlines():
-            if line.startswith(field + ':'):
-                return int(line.split()[1])
-        raise OSError(f'{field} not in /proc/self/status')
+def _status_kib(field: str) -> int:
+    for line in Path('/proc/self/status').read_text().splitlines():
+        if line.startswith(field + ':'):
+            return int(line.split()[1])
+    raise OSError(f'{field} not in /proc/self/status')
 
 
 def label_of(config: str, cfg) -> str:
@@ -155,7 +146,7 @@ def time_model(model, inputs, samples, args, device, autocast, progress) -> dict
             if i >= args.warmup:
                 times.append(time.perf_counter() - start)
             progress(inputs.shape[-2] * inputs.shape[-1])
-        memory = PeakMemory(device).measure(run)
+        memory = peak_extra_mib(run, device)
     times.sort()
     median = times[len(times) // 2]
     return dict(fps_mean=args.batch_size * len(times) / sum(times),

@@ -1,8 +1,9 @@
-"""What the benchmarks record about the machine they ran on."""
+"""What the benchmarks record about the machine they ran on, and measure on it."""
 from __future__ import annotations
 
 import platform
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -22,3 +23,14 @@ def cpu_model() -> str | None:
     except OSError:
         pass
     return platform.processor() or None
+
+
+def cuda_peak_extra_bytes(call: Callable[[], object], device: torch.device) -> int:
+    """Bytes ``call`` allocates on a CUDA device at its peak, beyond what was
+    allocated before it (the caching allocator's own counters)."""
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    call()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - before
