@@ -22,7 +22,7 @@ where MAViT's stem and downsampling layers have BatchNorms, ``swin-convstem`` is
 the Swin variant with MAViT's ConvStem in place of its 4x4 patch embedding,
 ``mavit-patch-merging`` has Swin's patch merging in place of MAViT's 3x3
 stride-2 conv + BN downsampling, ``mavit-default-init`` keeps PyTorch's default
-conv init, ``mavit-no-gate`` drops the gate ``o`` of the token mixers. Needs the demo data
+conv init, ``mavit-no-gate`` pins the gate ``o`` of the token mixers to 1. Needs the demo data
 (``python tools/make_demo_data.py``). Runs on a CPU, about 1 s per iteration.
 """
 from __future__ import annotations
@@ -31,14 +31,12 @@ import argparse
 import json
 import sys
 import time
-import types
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 from mmengine.hooks import Hook  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
@@ -46,9 +44,7 @@ from torch import nn  # noqa: E402
 
 import mavit_mm  # noqa: E402,F401
 from mavit_mm.engine import cli  # noqa: E402
-from mavit_mm.models.mavit import GatedAttention, MAViT, LayerNorm2d  # noqa: E402
-from mavit_mm.ops.mala import mala_attention  # noqa: E402
-from mavit_mm.ops.rope2d import apply_rope  # noqa: E402
+from mavit_mm.models.mavit import GatedAttention, LayerNorm2d, MAViT  # noqa: E402
 
 RESNET18 = dict(type='ResNet', depth=18, out_indices=(0, 1, 2, 3),
                 norm_cfg=dict(type='BN'), norm_eval=False, init_cfg=None)
@@ -113,14 +109,14 @@ def register_variants():
 
     @MODELS.register_module(force=True)
     class MAViTWithoutGate(MAViT):
-        """MAViT whose token mixers skip the multiplicative gate:
+        """MAViT whose token mixers have the gate pinned to 1:
         ``proj(attention + lepe)`` instead of ``proj(o * (attention + lepe))``."""
 
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
             for module in self.modules():
                 if isinstance(module, GatedAttention):
-                    module.forward = types.MethodType(_ungated_forward, module)
+                    module.register_forward_pre_hook(_pin_gate_to_one)
 
     @MODELS.register_module(force=True)
     class MAViTWithDefaultConvInit(MAViT):
@@ -159,21 +155,13 @@ def register_variants():
             return tuple(outs)
 
 
-def _ungated_forward(self, x, rope):
-    # GatedAttention.forward with the gate o replaced by 1 (experiment only).
-    batch, _, height, width = x.shape
-    q, k, v, _ = self.qkvo(x).chunk(4, dim=1)
-    lepe = self.lepe(v)
-    q, k, v = (t.reshape(batch, self.num_heads, self.head_dim, height * width)
-               .transpose(-1, -2) for t in (q, k, v))
-    if self.attn_type == 'mala':
-        out = mala_attention(q, k, v, rope, impl=self.mala_impl)
-    else:
-        cos, signed_sin = rope.tables(q.dtype)
-        out = F.scaled_dot_product_attention(
-            apply_rope(q, cos, signed_sin), apply_rope(k, cos, signed_sin), v)
-    out = out.transpose(-1, -2).reshape(batch, self.dim, height, width)
-    return self.proj(out + lepe)
+def _pin_gate_to_one(attention: GatedAttention, inputs) -> None:
+    # The gate o is the last quarter of qkvo's outputs: weight 0 and bias 1
+    # make it exactly 1, whatever the optimiser did to them since the last step.
+    gate = slice(3 * attention.dim, 4 * attention.dim)
+    with torch.no_grad():
+        attention.qkvo.weight[gate] = 0
+        attention.qkvo.bias[gate] = 1
 
 
 def tensor_stats(t: torch.Tensor) -> list:
