@@ -24,7 +24,7 @@ def test_reference_dir_is_inside_the_repository():
 
 
 def test_nothing_reads_the_workspace_outside_the_repository():
-    """A user's clone has no ../shared: no code may look for it."""
+    """A user's clone holds only the repository: no code may look beside it."""
     import subprocess
     pattern = '|'.join(['shared' + '/reference', "'shared'" + ' /', 'parent / ' + "'shared'"])
     found = subprocess.run(['git', 'grep', '-nE', pattern, '--', '*.py', '*.sh', 'Makefile', '.ci'],
