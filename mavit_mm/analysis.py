@@ -1,9 +1,12 @@
 """Complexity counting in both conventions the literature uses.
 
 ``layer_macs`` counts convolutions and linear layers only (what the paper's
-FLOPs columns match); ``attention_macs`` counts the attention products those
-counters miss (softmax ``q k^T`` and ``a v``; MALA's ``k^T v``, ``q kv`` and the
-mean terms). Figures are multiply-accumulates (MACs), as in mmdet/mmseg tables.
+FLOPs columns match), InLine's dynamic 3x3 residual included (a depthwise
+convolution); ``attention_macs`` counts the attention products those counters
+miss (softmax variants: ``q k^T`` and ``a v``, plus ``||q||`` for
+``softmax_qnorm``; linear variants, MALA's relatives alike: ``k^T v``, ``q kv``
+and ``z = q . mean(k)``; element-wise scaling is not counted). Figures are
+multiply-accumulates (MACs), as in mmdet/mmseg tables.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import torch
 from torch import nn
 
 from .models.mavit import GatedAttention
+from .ops.attention_variants import LINEAR_ATTN_TYPES, SOFTMAX_ATTN_TYPES
 
 
 @dataclass
@@ -47,12 +51,24 @@ def gated_attention_macs(module: GatedAttention, inputs) -> int:
     x = inputs[0]
     batch, _, height, width = x.shape
     tokens, head_dim, heads = height * width, module.head_dim, module.num_heads
-    if module.attn_type == 'softmax':
+    if module.attn_type in SOFTMAX_ATTN_TYPES:
         per_head = 2 * tokens * tokens * head_dim           # q k^T and a v
-    else:
+        if module.attn_type == 'softmax_qnorm':
+            per_head += tokens * head_dim                   # ||q||
+    elif module.attn_type in LINEAR_ATTN_TYPES:
         # k^T v and q kv (d x d each per token), plus z = q . mean(k).
         per_head = 2 * tokens * head_dim * head_dim + tokens * head_dim
+    else:
+        raise ValueError(f'no MAC count for attn_type {module.attn_type!r}')
     return batch * heads * per_head
+
+
+def local_residual_macs(module: GatedAttention, inputs) -> int:
+    """InLine's residual: a 3x3 depthwise conv of v with per-image weights (its
+    MLP's 1x1 convs are modules, counted by their own hooks)."""
+    if module.residual is None:
+        return 0
+    return 9 * inputs[0].numel()
 
 
 def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:
@@ -74,6 +90,8 @@ def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:
 
     def on_attention(module, inputs, output):
         add(f'{module.attn_type}_attention', gated_attention_macs(module, inputs), True)
+        if module.residual is not None:
+            add('inline_residual', local_residual_macs(module, inputs))
 
     handles = []
     for module in model.modules():

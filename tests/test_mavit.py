@@ -276,8 +276,12 @@ def test_list_arguments_of_wrong_length(name, value):
 
 
 def test_unknown_attention_type_and_mala_impl():
-    with pytest.raises(ValueError, match="attn_types\\[1\\]"):
-        MAViT('t', attn_types=['mala', 'linear', 'softmax', 'softmax'])
+    # The message names the stage and lists the choices.
+    with pytest.raises(ValueError, match="attn_types\\[1\\] must be one of .*'inline'.*"
+                                         "got 'flash'"):
+        MAViT('t', attn_types=['mala', 'flash', 'softmax', 'softmax'])
+    with pytest.raises(ValueError, match="kernel_function must be one of .*'relu'.*got 'gelu'"):
+        MAViT('t', kernel_function='gelu')
     with pytest.raises(ValueError, match='mala_impl'):
         MAViT('t', mala_impl='cuda')
 

@@ -18,8 +18,10 @@ from mmengine.model.weight_init import trunc_normal_
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..ops.mala import check_mala_impl, mala_attention
-from ..ops.rope2d import RoPE2d, RotaryTables, apply_rope
+from ..ops.attention_variants import (LINEAR_ATTN_TYPES, attention, check_attn_type,
+                                      check_kernel_function)
+from ..ops.mala import check_mala_impl
+from ..ops.rope2d import RoPE2d, RotaryTables
 
 # Published sizes (reference README). drop_path_rate is the detection /
 # segmentation one.
@@ -38,7 +40,6 @@ ARCH_SETTINGS = {
                   layer_init_values=[1e-6] * 4, drop_path_rate=0.55),
 }
 ARCH_ALIASES = {'t': 'tiny', 's': 'small', 'b': 'base', 'l': 'large'}
-ATTN_TYPES = ('mala', 'softmax')
 LN_EPS = 1e-6
 
 
@@ -154,40 +155,75 @@ class GatedAttention(nn.Module):
     """MAViT token mixer: ``proj(o * (attention(q, k, v) + lepe(v)))``.
 
     One 1x1 conv gives q, k, v and the gate o; ``lepe`` is a 5x5 depthwise conv
-    on v; q and k are rotated by the stage's 2D RoPE. ``attn_type`` is
-    ``'mala'`` (linear, stages 1-2 as published) or ``'softmax'`` (global).
+    on v; q and k are rotated by the stage's 2D RoPE. ``attn_type`` is one of
+    ``ATTN_TYPES`` (published: ``'mala'`` in stages 1-2, ``'softmax'`` in 3-4),
+    computed by :func:`mavit_mm.ops.attention` with ``kernel_function`` as phi
+    of the linear variants (formulas: :mod:`mavit_mm.ops.attention_variants`).
+
+    ``inline_residual`` (``'inline'`` only) adds InLine's local residual to the
+    attention output: ``sum_j r_j v_j`` over each token's 3x3 neighbourhood
+    (zero padded), with per-channel weights ``r = MLP(mean_n x_n)`` from the
+    pooled input (1x1 convs grouped by head, GELU between: ``residual.0`` /
+    ``residual.2``). Without it the module has exactly the published keys.
     """
 
     def __init__(self, dim: int, num_heads: int, attn_type: str = 'mala',
-                 mala_impl: str = 'auto'):
+                 mala_impl: str = 'auto', kernel_function: str = 'elu',
+                 inline_residual: bool = False):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
-        self.attn_type = attn_type
+        self.attn_type = check_attn_type(attn_type)
         self.mala_impl = mala_impl
+        self.kernel_function = check_kernel_function(kernel_function)
+        if inline_residual and attn_type != 'inline':
+            raise ValueError(f"inline_residual is InLine's; attn_type is {attn_type!r}")
         self.qkvo = nn.Conv2d(dim, 4 * dim, 1)
         self.lepe = nn.Conv2d(dim, dim, 5, padding=2, groups=dim)
         self.proj = nn.Conv2d(dim, dim, 1)
+        self.residual = nn.Sequential(
+            nn.Conv2d(dim, dim, 1, groups=num_heads), nn.GELU(),
+            nn.Conv2d(dim, 9 * dim, 1, groups=num_heads)) if inline_residual else None
+
+    def split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, heads, N, d), a view (no copy)."""
+        batch, _, height, width = t.shape
+        return (t.reshape(batch, self.num_heads, self.head_dim, height * width)
+                .transpose(-1, -2))
+
+    def query_key(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The ``(B, heads, N, d)`` pre-activation q and k of input ``x`` (what
+        :func:`mavit_mm.ops.attention_scores` takes)."""
+        q, k, _, _ = self.qkvo(x).chunk(4, dim=1)
+        return self.split_heads(q), self.split_heads(k)
 
     def forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         batch, _, height, width = x.shape
         q, k, v, o = self.qkvo(x).chunk(4, dim=1)
         lepe = self.lepe(v)
-        # (B, C, H, W) -> (B, heads, N, d) as views, no copies.
-        q, k, v = (t.reshape(batch, self.num_heads, self.head_dim, height * width)
-                   .transpose(-1, -2) for t in (q, k, v))
-        if self.attn_type == 'mala':
-            out = mala_attention(q, k, v, rope, impl=self.mala_impl)
-        else:
-            cos, signed_sin = rope.tables(q.dtype)
-            out = F.scaled_dot_product_attention(
-                apply_rope(q, cos, signed_sin), apply_rope(k, cos, signed_sin), v)
+        out = attention(self.split_heads(q), self.split_heads(k), self.split_heads(v),
+                        self.attn_type, rope, self.kernel_function, impl=self.mala_impl)
         out = out.transpose(-1, -2).reshape(batch, self.dim, height, width)
+        if self.residual is not None:
+            out = out + self._local_residual(x, v)
         return self.proj(o * (out + lepe))
 
+    def _local_residual(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """InLine's ``sum_j r_j v_j`` over 3x3 neighbourhoods: a depthwise 3x3
+        conv of v whose weights come from the pooled input, per image."""
+        batch, channels, height, width = v.shape
+        weights = self.residual(x.mean(dim=(2, 3), keepdim=True))      # (B, 9C, 1, 1)
+        weights = weights.reshape(batch * channels, 1, 3, 3).to(v.dtype)
+        out = F.conv2d(v.reshape(1, batch * channels, height, width), weights, padding=1,
+                       groups=batch * channels)
+        return out.reshape(batch, channels, height, width)
+
     def extra_repr(self) -> str:
-        return f'attn_type={self.attn_type}, num_heads={self.num_heads}'
+        extra = ''
+        if self.attn_type in LINEAR_ATTN_TYPES:
+            extra = f', kernel_function={self.kernel_function}'
+        return f'attn_type={self.attn_type}, num_heads={self.num_heads}{extra}'
 
 
 class MAViTBlock(nn.Module):
@@ -195,7 +231,8 @@ class MAViTBlock(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, drop_path: float,
                  layerscale: bool, layer_init_value: float, attn_type: str,
-                 mala_impl: str, with_cp: bool):
+                 mala_impl: str, with_cp: bool, kernel_function: str = 'elu',
+                 inline_residual: bool = False):
         super().__init__()
         self.with_cp = with_cp
         self.layerscale = layerscale
@@ -204,7 +241,8 @@ class MAViTBlock(nn.Module):
             self.gamma_2 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_init_value)))
         # Registration order gives the published state-dict order.
         self.norm1 = LayerNorm2d(dim)
-        self.attn = GatedAttention(dim, num_heads, attn_type, mala_impl)
+        self.attn = GatedAttention(dim, num_heads, attn_type, mala_impl, kernel_function,
+                                   inline_residual)
         self.norm2 = LayerNorm2d(dim)
         self.ffn = ConvFFN(dim, int(mlp_ratio * dim))
         self.pos = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
@@ -229,12 +267,14 @@ class MAViTStage(nn.Module):
     def __init__(self, dim: int, out_dim: Optional[int], depth: int, num_heads: int,
                  mlp_ratio: float, drop_paths: Sequence[float], layerscale: bool,
                  layer_init_value: float, attn_type: str, mala_impl: str,
-                 norm_cfg: Optional[dict], with_cp: bool):
+                 norm_cfg: Optional[dict], with_cp: bool, kernel_function: str = 'elu',
+                 inline_residual: bool = False):
         super().__init__()
         self.RoPE = RoPE2d(dim // num_heads)
         self.blocks = nn.ModuleList([
             MAViTBlock(dim, num_heads, mlp_ratio, drop_paths[i], layerscale,
-                       layer_init_value, attn_type, mala_impl, with_cp)
+                       layer_init_value, attn_type, mala_impl, with_cp,
+                       kernel_function, inline_residual)
             for i in range(depth)])
         self.downsample = Downsample(dim, out_dim, norm_cfg) if out_dim is not None else None
 
@@ -271,8 +311,18 @@ class MAViT(BaseModule):
         projection: Accepted for compatibility with published configs; unused.
         in_channels: Channels of the input image.
         out_indices: Stages whose (normed) outputs are returned.
-        attn_types: Per stage, ``'mala'`` or ``'softmax'``.
-        mala_impl: ``'auto'|'torch'|'triton'``, the MALA implementation.
+        attn_types: Per stage, one of ``mavit_mm.ops.ATTN_TYPES``:
+            ``'mala'`` (published in stages 1-2), ``'softmax'`` (published in
+            3-4), ``'linear'``, ``'inline'``, ``'mala_no_beta'``,
+            ``'mala_no_gamma'``, ``'softmax_qnorm'`` (formulas in
+            :mod:`mavit_mm.ops.attention_variants`). Every variant keeps the
+            published state-dict keys.
+        kernel_function: phi of every linear variant, ``'elu'`` (elu + 1, as
+            published), ``'relu'`` or ``'exp'`` (the paper's Table 10).
+        inline_residual: InLine's local 3x3 residual in the ``'inline'``
+            stages (adds ``attn.residual.*`` parameters); off by default.
+        mala_impl: ``'auto'|'torch'|'triton'``, the MALA implementation (the
+            fused kernels run ``'mala'`` with the ``'elu'`` kernel).
         norm_cfg: Norm of the stem and downsampling layers (``BN``/``SyncBN``).
         frozen_stages: Freeze the stem (0) and stages ``< frozen_stages``; -1: none.
         norm_eval: Keep the batch norms in eval mode while training.
@@ -295,6 +345,8 @@ class MAViT(BaseModule):
                  in_channels: int = 3,
                  out_indices: Sequence[int] = (0, 1, 2, 3),
                  attn_types: Sequence[str] = ('mala', 'mala', 'softmax', 'softmax'),
+                 kernel_function: str = 'elu',
+                 inline_residual: bool = False,
                  mala_impl: str = 'auto',
                  norm_cfg: Optional[dict] = dict(type='BN', requires_grad=True),
                  frozen_stages: int = -1,
@@ -328,6 +380,8 @@ class MAViT(BaseModule):
         self.attn_types = _per_stage('attn_types', attn_types, num_stages, str)
         self.drop_path_rate = float(settings['drop_path_rate'])
         self.out_indices = tuple(sorted(set(int(i) for i in out_indices)))
+        self.kernel_function = check_kernel_function(kernel_function)
+        self.inline_residual = bool(inline_residual)
         self.mala_impl = check_mala_impl(mala_impl)
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
@@ -347,7 +401,8 @@ class MAViT(BaseModule):
                 drop_paths=drop_paths[first:first + self.depths[i]],
                 layerscale=self.layerscales[i], layer_init_value=self.layer_init_values[i],
                 attn_type=self.attn_types[i], mala_impl=self.mala_impl,
-                norm_cfg=norm_cfg, with_cp=with_cp))
+                norm_cfg=norm_cfg, with_cp=with_cp, kernel_function=self.kernel_function,
+                inline_residual=self.inline_residual and self.attn_types[i] == 'inline'))
         # Keyed by stage index ('extra_norms.2.norm.weight' as published), and
         # only for returned stages so no parameter goes unused under DDP.
         self.extra_norms = nn.ModuleDict(
@@ -363,9 +418,20 @@ class MAViT(BaseModule):
                 raise ValueError(f'stage {i}: head dim {dim // heads} (embed_dims {dim} / '
                                  f'num_heads {heads}) must be divisible by 4 for 2D RoPE')
         for i, attn_type in enumerate(self.attn_types):
-            if attn_type not in ATTN_TYPES:
-                raise ValueError(f'attn_types[{i}] must be one of {ATTN_TYPES}, '
-                                 f'got {attn_type!r}')
+            check_attn_type(attn_type, name=f'attn_types[{i}]')
+        linear_stages = [t for t in self.attn_types if t in LINEAR_ATTN_TYPES]
+        if self.kernel_function != 'elu' and not linear_stages:
+            raise ValueError(f'kernel_function={self.kernel_function!r} is phi of the linear '
+                             f'attentions {LINEAR_ATTN_TYPES}, but no stage uses one '
+                             f'(attn_types {self.attn_types})')
+        if self.inline_residual and 'inline' not in self.attn_types:
+            raise ValueError("inline_residual=True needs an 'inline' stage, got attn_types "
+                             f'{self.attn_types}')
+        if (self.mala_impl == 'triton' and self.kernel_function != 'elu'
+                and 'mala' in self.attn_types):
+            raise ValueError(f"mala_impl='triton': the fused kernels run MALA with the 'elu' "
+                             f'kernel only, not {self.kernel_function!r}; use '
+                             "mala_impl='auto' or 'torch'")
         for index in self.out_indices:
             if not 0 <= index < num_stages:
                 raise ValueError(f'out_indices {self.out_indices} must lie in '
