@@ -44,7 +44,7 @@ from torch import nn  # noqa: E402
 
 import mavit_mm  # noqa: E402,F401
 from mavit_mm.engine import cli  # noqa: E402
-from mavit_mm.models.mavit import GatedAttention, LayerNorm2d, MAViT  # noqa: E402
+from mavit_mm.models.mavit import Downsample, GatedAttention, LayerNorm2d, MAViT, MAViTBlock  # noqa: E402
 
 RESNET18 = dict(type='ResNet', depth=18, out_indices=(0, 1, 2, 3),
                 norm_cfg=dict(type='BN'), norm_eval=False, init_cfg=None)
@@ -93,6 +93,30 @@ def register_variants():
             super().__init__(**kwargs)
             self.patch_embed = ConvStemPatchEmbed(kwargs['embed_dims'])
 
+    class ConvDownsampleTokens(nn.Module):
+        """MAViT's downsampling (3x3 stride-2 conv + BN) on Swin's tokens."""
+
+        def __init__(self, in_channels: int, out_channels: int):
+            super().__init__()
+            self.down = Downsample(in_channels, out_channels, dict(type='BN'))
+
+        def forward(self, x, hw_shape):
+            x = x.transpose(1, 2).reshape(x.shape[0], -1, *hw_shape)
+            x = self.down(x)
+            return x.flatten(2).transpose(1, 2), (x.shape[2], x.shape[3])
+
+    @MODELS.register_module(force=True)
+    class SwinWithConvStemAndConvDownsample(SwinWithConvStem):
+        """The ConvStem Swin whose patch merging is MAViT's conv + BN downsampling."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            for stage in self.stages:
+                if stage.downsample is not None:
+                    reduction = stage.downsample.reduction
+                    stage.downsample = ConvDownsampleTokens(reduction.in_features // 4,
+                                                            reduction.out_features)
+
     @MODELS.register_module(force=True)
     class MAViTWithPatchMerging(MAViT):
         """MAViT whose 3x3 stride-2 conv + BN downsampling is Swin's patch
@@ -119,6 +143,17 @@ def register_variants():
                     module.register_forward_pre_hook(_pin_gate_to_one)
 
     @MODELS.register_module(force=True)
+    class MAViTWithoutAttention(MAViT):
+        """MAViT whose token mixers drop the attention term:
+        ``proj(o * lepe(v))``, a pure conv net with MAViT's other parts."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            for module in self.modules():
+                if isinstance(module, MAViTBlock):
+                    module.attn = GatedLePEOnly(module.attn)
+
+    @MODELS.register_module(force=True)
     class MAViTWithDefaultConvInit(MAViT):
         """MAViT whose convs keep PyTorch's default (Kaiming-uniform) init instead
         of init_weights' trunc-normal(0.02); norms are reset as before."""
@@ -128,6 +163,29 @@ def register_variants():
                 if isinstance(module, (nn.LayerNorm, nn.modules.batchnorm._BatchNorm)):
                     nn.init.ones_(module.weight)
                     nn.init.zeros_(module.bias)
+
+    @MODELS.register_module(force=True)
+    class MAViTWithDefaultDepthwiseInit(MAViT):
+        """MAViT whose depthwise convs (CPE, LePE, FFN) keep PyTorch's default
+        init (uniform, bound 1/sqrt(k*k)) instead of trunc-normal(0.02): local
+        mixing from the first step."""
+
+        def init_weights(self):
+            super().init_weights()
+            for module in self.modules():
+                if isinstance(module, nn.Conv2d) and module.groups == module.in_channels > 1:
+                    module.reset_parameters()
+
+    @MODELS.register_module(force=True)
+    class MAViTWithAveragingLePE(MAViT):
+        """MAViT whose LePE convs start as 5x5 mean filters (each token mixes in
+        the average of its neighbourhood, as a window attention does at init)."""
+
+        def init_weights(self):
+            super().init_weights()
+            for module in self.modules():
+                if isinstance(module, GatedAttention):
+                    nn.init.constant_(module.lepe.weight, 1.0 / module.lepe.weight[0].numel())
 
     @MODELS.register_module(force=True)
     class MAViTWithLayerNormStem(MAViT):
@@ -153,6 +211,38 @@ def register_variants():
                 if i in self.out_indices:
                     outs.append(out)
             return tuple(outs)
+
+
+class GatedLePEOnly(nn.Module):
+    """A GatedAttention's own parameters, computing ``proj(o * lepe(v))``."""
+
+    def __init__(self, attention: GatedAttention):
+        super().__init__()
+        self.inner = attention
+
+    def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
+        _, _, v, o = self.inner.qkvo(x).chunk(4, dim=1)
+        return self.inner.proj(o * self.inner.lepe(v))
+
+
+# Block parts that --zero silences, by their module path inside a MAViTBlock.
+ZEROABLE = {'cpe': 'pos', 'lepe': 'attn.lepe', 'ffn-dwconv': 'ffn.dwconv'}
+
+
+def _zero_output(module, inputs, output):
+    return torch.zeros_like(output)
+
+
+def zero_block_parts(model: nn.Module, parts) -> int:
+    count = 0
+    for block in model.modules():
+        if isinstance(block, MAViTBlock):
+            for part in parts:
+                block.get_submodule(ZEROABLE[part].replace('attn.', 'attn.inner.')
+                                    if isinstance(block.attn, GatedLePEOnly)
+                                    else ZEROABLE[part]).register_forward_hook(_zero_output)
+                count += 1
+    return count
 
 
 def _pin_gate_to_one(attention: GatedAttention, inputs) -> None:
@@ -218,7 +308,12 @@ def main(argv=None) -> None:
                         choices=['mavit', 'resnet18', 'resnet18-ln', 'mavit-no-out-norm',
                                  'swin', 'mavit-ln-stem', 'swin-convstem',
                                  'mavit-patch-merging', 'mavit-default-init',
-                                 'mavit-no-gate'])
+                                 'mavit-no-gate', 'mavit-no-attn',
+                                 'swin-convstem-convdown', 'mavit-dw-default-init',
+                                 'mavit-lepe-avg-init'])
+    parser.add_argument('--zero', nargs='+', default=[], choices=sorted(ZEROABLE),
+                        help='MAViT parts whose output is replaced by zeros in every block '
+                             '(cpe: x + pos(x) becomes x; lepe; ffn-dwconv)')
     parser.add_argument('--iters', type=int, default=100)
     parser.add_argument('--interval', type=int, default=10)
     parser.add_argument('--evaluate', action='store_true', help='run validation at the end')
@@ -242,12 +337,21 @@ def main(argv=None) -> None:
         cfg.model.backbone.type = 'MAViTWithLayerNormStem'
     elif args.backbone == 'mavit-no-gate':
         cfg.model.backbone.type = 'MAViTWithoutGate'
+    elif args.backbone == 'mavit-no-attn':
+        cfg.model.backbone.type = 'MAViTWithoutAttention'
+    elif args.backbone == 'mavit-dw-default-init':
+        cfg.model.backbone.type = 'MAViTWithDefaultDepthwiseInit'
+    elif args.backbone == 'mavit-lepe-avg-init':
+        cfg.model.backbone.type = 'MAViTWithAveragingLePE'
     elif args.backbone == 'mavit-default-init':
         cfg.model.backbone.type = 'MAViTWithDefaultConvInit'
     elif args.backbone == 'mavit-patch-merging':
         cfg.model.backbone.type = 'MAViTWithPatchMerging'
     elif args.backbone == 'swin-convstem':
         cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices, type='SwinWithConvStem')
+    elif args.backbone == 'swin-convstem-convdown':
+        cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices,
+                                  type='SwinWithConvStemAndConvDownsample')
     elif args.backbone == 'swin':
         cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices)
     elif args.backbone == 'mavit-no-out-norm':
@@ -269,6 +373,9 @@ def main(argv=None) -> None:
             scheduler.end, scheduler.milestones = args.iters, [int(args.iters * 0.87)]
     cfg.default_hooks.checkpoint = dict(type='CheckpointHook', by_epoch=False, interval=10 ** 9)
     runner = Runner.from_cfg(cfg)
+    if args.zero:
+        count = zero_block_parts(runner.model.backbone, args.zero)
+        runner.logger.info(f'zeroed {args.zero} in the backbone ({count} modules)')
     runner.register_hook(FeatureStatsHook(args.out_dir / f'{args.name}.json', args.interval))
     start = time.time()
     runner.train()

@@ -73,14 +73,20 @@ def build_norm2d(norm_cfg: Optional[dict], num_features: int) -> nn.Module:
 
 
 class LayerNorm2d(nn.Module):
-    """LayerNorm over the channels of an NCHW tensor (key ``<name>.norm.*``)."""
+    """LayerNorm over the channels of an NCHW tensor (key ``<name>.norm.*``).
+
+    Returns a contiguous NCHW tensor, as the published model does. The permuted
+    view would be channels_last in memory; PyTorch ops follow strides, but
+    mmcv's RoIAlign (and other C++/CUDA ops) read raw memory as NCHW, which
+    scrambled every RoI feature of Mask R-CNN while the RPN still learned.
+    """
 
     def __init__(self, num_channels: int, eps: float = LN_EPS):
         super().__init__()
         self.norm = nn.LayerNorm(num_channels, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()
 
 
 class DropPath(nn.Module):
