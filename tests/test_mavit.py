@@ -119,6 +119,25 @@ def test_any_input_size(height, width):
         expected_h, expected_w = conv_out(expected_h), conv_out(expected_w)
 
 
+def test_outputs_are_contiguous_nchw_for_mmcv_roi_align():
+    """mmcv's RoIAlign reads raw memory as NCHW and ignores strides. An FPN
+    lateral 1x1 conv keeps its input's memory format, so a channels_last
+    backbone output (a permuted LayerNorm view) gave Mask R-CNN's RoI head
+    scrambled features (issue 8) while the conv-only RPN still learned."""
+    roi_align = pytest.importorskip('mmcv.ops').roi_align
+    torch.manual_seed(0)
+    model = MAViT('t', depths=[1, 1, 1, 1]).eval()
+    with torch.no_grad():
+        outputs = model(torch.randn(2, 3, 64, 96))
+        for level, out in enumerate(outputs):
+            assert out.is_contiguous(), f'output {level} is not contiguous NCHW: {out.stride()}'
+        lateral = nn.Conv2d(outputs[0].shape[1], 8, 1)(outputs[0])
+        rois = torch.tensor([[0, 4.0, 4.0, 40.0, 30.0], [1, 10.0, 2.0, 90.0, 60.0]])
+        pooled = roi_align(lateral, rois, (7, 7), 0.25, 0, 'avg', True)
+        expected = roi_align(lateral.contiguous(), rois, (7, 7), 0.25, 0, 'avg', True)
+    torch.testing.assert_close(pooled, expected)
+
+
 def test_out_indices_subset_has_no_unused_parameters():
     model = MAViT('t', depths=[1, 1, 1, 1], out_indices=(1, 2, 3))
     assert sorted(model.extra_norms) == ['1', '2', '3']
