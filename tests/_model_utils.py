@@ -5,10 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / 'configs'
+
+def _downstream_available() -> bool:
+    try:
+        import mmdet.models  # noqa: F401
+        import mmseg.models  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# Loading configs needs mmengine only; building models needs mmdet / mmseg
+# (and mmcv with its ops).
+needs_downstream = pytest.mark.skipif(not _downstream_available(),
+                                      reason='needs mmdet and mmseg (mmcv with ops)')
 
 # Test images: small, and a multiple of 32 so no padding is needed.
 IMG_H, IMG_W = 96, 128

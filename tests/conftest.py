@@ -20,6 +20,16 @@ REFERENCE_DIR = REPO_ROOT / 'tests' / 'data' / 'reference'
 sys.path.insert(0, str(REPO_ROOT))
 
 
+@pytest.fixture(scope='module')
+def one_torch_thread():
+    """PyTorch on one thread for a module: small models run faster so, and a
+    shared 2-core machine does not oversubscribe."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope='session')
 def reference_dir() -> Path:
     if not REFERENCE_DIR.is_dir():

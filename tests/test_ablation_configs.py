@@ -10,20 +10,9 @@ import functools
 import pytest
 import torch
 
-from _model_utils import CONFIG_DIR, REPO_ROOT, build_model, det_batch, load_config, seg_batch
+from _model_utils import (CONFIG_DIR, REPO_ROOT, build_model, det_batch, load_config,
+                          needs_downstream, seg_batch)
 
-
-def _downstream_available() -> bool:
-    try:
-        import mmdet.models  # noqa: F401
-        import mmseg.models  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-needs_downstream = pytest.mark.skipif(not _downstream_available(),
-                                      reason='needs mmdet and mmseg (mmcv with ops)')
 
 ABLATION_DIR = CONFIG_DIR / 'ablations'
 PARENTS = {
@@ -97,11 +86,8 @@ def parent_backbone_keys(pipe: str):
 
 
 @pytest.fixture(scope='module', autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    pass
 
 
 @needs_downstream

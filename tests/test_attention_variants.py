@@ -29,13 +29,8 @@ CASES = ([(t, kf) for t in LINEAR_ATTN_TYPES for kf in KERNEL_FUNCTIONS]
 
 
 @pytest.fixture(scope='module', autouse=True)
-def _one_thread():
-    """Small CPU ops: one intra-op thread is far faster than two on a shared
-    machine (as in test_configs)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    pass
 
 
 def case_id(case) -> str:

@@ -12,22 +12,8 @@ import pytest
 import torch
 
 from _model_utils import (CONFIG_DIR, IMG_H, IMG_W, build_model, count_params, det_batch,
-                          load_config, seg_batch)
+                          load_config, needs_downstream, seg_batch)
 
-
-def _downstream_available() -> bool:
-    try:
-        import mmdet.models  # noqa: F401
-        import mmseg.models  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-# Loading configs needs mmengine only; building models needs mmdet / mmseg
-# (and mmcv with its ops).
-needs_downstream = pytest.mark.skipif(not _downstream_available(),
-                                      reason='needs mmdet and mmseg (mmcv with ops)')
 
 SIZES = ('t', 's', 'b', 'l')
 ARCH = dict(t='tiny', s='small', b='base', l='large')
@@ -295,13 +281,8 @@ def test_data_pipelines_run(pipe):
 
 # -- models --------------------------------------------------------------------
 @pytest.fixture(scope='module', autouse=True)
-def _one_thread():
-    """The models here are small-input CPU runs dominated by small ops: one
-    intra-op thread is faster than several, by far so on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    pass
 
 
 @pytest.fixture(scope='module', params=CONFIGS, ids=config_id)

@@ -22,11 +22,8 @@ def tool():
 
 
 @pytest.fixture(scope='module', autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    pass
 
 
 @pytest.fixture
