@@ -247,6 +247,17 @@ def test_init_cfg_pretrained_from_detector_checkpoint(tmp_path):
     assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
 
 
+def test_init_cfg_pretrained_of_another_size_is_an_error(tmp_path):
+    """Same policy as tools/convert_checkpoint.py: a shape mismatch is never
+    skipped silently (the model would train from a half-random backbone)."""
+    path = tmp_path / 'mavit_s.pth'
+    torch.save({'model': MAViT('s', depths=[1, 1, 1, 1]).state_dict()}, path)
+    model = MAViT('t', depths=[1, 1, 1, 1], init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    with pytest.raises(ValueError, match=r'does not fit this MAViT \(\d+ tensors differ in shape: '
+                                         r'layers\.1\.downsample'):
+        model.init_weights()
+
+
 def test_missing_pretrained_checkpoint_names_the_path(tmp_path):
     missing = tmp_path / 'nowhere' / 'mavit_t.pth'
     model = MAViT('t', init_cfg=dict(type='Pretrained', checkpoint=str(missing)))

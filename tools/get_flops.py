@@ -66,7 +66,7 @@ def measure(args) -> dict:
     if full is not None:
         model, (inputs, samples) = full
         figures['model'] = count_complexity(
-            model, lambda: model._forward(inputs, samples)).as_dict()
+            model, lambda: model(inputs, samples, mode='tensor')).as_dict()
     return figures
 
 

@@ -49,9 +49,12 @@ def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: Optional
                              logger=None) -> dict:
     """Load published weights into ``model``, reporting what did not match.
 
-    A classification checkpoint has no ``extra_norms`` and carries a head: those
-    are reported, not errors. Tensors whose shape differs are skipped and reported.
-    Returns ``dict(loaded=[...], missing=[...], unexpected=[...], mismatched=[...])``.
+    The policy, the same as ``tools/convert_checkpoint.py``'s: a tensor whose
+    shape differs from the model's is an error (a checkpoint of another size
+    or arch, never silently skipped). Keys the model lacks (a classification
+    head) or the checkpoint lacks (``extra_norms``, absent from classification
+    checkpoints) are expected and reported.
+    Returns ``dict(loaded=[...], missing=[...], unexpected=[...])``.
     """
     from mmengine.runner.checkpoint import CheckpointLoader
 
@@ -70,15 +73,20 @@ def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: Optional
             mismatched.append(f'{key}: checkpoint {tuple(value.shape)} vs model {tuple(own[key].shape)}')
         else:
             usable[key] = value
+    if mismatched:
+        shown = '; '.join(mismatched[:6]) + (' ...' if len(mismatched) > 6 else '')
+        raise ValueError(f'{checkpoint} does not fit this MAViT ({len(mismatched)} tensors '
+                         f'differ in shape: {shown}); is it a checkpoint of another size? '
+                         'Set the arch that matches it.')
     if not usable:
         raise ValueError(f'no tensor of {checkpoint} matches the MAViT backbone: is it a '
-                         'MAViT checkpoint of this size?')
+                         'MAViT checkpoint?')
     result = model.load_state_dict(usable, strict=False)
     report = dict(loaded=list(usable), missing=list(result.missing_keys),
-                  unexpected=unexpected, mismatched=mismatched)
+                  unexpected=unexpected)
     if logger is not None:
         logger.info(f'MAViT: loaded {len(usable)} tensors from {checkpoint}')
-        for name in ('missing', 'unexpected', 'mismatched'):
+        for name in ('missing', 'unexpected'):
             if report[name]:
                 shown = ', '.join(report[name][:8]) + (' ...' if len(report[name]) > 8 else '')
                 logger.warning(f'MAViT pretrained: {len(report[name])} {name} keys: {shown}')
