@@ -1,7 +1,7 @@
 """mavit-mm: the MAViT backbone (MALA attention) for mmdet and mmseg.
 
-``import mavit_mm`` registers ``MAViT`` in the mmdet and mmseg MODELS
-registries where those libraries are installed.
+``import mavit_mm`` registers ``MAViT`` in mmengine's root MODELS registry,
+which mmdet's and mmseg's MODELS registries search as their parent.
 """
 from .models import MAViT
 from .registry import register_all

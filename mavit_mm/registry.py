@@ -1,26 +1,19 @@
-"""Registration of the backbone into the mmdet and mmseg model registries.
+"""Registration of the backbone into mmengine's root MODELS registry.
 
-Each downstream library is optional: the model code runs without them, and a
-registry whose library is missing (or whose mmcv lacks its ops) is skipped.
+mmdet's and mmseg's MODELS registries are children of mmengine's root one, and
+a registry that does not hold a name looks it up in its parents: one
+registration serves both (and any other OpenMMLab library), with no import of
+mmdet or mmseg, which stay optional.
 """
 from __future__ import annotations
 
-import importlib
+from mmengine.registry import MODELS
 
 from .models import MAViT
 
-DOWNSTREAM_REGISTRIES = ('mmdet.registry', 'mmseg.registry')
-
 
 def register_all() -> list:
-    """Register MAViT wherever possible; returns the registries it is in."""
-    registered = []
-    for module_name in DOWNSTREAM_REGISTRIES:
-        try:
-            registry = importlib.import_module(module_name).MODELS
-        except ImportError:
-            continue
-        if registry.get('MAViT') is not MAViT:
-            registry.register_module(name='MAViT', module=MAViT, force=True)
-        registered.append(module_name)
-    return registered
+    """Register MAViT in mmengine's root MODELS; returns where it is."""
+    if MODELS.get('MAViT') is not MAViT:
+        MODELS.register_module(name='MAViT', module=MAViT, force=True)
+    return ['mmengine.registry']

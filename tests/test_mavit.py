@@ -319,13 +319,18 @@ def test_unknown_attention_type_and_mala_impl():
 # -- registries --------------------------------------------------------------------
 
 def test_registered_in_mmdet_and_mmseg():
+    """Registered once, in mmengine's root MODELS; mmdet's and mmseg's
+    registries (children of it) find it, and build it inside their scope."""
+    from mmengine.registry import DefaultScope
     from mmdet.registry import MODELS as DET_MODELS
     from mmseg.registry import MODELS as SEG_MODELS
-    assert mavit_mm.REGISTERED_IN == ['mmdet.registry', 'mmseg.registry']
-    assert DET_MODELS.get('MAViT') is MAViT
-    assert SEG_MODELS.get('MAViT') is MAViT
-    model = DET_MODELS.build(dict(type='MAViT', arch='t', depths=[1, 1, 1, 1]))
-    assert isinstance(model, MAViT)
+    assert mavit_mm.REGISTERED_IN == ['mmengine.registry']
+    assert 'MAViT' not in DET_MODELS.module_dict and 'MAViT' not in SEG_MODELS.module_dict
+    for scope, registry in (('mmdet', DET_MODELS), ('mmseg', SEG_MODELS)):
+        assert registry.get('MAViT') is MAViT
+        with DefaultScope.overwrite_default_scope(scope):
+            model = registry.build(dict(type='MAViT', arch='t', depths=[1, 1, 1, 1]))
+        assert isinstance(model, MAViT)
 
 
 def test_core_runs_without_mmcv_mmdet_mmseg():
@@ -338,7 +343,8 @@ class Block:
             raise ImportError('blocked: ' + name)
 sys.meta_path.insert(0, Block())
 import torch, mavit_mm
-assert mavit_mm.REGISTERED_IN == [], mavit_mm.REGISTERED_IN
+assert mavit_mm.REGISTERED_IN == ['mmengine.registry'], mavit_mm.REGISTERED_IN
+assert not [m for m in sys.modules if m.split('.')[0] in ('mmdet', 'mmseg', 'mmcv')]
 out = mavit_mm.MAViT('t', depths=[1, 1, 1, 1])(torch.randn(1, 3, 64, 64))
 print([tuple(o.shape) for o in out])
 '''
