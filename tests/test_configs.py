@@ -11,6 +11,8 @@ import math
 import pytest
 import torch
 
+from mavit_mm.models import resolve_arch
+
 from _model_utils import (CONFIG_DIR, IMG_H, IMG_W, build_model, count_params, det_batch,
                           load_config, needs_downstream, seg_batch)
 
@@ -113,7 +115,9 @@ def test_config_keeps_published_recipe(pipe, size):
     backbone = cfg.model.backbone
     assert backbone.type == 'MAViT'
     assert backbone.arch == ARCH[size]
-    assert backbone.drop_path_rate == DROP_PATH[size]
+    # One source of truth: the arch preset holds the published det/seg rate.
+    assert backbone.get('drop_path_rate') is None
+    assert resolve_arch(backbone.arch)['drop_path_rate'] == DROP_PATH[size]
     assert backbone.norm_cfg.type == 'SyncBN'
     assert backbone.init_cfg == dict(type='Pretrained',
                                      checkpoint=f'pretrained/mavit_{size}_in1k.pth')

@@ -8,7 +8,6 @@ _base_ = '../_base_/recipes/fpn_mavit_8xb2-80k_ade20k-512x512.py'
 model = dict(
     backbone=dict(
         arch='small',
-        drop_path_rate=0.15,
         init_cfg=dict(
             type='Pretrained', checkpoint='pretrained/mavit_s_in1k.pth')),
     neck=dict(in_channels=[64, 128, 320, 512]))

@@ -5,7 +5,7 @@
 # match the published config's sizes (MAViT-S 81.07M, B 103.76M, L 150.68M);
 # class-specific regression would add 3 x 0.32M. CascadeRoIHead builds one
 # mask head per stage (three).
-# The size configs set backbone.arch / drop_path_rate / init_cfg and
+# The size configs set backbone.arch / init_cfg and
 # neck.in_channels (= the backbone's embed_dims).
 model = dict(
     type='CascadeRCNN',
@@ -19,7 +19,7 @@ model = dict(
     backbone=dict(
         type='MAViT',
         arch=None,  # set by the size config
-        drop_path_rate=None,  # set by the size config
+        drop_path_rate=None,  # None: the arch preset's (ARCH_SETTINGS, the published value)
         out_indices=(0, 1, 2, 3),
         norm_cfg=dict(type='SyncBN', requires_grad=True),
         frozen_stages=-1,

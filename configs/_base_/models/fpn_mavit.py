@@ -1,5 +1,5 @@
 # Semantic FPN with a MAViT backbone (mmseg FPN neck + FPNHead), ADE20K.
-# The size configs set backbone.arch / drop_path_rate / init_cfg and
+# The size configs set backbone.arch / init_cfg and
 # neck.in_channels (= the backbone's embed_dims).
 norm_cfg = dict(type='SyncBN', requires_grad=True)
 data_preprocessor = dict(
@@ -16,7 +16,7 @@ model = dict(
     backbone=dict(
         type='MAViT',
         arch=None,  # set by the size config
-        drop_path_rate=None,  # set by the size config
+        drop_path_rate=None,  # None: the arch preset's (ARCH_SETTINGS, the published value)
         out_indices=(0, 1, 2, 3),
         norm_cfg=norm_cfg,
         frozen_stages=-1,

@@ -1,5 +1,5 @@
 # Mask R-CNN with a MAViT backbone and FPN.
-# The size configs set backbone.arch / drop_path_rate / init_cfg and
+# The size configs set backbone.arch / init_cfg and
 # neck.in_channels (= the backbone's embed_dims).
 model = dict(
     type='MaskRCNN',
@@ -13,7 +13,7 @@ model = dict(
     backbone=dict(
         type='MAViT',
         arch=None,  # set by the size config
-        drop_path_rate=None,  # set by the size config
+        drop_path_rate=None,  # None: the arch preset's (ARCH_SETTINGS, the published value)
         out_indices=(0, 1, 2, 3),
         norm_cfg=dict(type='SyncBN', requires_grad=True),
         frozen_stages=-1,

@@ -2,7 +2,7 @@
 # As for Swin / PVT: the backbone returns stages 1-3 only (strides 8-32; no
 # unused stage-0 output norm), the FPN starts at its first input and builds
 # P6/P7 with extra convs on the last backbone output ('on_input'). The size
-# configs set backbone.arch / drop_path_rate / init_cfg and neck.in_channels
+# configs set backbone.arch / init_cfg and neck.in_channels
 # (= embed_dims[1:]).
 model = dict(
     type='RetinaNet',
@@ -15,7 +15,7 @@ model = dict(
     backbone=dict(
         type='MAViT',
         arch=None,  # set by the size config
-        drop_path_rate=None,  # set by the size config
+        drop_path_rate=None,  # None: the arch preset's (ARCH_SETTINGS, the published value)
         out_indices=(1, 2, 3),
         norm_cfg=dict(type='SyncBN', requires_grad=True),
         frozen_stages=-1,

@@ -1,6 +1,6 @@
 # UperNet with a MAViT backbone, ADE20K: UPerHead (512 channels) on the four
 # stages and an auxiliary FCNHead on stage 3 (in_index 2, loss weight 0.4).
-# The size configs set backbone.arch / drop_path_rate / init_cfg,
+# The size configs set backbone.arch / init_cfg,
 # decode_head.in_channels (= embed_dims) and auxiliary_head.in_channels
 # (= embed_dims[2]).
 norm_cfg = dict(type='SyncBN', requires_grad=True)
@@ -18,7 +18,7 @@ model = dict(
     backbone=dict(
         type='MAViT',
         arch=None,  # set by the size config
-        drop_path_rate=None,  # set by the size config
+        drop_path_rate=None,  # None: the arch preset's (ARCH_SETTINGS, the published value)
         out_indices=(0, 1, 2, 3),
         norm_cfg=norm_cfg,
         frozen_stages=-1,
