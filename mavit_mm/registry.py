@@ -1,6 +1,8 @@
-"""Registration of the backbone into mmengine's root MODELS registry.
+"""Registration into mmengine's root registries: the backbone in MODELS, the
+optimizer wrapper of the recipes (``AmpWhereAvailableOptimWrapper``,
+``engine.amp``) in OPTIM_WRAPPERS.
 
-mmdet's and mmseg's MODELS registries are children of mmengine's root one, and
+mmdet's and mmseg's registries are children of mmengine's root ones, and
 a registry that does not hold a name looks it up in its parents: one
 registration serves both (and any other OpenMMLab library), with no import of
 mmdet or mmseg, which stay optional.
@@ -9,11 +11,14 @@ from __future__ import annotations
 
 from mmengine.registry import MODELS
 
+from .engine import amp
 from .models import MAViT
 
 
 def register_all() -> list:
-    """Register MAViT in mmengine's root MODELS; returns where it is."""
+    """Register MAViT (root MODELS) and AmpWhereAvailableOptimWrapper (root
+    OPTIM_WRAPPERS); returns where they are."""
     if MODELS.get('MAViT') is not MAViT:
         MODELS.register_module(name='MAViT', module=MAViT, force=True)
+    amp.register()
     return ['mmengine.registry']

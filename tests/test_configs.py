@@ -152,9 +152,11 @@ def test_config_keeps_published_recipe(pipe, size):
             assert head.norm_cfg is not None
             assert head.loss_bbox.type == 'GIoULoss' and head.reg_decoded_bbox
 
-    # Optimizer: AdamW, lr / wd / betas, no decay on norms, mixed precision.
+    # Optimizer: AdamW, lr / wd / betas, no decay on norms, mixed precision
+    # (mmengine's AmpOptimWrapper with a dynamic loss scale wherever it can run,
+    # through engine.amp's AmpWhereAvailableOptimWrapper).
     optim = cfg.optim_wrapper
-    assert optim.type == 'AmpOptimWrapper' and optim.loss_scale == 'dynamic'
+    assert optim.type == 'AmpWhereAvailableOptimWrapper' and optim.loss_scale == 'dynamic'
     assert optim.optimizer.type == 'AdamW'
     assert math.isclose(optim.optimizer.lr, recipe['lr'])
     assert math.isclose(optim.optimizer.weight_decay, recipe['wd'])
@@ -374,16 +376,13 @@ def test_predict(built):
 @needs_downstream
 def test_no_weight_decay_on_norms(built):
     """The config's paramwise_cfg gives norm layers weight decay 0 and keeps
-    the configured decay on the other weights (built as a plain OptimWrapper:
-    AMP needs CUDA)."""
+    the configured decay on the other weights (the config's own wrapper: an
+    fp32 OptimWrapper on a CPU, AmpOptimWrapper on a GPU)."""
     from mmengine.optim import build_optim_wrapper
     from torch.nn.modules.batchnorm import _BatchNorm
 
     _, _, cfg, model = built
-    optim_cfg = cfg.optim_wrapper.copy()
-    optim_cfg.type = 'OptimWrapper'
-    optim_cfg.pop('loss_scale')
-    wrapper = build_optim_wrapper(model, optim_cfg)
+    wrapper = build_optim_wrapper(model, cfg.optim_wrapper.copy())
     decay = {id(p): group['weight_decay'] for group in wrapper.optimizer.param_groups
              for p in group['params']}
     wd = cfg.optim_wrapper.optimizer.weight_decay

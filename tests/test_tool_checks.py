@@ -204,6 +204,28 @@ def test_amp_flag_with_cuda(monkeypatch):
     assert kept.optim_wrapper.type == 'AmpOptimWrapper'
 
 
+def test_amp_where_available_wrapper_left_to_itself(monkeypatch):
+    """The recipes' AmpWhereAvailableOptimWrapper chooses AMP or fp32 itself when
+    built: configure_amp leaves it as it is, with or without CUDA, and --amp on
+    a GPU says mixed precision is already on."""
+    messages = []
+    monkeypatch.setattr(cli, 'log', lambda message, level=logging.INFO: messages.append(message))
+    for cuda in (False, True):
+        monkeypatch.setattr(cli, 'cuda_available', lambda cuda=cuda: cuda)
+        cfg = Config(dict(optim_wrapper=dict(type='AmpWhereAvailableOptimWrapper',
+                                             loss_scale='dynamic',
+                                             optimizer=dict(type='AdamW', lr=1e-4))))
+        cli.configure_amp(cfg, amp_requested=False)
+        assert cfg.optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
+        assert cfg.optim_wrapper.loss_scale == 'dynamic'
+        assert messages == []
+        cli.configure_amp(cfg, amp_requested=True)
+        assert cfg.optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
+        expected = 'already on' if cuda else '--amp ignored'
+        assert len(messages) == 1 and expected in messages[0], messages
+        messages.clear()
+
+
 def test_resume_options():
     cfg = Config(dict(load_from='x.pth', resume=False))
     cli.configure_resume(cfg, None)

@@ -93,7 +93,7 @@ param_scheduler = [
         by_epoch=False)
 ]
 # AdamW as published, a higher lr for from-scratch training (2 images per
-# iteration). The tools switch the inherited AmpOptimWrapper to fp32 on a CPU.
+# iteration). The inherited optimizer wrapper trains in fp32 on a CPU (AMP on a GPU).
 optim_wrapper = dict(optimizer=dict(lr=0.0003))
 auto_scale_lr = dict(enable=False, base_batch_size=2)
 default_hooks = dict(

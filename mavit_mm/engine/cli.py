@@ -15,6 +15,7 @@ from typing import Optional
 from mmengine.config import Config
 from mmengine.logging import print_log
 
+from . import amp
 from .preflight import ConfigCheckError
 
 # Keys only AmpOptimWrapper accepts; dropped when it becomes an OptimWrapper.
@@ -70,18 +71,22 @@ def cuda_available() -> bool:
 def configure_amp(cfg: Config, amp_requested: bool) -> None:
     """Mixed precision where it helps (CUDA); plain fp32 OptimWrapper on a CPU.
 
-    The published recipes train with AmpOptimWrapper; on a machine without CUDA
-    it is switched to OptimWrapper (CPU autocast is slow and not what the
-    recipes mean), with one log line saying so.
+    The published recipes name ``AmpWhereAvailableOptimWrapper`` (``engine.amp``),
+    which makes that choice itself when built, for any tool: left as it is. A
+    config naming mmengine's AmpOptimWrapper is switched to OptimWrapper on a
+    machine without CUDA (CPU autocast is slow and not what the recipes mean),
+    with one log line saying so. ``--amp`` on a GPU turns a plain OptimWrapper
+    into AmpOptimWrapper; on a CPU it is ignored, loudly.
     """
     optim_wrapper = cfg.get('optim_wrapper')
     if optim_wrapper is None:
         if amp_requested:
             log('--amp ignored: the config has no optim_wrapper', logging.WARNING)
         return
-    is_amp = optim_wrapper.get('type', 'OptimWrapper') == 'AmpOptimWrapper'
+    wrapper_type = optim_wrapper.get('type', 'OptimWrapper')
+    is_amp = wrapper_type in ('AmpOptimWrapper', amp.NAME)
     if not cuda_available():
-        if is_amp:
+        if wrapper_type == 'AmpOptimWrapper':
             optim_wrapper.type = 'OptimWrapper'
             for key in _AMP_ONLY_KEYS:
                 optim_wrapper.pop(key, None)
@@ -92,7 +97,7 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
         return
     if amp_requested:
         if is_amp:
-            log('--amp: mixed precision is already on in the config (AmpOptimWrapper).')
+            log(f'--amp: mixed precision is already on in the config ({wrapper_type}).')
         else:
             optim_wrapper.type = 'AmpOptimWrapper'
             optim_wrapper.setdefault('loss_scale', 'dynamic')

@@ -3,7 +3,7 @@
 # decay (power 1.0, to 0), no weight decay on norm layers, mixed precision.
 # 16 images per iteration (8 GPUs x 2).
 optim_wrapper = dict(
-    type='AmpOptimWrapper',
+    type='AmpWhereAvailableOptimWrapper',
     loss_scale='dynamic',
     optimizer=dict(
         type='AdamW', lr=0.00006, betas=(0.9, 0.999), weight_decay=0.01),

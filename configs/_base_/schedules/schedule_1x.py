@@ -20,9 +20,10 @@ param_scheduler = [
         gamma=0.1)
 ]
 
-# Mixed precision; tools may fall back to a plain OptimWrapper without CUDA.
+# Mixed precision where a GPU is (mmengine's AmpOptimWrapper), fp32 on a CPU:
+# AmpWhereAvailableOptimWrapper (mavit_mm/engine/amp.py) picks at build time.
 optim_wrapper = dict(
-    type='AmpOptimWrapper',
+    type='AmpWhereAvailableOptimWrapper',
     loss_scale='dynamic',
     optimizer=dict(
         type='AdamW', lr=0.0004, betas=(0.9, 0.999), weight_decay=0.05),

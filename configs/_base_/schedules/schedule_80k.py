@@ -2,7 +2,7 @@
 # decay 1e-4, poly decay (power 0.9, to 0), no weight decay on norm layers,
 # mixed precision. 16 images per iteration (8 GPUs x 2).
 optim_wrapper = dict(
-    type='AmpOptimWrapper',
+    type='AmpWhereAvailableOptimWrapper',
     loss_scale='dynamic',
     optimizer=dict(
         type='AdamW', lr=0.0001, betas=(0.9, 0.999), weight_decay=0.0001),
