@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Distributed training with torchrun: one process per GPU, on one or several nodes.
+# Distributed (data-parallel) training with torchrun: one process per GPU, on
+# one or several nodes. Without CUDA it runs GPUS_PER_NODE processes on the CPU
+# cores (gloo backend; SyncBN synchronised over gloo).
 #
 #   bash tools/dist_train.sh CONFIG GPUS_PER_NODE [train.py options...]
 #
@@ -8,11 +10,19 @@
 #   NNODES=2 NODE_RANK=0 MASTER_ADDR=10.0.0.1 bash tools/dist_train.sh CONFIG 8
 #   NNODES=2 NODE_RANK=1 MASTER_ADDR=10.0.0.1 bash tools/dist_train.sh CONFIG 8
 # Environment: NNODES (default 1), NODE_RANK (0), MASTER_ADDR (127.0.0.1),
-# PORT (29500), PYTHON (python interpreter; default: the repo's .venv if present).
+# PORT (29500; another one for a second job on the same machine),
+# PYTHON (python interpreter; default: the repo's .venv if present).
 set -euo pipefail
 
+usage() {  # the comment block above
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
+}
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    usage
+    exit 0
+fi
 if [[ $# -lt 2 ]]; then
-    echo "usage: $0 CONFIG GPUS_PER_NODE [train.py options...]" >&2
+    echo "usage: $0 CONFIG GPUS_PER_NODE [train.py options...]  (--help for more)" >&2
     exit 2
 fi
 CONFIG=$1
@@ -24,6 +34,8 @@ PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
 TOOLS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(dirname "$TOOLS_DIR")"
+source "$TOOLS_DIR/_launch_checks.sh"
+check_launch_settings
 if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x "$REPO_ROOT/.venv/bin/python" ]]; then PYTHON="$REPO_ROOT/.venv/bin/python"; else PYTHON=python; fi
 fi

@@ -15,7 +15,7 @@ from typing import Optional
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from . import amp
+from . import amp, distributed
 from .preflight import ConfigCheckError
 
 # Keys only AmpOptimWrapper accepts; dropped when it becomes an OptimWrapper.
@@ -33,7 +33,10 @@ LOCAL_RANK_HELP = ('rank of this process on its node; set by older launchers '
 
 
 def log(message: str, level: int = logging.INFO) -> None:
-    """Log through mmengine's current logger (the console before a Runner exists)."""
+    """Log through mmengine's current logger (the console before a Runner exists);
+    in a multi-process run only the first process logs (once, not once per rank)."""
+    if distributed.rank_from_environment() != 0:
+        return
     print_log(message, logger='current', level=level)
 
 
@@ -105,14 +108,11 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
 
 
 def configure_dist_backend(cfg: Config) -> None:
-    """NCCL needs CUDA: a distributed run on CPUs uses gloo."""
-    if cfg.launcher == 'none' or cuda_available():
+    """A distributed run without CUDA: gloo instead of NCCL, DistributedDataParallel
+    on CPU modules, SyncBN that synchronises CPU tensors (``engine.distributed``)."""
+    if cfg.get('launcher', 'none') == 'none' or cuda_available():
         return
-    env_cfg = cfg.setdefault('env_cfg', {})
-    dist_cfg = env_cfg.setdefault('dist_cfg', {})
-    if dist_cfg.get('backend', 'nccl') == 'nccl':
-        dist_cfg['backend'] = 'gloo'
-        log('No CUDA device: distributed backend nccl replaced by gloo.', logging.WARNING)
+    distributed.adapt_to_cpu(cfg, log)
 
 
 def configure_resume(cfg: Config, resume: Optional[str]) -> None:
@@ -170,7 +170,12 @@ def attach_prediction_dump(runner, cfg: Config, out: str) -> None:
 
 
 def build_runner(cfg: Config):
-    """mmengine's Runner (or the config's runner_type), built from the config."""
+    """mmengine's Runner (or the config's runner_type), built from the config.
+
+    Without CUDA the process group of a distributed run is created here, since
+    mmengine's ``init_dist`` would call ``torch.cuda.set_device``."""
+    if cfg.get('launcher', 'none') != 'none' and not cuda_available():
+        distributed.init_process_group(cfg)
     if 'runner_type' in cfg:
         from mmengine.registry import RUNNERS
         return RUNNERS.build(cfg)

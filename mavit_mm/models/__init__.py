@@ -1,3 +1,4 @@
+from .cpu_sync_bn import CPUSyncBatchNorm
 from .mavit import ARCH_SETTINGS, MAViT, resolve_arch
 
-__all__ = ['MAViT', 'ARCH_SETTINGS', 'resolve_arch']
+__all__ = ['MAViT', 'ARCH_SETTINGS', 'resolve_arch', 'CPUSyncBatchNorm']
