@@ -9,14 +9,8 @@
 # PORT (29500; another one for a second job on the same machine),
 # PYTHON (python interpreter; default: the repo's .venv if present).
 set -euo pipefail
-
-usage() {  # the comment block above
-    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
-}
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    usage
-    exit 0
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/_launch_common.sh"
+show_help_if_asked "$@"
 if [[ $# -lt 3 ]]; then
     echo "usage: $0 CONFIG CHECKPOINT GPUS_PER_NODE [test.py options...]  (--help for more)" >&2
     exit 2
@@ -25,23 +19,4 @@ CONFIG=$1
 CHECKPOINT=$2
 GPUS=$3
 shift 3
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-TOOLS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(dirname "$TOOLS_DIR")"
-source "$TOOLS_DIR/_launch_checks.sh"
-check_launch_settings
-if [[ -z "${PYTHON:-}" ]]; then
-    if [[ -x "$REPO_ROOT/.venv/bin/python" ]]; then PYTHON="$REPO_ROOT/.venv/bin/python"; else PYTHON=python; fi
-fi
-
-PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" \
-exec "$PYTHON" -m torch.distributed.run \
-    --nnodes="$NNODES" \
-    --node_rank="$NODE_RANK" \
-    --master_addr="$MASTER_ADDR" \
-    --master_port="$PORT" \
-    --nproc_per_node="$GPUS" \
-    "$TOOLS_DIR/test.py" "$CONFIG" "$CHECKPOINT" --launcher pytorch "$@"
+torchrun_launch "$GPUS" test.py "$CONFIG" "$CHECKPOINT" -- "$@"
