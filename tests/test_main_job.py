@@ -231,8 +231,9 @@ def write_training_log(work_dir, timestamp='20260101_000000'):
                 'step': 0}]
     for step in range(2, 21, 2):
         records.append({'lr': 1e-4, 'data_time': 0.01, 'loss': 5.0 / step,
-                        'loss_cls': 2.0 / step, 'loss_bbox': 1.0 / step, 'time': 1.0,
-                        'iter': step, 'memory': 0, 'step': step})
+                        'loss_cls': 2.0 / step, 'decode.loss_ce': 1.0 / step,
+                        'decode.acc_seg': 50.0, 'time': 1.0, 'iter': step, 'memory': 0,
+                        'step': step})
         if step % 10 == 0:
             records.append({'coco/bbox_mAP': step / 40, 'coco/bbox_mAP_50': step / 25,
                             'data_time': 0.1, 'time': 1.0, 'step': step})
@@ -245,7 +246,7 @@ def test_training_curves_from_the_json_log(tmp_path):
     write_training_log(tmp_path / 'work')
     curves = training_curves(tmp_path / 'work')
     assert curves['losses']['loss'] == (list(range(2, 21, 2)), [5.0 / s for s in range(2, 21, 2)])
-    assert set(curves['losses']) == {'loss', 'loss_cls', 'loss_bbox'}
+    assert set(curves['losses']) == {'loss', 'loss_cls', 'decode.loss_ce'}
     assert curves['metrics']['coco/bbox_mAP'] == ([0, 10, 20], [0.0, 0.25, 0.5])
     out = plot_training_curves(tmp_path / 'work', tmp_path / 'curves.png',
                                ['coco/bbox_mAP', 'coco/bbox_mAP_50'],

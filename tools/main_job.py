@@ -2,7 +2,7 @@
 """The main job: train and evaluate MAViT-T detection and segmentation on the
 bundled synthetic data, on whatever machine this is (a CPU is enough).
 
-    python tools/main_job.py                 # ~15 minutes on a 2-core CPU
+    python tools/main_job.py                 # ~13 minutes on a 2-core CPU
 
 Steps, for Mask R-CNN + MAViT-T (COCO-format shapes) and UperNet + MAViT-T
 (ADE20K-format shapes):
@@ -64,9 +64,9 @@ BARS = (
 VALIDATIONS_DURING_TRAINING = 3
 # Validation images drawn (ground truth beside prediction) per model.
 PICTURED_IMAGES = 4
-# Minutes each model took on this project's 2-core CPU (train + test +
-# pictures): the estimates printed before each step.
-REFERENCE_MINUTES = {'mask_rcnn': 10.0, 'upernet': 2.5}
+# Minutes each model took on this project's 2-core CPU (train with its
+# validations + test + pictures; README, 2026-11-23): the estimates printed.
+REFERENCE_MINUTES = {'mask_rcnn': 9.0, 'upernet': 4.0}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from .json_logs import is_metric_record, metrics_only, run_dirs, training_records
 
@@ -147,7 +147,9 @@ def training_curves(work_dir) -> Dict[str, object]:
             target, values = metrics, metrics_only(record)
         elif 'loss' in record:
             target = losses
-            values = {k: v for k, v in record.items() if k.startswith('loss')}
+            # mmdet: loss, loss_cls, ...; mmseg: loss, decode.loss_ce, aux.loss_ce
+            values = {k: v for k, v in record.items()
+                      if k.startswith('loss') or '.loss' in k}
         else:
             continue
         for name, value in values.items():
@@ -185,7 +187,7 @@ def plot_training_curves(work_dir, out_file, metric_names: Sequence[str],
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(fontsize=8)
 
-    plotted: List[str] = []
+    plotted, starred = [], False
     for index, name in enumerate(metric_names):
         color = f'C{index}'
         steps, values = curves['metrics'].get(name, ([], []))
@@ -193,14 +195,17 @@ def plot_training_curves(work_dir, out_file, metric_names: Sequence[str],
             metric_axis.plot(steps, values, marker='o', color=color, label=name)
             plotted.append(name)
         if final_metrics and name in final_metrics and final_step is not None:
-            metric_axis.plot([final_step], [final_metrics[name]], marker='*', markersize=13,
-                             linestyle='none', color=color,
-                             label=f'{name} (test of the final checkpoint)')
-            plotted.append(name)
+            metric_axis.plot([final_step], [final_metrics[name]], marker='*', markersize=14,
+                             linestyle='none', color=color)
+            starred = True
         if bars and name in bars:
             metric_axis.axhline(bars[name], color=color, linestyle='--', linewidth=1,
-                                label=f'{name} bar {bars[name]:g}')
+                                label=f'bar: {name} >= {bars[name]:g}')
             plotted.append(name)
+    if starred:  # one legend entry for the stars of every metric
+        metric_axis.plot([], [], marker='*', markersize=14, linestyle='none', color='grey',
+                         label='test of the final checkpoint')
+        plotted.append('test')
     metric_axis.set_xlabel('iteration')
     metric_axis.set_ylabel('validation metric')
     metric_axis.set_title('validation split (iteration 0 = untrained)')
