@@ -22,7 +22,12 @@ where MAViT's stem and downsampling layers have BatchNorms, ``swin-convstem`` is
 the Swin variant with MAViT's ConvStem in place of its 4x4 patch embedding,
 ``mavit-patch-merging`` has Swin's patch merging in place of MAViT's 3x3
 stride-2 conv + BN downsampling, ``mavit-default-init`` keeps PyTorch's default
-conv init, ``mavit-no-gate`` pins the gate ``o`` of the token mixers to 1. Needs the demo data
+conv init, ``mavit-no-gate`` pins the gate ``o`` of the token mixers to 1,
+``mavit-no-attn`` drops the attention term of the token mixers,
+``mavit-dw-default-init`` / ``mavit-lepe-avg-init`` start the depthwise convs
+from PyTorch's init / the LePE convs as mean filters, and
+``swin-convstem-convdown`` is the ConvStem Swin with MAViT's conv + BN
+downsampling; ``--zero`` silences block parts. Needs the demo data
 (``python tools/make_demo_data.py``). Runs on a CPU, about 1 s per iteration.
 """
 from __future__ import annotations
@@ -54,6 +59,24 @@ SWIN_T64 = dict(type='SwinTransformer', embed_dims=64, depths=(2, 2, 6, 2),
                 num_heads=(2, 4, 8, 16), window_size=7, drop_path_rate=0.1,
                 out_indices=(0, 1, 2, 3), init_cfg=None)
 
+
+# --backbone NAME -> (base config or None for the demo config's MAViT, registered type)
+BACKBONES = {
+    'mavit': (None, 'MAViT'),
+    'mavit-no-out-norm': (None, 'MAViTWithoutOutputNorm'),
+    'mavit-ln-stem': (None, 'MAViTWithLayerNormStem'),
+    'mavit-patch-merging': (None, 'MAViTWithPatchMerging'),
+    'mavit-default-init': (None, 'MAViTWithDefaultConvInit'),
+    'mavit-dw-default-init': (None, 'MAViTWithDefaultDepthwiseInit'),
+    'mavit-lepe-avg-init': (None, 'MAViTWithAveragingLePE'),
+    'mavit-no-gate': (None, 'MAViTWithoutGate'),
+    'mavit-no-attn': (None, 'MAViTWithoutAttention'),
+    'resnet18': (RESNET18, 'ResNet'),
+    'resnet18-ln': (RESNET18, 'ResNetWithOutputLN'),
+    'swin': (SWIN_T64, 'SwinTransformer'),
+    'swin-convstem': (SWIN_T64, 'SwinWithConvStem'),
+    'swin-convstem-convdown': (SWIN_T64, 'SwinWithConvStemAndConvDownsample'),
+}
 
 def register_variants():
     from mmdet.models.backbones import ResNet
@@ -305,12 +328,7 @@ def main(argv=None) -> None:
     parser.add_argument('--config', default='configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py')
     parser.add_argument('--name', required=True, help='run name: <out-dir>/<name>.json')
     parser.add_argument('--backbone', default='mavit',
-                        choices=['mavit', 'resnet18', 'resnet18-ln', 'mavit-no-out-norm',
-                                 'swin', 'mavit-ln-stem', 'swin-convstem',
-                                 'mavit-patch-merging', 'mavit-default-init',
-                                 'mavit-no-gate', 'mavit-no-attn',
-                                 'swin-convstem-convdown', 'mavit-dw-default-init',
-                                 'mavit-lepe-avg-init'])
+                        choices=sorted(BACKBONES))
     parser.add_argument('--zero', nargs='+', default=[], choices=sorted(ZEROABLE),
                         help='MAViT parts whose output is replaced by zeros in every block '
                              '(cpe: x + pos(x) becomes x; lepe; ffn-dwconv)')
@@ -327,35 +345,12 @@ def main(argv=None) -> None:
 
     register_variants()
     cfg = cli.load_config(args.config, args.cfg_options, 'none')
-    # ResNet-18 has MAViT-T's widths (64/128/256/512): same stages, same neck.
     out_indices = tuple(cfg.model.backbone.get('out_indices', (0, 1, 2, 3)))
-    if args.backbone == 'resnet18':
-        cfg.model.backbone = dict(RESNET18, out_indices=out_indices)
-    elif args.backbone == 'resnet18-ln':
-        cfg.model.backbone = dict(RESNET18, out_indices=out_indices, type='ResNetWithOutputLN')
-    elif args.backbone == 'mavit-ln-stem':
-        cfg.model.backbone.type = 'MAViTWithLayerNormStem'
-    elif args.backbone == 'mavit-no-gate':
-        cfg.model.backbone.type = 'MAViTWithoutGate'
-    elif args.backbone == 'mavit-no-attn':
-        cfg.model.backbone.type = 'MAViTWithoutAttention'
-    elif args.backbone == 'mavit-dw-default-init':
-        cfg.model.backbone.type = 'MAViTWithDefaultDepthwiseInit'
-    elif args.backbone == 'mavit-lepe-avg-init':
-        cfg.model.backbone.type = 'MAViTWithAveragingLePE'
-    elif args.backbone == 'mavit-default-init':
-        cfg.model.backbone.type = 'MAViTWithDefaultConvInit'
-    elif args.backbone == 'mavit-patch-merging':
-        cfg.model.backbone.type = 'MAViTWithPatchMerging'
-    elif args.backbone == 'swin-convstem':
-        cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices, type='SwinWithConvStem')
-    elif args.backbone == 'swin-convstem-convdown':
-        cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices,
-                                  type='SwinWithConvStemAndConvDownsample')
-    elif args.backbone == 'swin':
-        cfg.model.backbone = dict(SWIN_T64, out_indices=out_indices)
-    elif args.backbone == 'mavit-no-out-norm':
-        cfg.model.backbone.type = 'MAViTWithoutOutputNorm'
+    base, backbone_type = BACKBONES[args.backbone]
+    if base is None:  # the config's MAViT, as a variant class
+        cfg.model.backbone.type = backbone_type
+    else:  # ResNet-18 and Swin have MAViT-T's widths: same stages, same neck
+        cfg.model.backbone = dict(base, out_indices=out_indices, type=backbone_type)
     if args.param_lr_mult:
         paramwise = dict(cfg.optim_wrapper.get('paramwise_cfg', {}))
         custom = dict(paramwise.get('custom_keys', {}))
