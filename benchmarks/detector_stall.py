@@ -48,7 +48,8 @@ from mmengine.runner import Runner  # noqa: E402
 from torch import nn  # noqa: E402
 
 import mavit_mm  # noqa: E402,F401
-from mavit_mm.engine import cli  # noqa: E402
+from mavit_mm.tooling import runner_setup  # noqa: E402
+from mavit_mm.tooling.config import load_config  # noqa: E402
 from mavit_mm.models.mavit import Downsample, GatedAttention, LayerNorm2d, MAViT, MAViTBlock  # noqa: E402
 
 RESNET18 = dict(type='ResNet', depth=18, out_indices=(0, 1, 2, 3),
@@ -344,7 +345,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     register_variants()
-    cfg = cli.load_config(args.config, args.cfg_options, 'none')
+    cfg = load_config(args.config, args.cfg_options)
     out_indices = tuple(cfg.model.backbone.get('out_indices', (0, 1, 2, 3)))
     base, backbone_type = BACKBONES[args.backbone]
     if base is None:  # the config's MAViT, as a variant class
@@ -358,7 +359,7 @@ def main(argv=None) -> None:
             custom[name_part] = dict(lr_mult=float(mult), decay_mult=float(mult))
         paramwise['custom_keys'] = custom
         cfg.optim_wrapper.paramwise_cfg = paramwise
-    cli.configure_amp(cfg, False)
+    runner_setup.configure_amp(cfg, False)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     cfg.work_dir = str(args.out_dir / args.name)
     cfg.train_cfg.max_iters = args.iters

@@ -30,9 +30,9 @@ IMG_H, IMG_W = 96, 128
 
 
 def load_config(rel_path: str):
-    """``Config.fromfile`` of ``configs/<rel_path>``."""
-    from mavit_mm.utils.model_builder import load_config as load
-    return load(str(CONFIG_DIR / rel_path))
+    """``configs/<rel_path>``, loaded as the tools load it."""
+    from mavit_mm.tooling.config import load_config as load
+    return load(CONFIG_DIR / rel_path)
 
 
 def build_model(cfg, cpu_test: bool = False):
@@ -43,7 +43,7 @@ def build_model(cfg, cpu_test: bool = False):
     testing, and detector test score threshold 0 so that boxes and masks come
     out; segmentors pad to the test images rather than to the 512x512 crop.
     """
-    from mavit_mm.utils.model_builder import build_model as build
+    from mavit_mm.tooling.model_builder import build_model as build
     model_cfg = cfg.model.copy()
     if cpu_test:
         _shrink_for_cpu(model_cfg, IMG_H, IMG_W)

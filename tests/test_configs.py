@@ -259,7 +259,7 @@ def test_data_pipelines_run(pipe):
     multi-scale / crop augmentation and the published test resolution."""
     from mmengine.dataset import Compose
 
-    from mavit_mm.utils.model_builder import scope_registry
+    from mavit_mm.tooling.model_builder import scope_registry
 
     cfg = load_config(config_path(pipe, 't'))
     scope_registry(cfg)

@@ -14,8 +14,8 @@ import statistics
 
 import pytest
 
-from mavit_mm.engine.config_tools import retarget_data_root
-from mavit_mm.engine.json_logs import run_dirs, training_records
+from mavit_mm.tooling.config import load_config, retarget_data_root
+from mavit_mm.tooling.json_logs import run_dirs, training_records
 from tool_helpers import REPO_ROOT, explain, run_tool
 
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for Mask R-CNN')
@@ -32,14 +32,13 @@ BACKGROUND_ACC = 75.0
 
 @pytest.fixture(scope='module')
 def rcnn_records(tmp_path_factory):
-    from mmengine.config import Config
 
     from mavit_mm.data.synthetic import make_coco_dataset
 
     root = tmp_path_factory.mktemp('learns')
     data = make_coco_dataset(root / 'coco', num_train=64, num_val=16, image_size=(160, 160),
                              max_objects=3, seed=0)
-    cfg = Config.fromfile(str(REPO_ROOT / CONFIG))
+    cfg = load_config(REPO_ROOT / CONFIG)
     retarget_data_root(cfg, str(data['root']))
     # The demo schedule as it is (warm-up included), stopped early; no validation.
     cfg.train_cfg.max_iters = ITERS

@@ -33,10 +33,12 @@ from PIL import Image
 from torch import nn
 
 from mavit_mm.engine import distributed
-from mavit_mm.engine.json_logs import latest_test_metrics
-from mavit_mm.engine.preflight import ConfigCheckError
 from mavit_mm.models import CPUSyncBatchNorm
-from tool_helpers import (PIPELINES, REPO_ROOT, explain, make_tiny_data, run_tool,
+from mavit_mm.tooling import cpu_distributed, runner_setup
+from mavit_mm.tooling.config import ConfigCheckError, load_config, set_iterations
+from mavit_mm.tooling.demo_jobs import DEMO_JOBS
+from mavit_mm.tooling.json_logs import latest_test_metrics
+from tool_helpers import (REPO_ROOT, explain, make_tiny_data, run_tool,
                           write_tiny_config)
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -143,7 +145,7 @@ def test_cpu_run_config_adaptations():
     messages = []
     cfg = Config(dict(launcher='pytorch', find_unused_parameters=True,
                       env_cfg=dict(dist_cfg=dict(backend='nccl'))))
-    distributed.adapt_to_cpu(cfg, lambda message, level: messages.append(message))
+    cpu_distributed.adapt_to_cpu(cfg, lambda message, level: messages.append(message))
     assert cfg.env_cfg.dist_cfg.backend == 'gloo'
     assert cfg.model_wrapper_cfg.type == 'CPUDistributedDataParallel'
     assert cfg.model_wrapper_cfg.find_unused_parameters is True
@@ -151,40 +153,38 @@ def test_cpu_run_config_adaptations():
     # A config's own DDP settings are kept; another wrapper only loses its device ids.
     own = Config(dict(launcher='pytorch', model_wrapper_cfg=dict(
         type='MMDistributedDataParallel', broadcast_buffers=True)))
-    distributed.adapt_to_cpu(own, lambda *args: None)
+    cpu_distributed.adapt_to_cpu(own, lambda *args: None)
     assert own.model_wrapper_cfg == dict(type='CPUDistributedDataParallel',
                                          broadcast_buffers=True)
     other = Config(dict(launcher='pytorch', model_wrapper_cfg=dict(type='Custom')))
-    distributed.adapt_to_cpu(other, lambda *args: None)
+    cpu_distributed.adapt_to_cpu(other, lambda *args: None)
     assert other.model_wrapper_cfg == dict(type='Custom', device_ids=None)
 
 
 def test_only_a_multi_process_run_without_cuda_is_changed(monkeypatch):
-    from mavit_mm.engine import cli
-    monkeypatch.setattr(cli, 'log', lambda *args, **kwargs: None)
+    monkeypatch.setattr(runner_setup, 'log', lambda *args, **kwargs: None)
     for launcher, cuda in (('none', False), ('pytorch', True), ('slurm', True)):
-        monkeypatch.setattr(cli, 'cuda_available', lambda: cuda)
+        monkeypatch.setattr(runner_setup, 'cuda_available', lambda: cuda)
         cfg = Config(dict(launcher=launcher, env_cfg=dict(dist_cfg=dict(backend='nccl'))))
-        cli.configure_dist_backend(cfg)
+        runner_setup.configure_dist_backend(cfg)
         assert cfg.env_cfg.dist_cfg.backend == 'nccl' and 'model_wrapper_cfg' not in cfg
-    monkeypatch.setattr(cli, 'cuda_available', lambda: False)
+    monkeypatch.setattr(runner_setup, 'cuda_available', lambda: False)
     cfg = Config(dict(launcher='slurm'))
-    cli.configure_dist_backend(cfg)
+    runner_setup.configure_dist_backend(cfg)
     assert cfg.env_cfg.dist_cfg.backend == 'gloo'
     assert cfg.model_wrapper_cfg.type == 'CPUDistributedDataParallel'
 
 
 def test_messages_only_from_the_first_process(monkeypatch):
-    from mavit_mm.engine import cli
     printed = []
-    monkeypatch.setattr(cli, 'print_log', lambda message, **kwargs: printed.append(message))
+    monkeypatch.setattr(runner_setup, 'print_log', lambda message, **kwargs: printed.append(message))
     monkeypatch.setenv('RANK', '1')
-    cli.log('from rank 1')
+    runner_setup.log('from rank 1')
     monkeypatch.setenv('RANK', '0')
-    cli.log('from rank 0')
+    runner_setup.log('from rank 0')
     monkeypatch.delenv('RANK')
     monkeypatch.setenv('SLURM_PROCID', '3')
-    cli.log('from slurm task 3')
+    runner_setup.log('from slurm task 3')
     assert printed == ['from rank 0']
 
 
@@ -212,11 +212,11 @@ def test_slurm_environment(fake_scontrol, monkeypatch):
     monkeypatch.setenv('SLURM_NTASKS', '16')
     monkeypatch.setenv('SLURM_LOCALID', '1')
     monkeypatch.setenv('SLURM_NODELIST', 'node[07-08]')
-    distributed._slurm_environment(port=None)
+    cpu_distributed._slurm_environment(port=None)
     assert {k: os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR',
                                        'MASTER_PORT')} == dict(
         RANK='9', WORLD_SIZE='16', LOCAL_RANK='1', MASTER_ADDR='node07', MASTER_PORT='29500')
-    distributed._slurm_environment(port=29611)  # dist_cfg.port wins
+    cpu_distributed._slurm_environment(port=29611)  # dist_cfg.port wins
     assert os.environ['MASTER_PORT'] == '29611'
 
 
@@ -224,7 +224,7 @@ def test_slurm_launcher_outside_srun_is_a_clear_error(fake_scontrol, monkeypatch
     for name in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST'):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ConfigCheckError, match='SLURM_PROCID is not set'):
-        distributed._slurm_environment(port=None)
+        cpu_distributed._slurm_environment(port=None)
 
 
 # -- --auto-scale-lr on the published configs (the README's table) -------------------
@@ -252,7 +252,7 @@ def test_auto_scale_lr_of_the_published_configs():
                      for path in (REPO_ROOT / 'configs' / family).glob('*.py'))
     assert len(configs) == 24
     for path in configs:
-        cfg = Config.fromfile(str(path))
+        cfg = load_config(path)
         assert cfg.train_dataloader.batch_size == 2, path.name
         assert cfg.auto_scale_lr == dict(enable=False, base_batch_size=16), path.name
         for gpus, expected in README_SCALED_LR[path.parent.name].items():
@@ -274,7 +274,7 @@ def test_auto_scale_lr_of_the_published_configs():
 # -- end to end: dist_train.sh / test.py / dist_test.sh ------------------------------
 
 def _probe_config(base: Path, probe_dir: Path, out: Path) -> Path:
-    cfg = Config.fromfile(str(base))
+    cfg = load_config(base)
     cfg.custom_imports = dict(imports=['dist_probe'], allow_failed_imports=False)
     cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
         dict(type='RankProbeHook', out_dir=str(probe_dir))]
@@ -365,7 +365,7 @@ def _train_and_evaluate(config: Path, work: Path, max_iters: int, metric: str):
     assert checkpoint.is_file(), sorted(p.name for p in train_dir.iterdir())
     _check_two_process_training(probe_dir, checkpoint, max_iters)
     # --auto-scale-lr: lr x (2 processes x batch size) / auto_scale_lr.base_batch_size.
-    cfg = Config.fromfile(str(config))
+    cfg = load_config(config)
     total_batch = 2 * cfg.train_dataloader.batch_size
     ratio = total_batch / cfg.auto_scale_lr.base_batch_size
     assert (f'based on batch size of {cfg.auto_scale_lr.base_batch_size} and the current '
@@ -432,8 +432,7 @@ def test_dist_train_upernet_demo_config(tmp_path):
     as shipped, 4 iterations, 2 processes; then test.py and dist_test.sh."""
     pytest.importorskip('mmseg.models')
     max_iters = 4
-    cfg = Config.fromfile(str(REPO_ROOT / PIPELINES['upernet'][0]))
-    from mavit_mm.engine.config_tools import set_iterations
+    cfg = load_config(REPO_ROOT / DEMO_JOBS['upernet'].config)
     set_iterations(cfg, max_iters)
     cfg.default_hooks.logger.interval = 1
     config = tmp_path / 'upernet_demo_4iters.py'

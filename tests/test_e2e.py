@@ -12,9 +12,10 @@ import pickle
 
 import pytest
 
-from mavit_mm.engine.json_logs import (latest_test_metrics, run_dirs, training_records,
-                                       validation_metrics_by_step)
-from tool_helpers import PIPELINES, explain, make_tiny_data, run_tool, write_tiny_config
+from mavit_mm.tooling.demo_jobs import DEMO_JOBS
+from mavit_mm.tooling.json_logs import (latest_test_metrics, run_dirs, training_records,
+                                        validation_metrics_by_step)
+from tool_helpers import explain, make_tiny_data, run_tool, write_tiny_config
 
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for these tests')
 pytest.importorskip('mmdet.models')
@@ -80,9 +81,9 @@ def _check_training(work_dir, kind, metric_names):
     _check_metrics(validation_metrics_by_step(work_dir).get(MAX_ITERS), metric_names, kind)
 
 
-@pytest.mark.parametrize('name', list(PIPELINES))
+@pytest.mark.parametrize('name', list(DEMO_JOBS))
 def test_train_then_test(trained, name, tmp_path):
-    _, kind, metric_names = PIPELINES[name]
+    _, kind, metric_names = DEMO_JOBS[name]
     extra = ('--amp',) if name == 'retinanet' else ()
     work_dir, train_result = trained.get(name, *extra)
     _check_training(work_dir, kind, metric_names)

@@ -8,6 +8,8 @@ import logging
 import numpy as np
 import pytest
 
+from mavit_mm.tooling.config import load_config
+from mavit_mm.tooling.demo_jobs import DEMO_JOBS
 from tool_helpers import load_tool, make_tiny_data, write_tiny_config
 
 main_job = load_tool('main_job')
@@ -33,8 +35,8 @@ def fake_results(bbox_map=0.62, bbox_map50=0.93, miou=94.0):
 def test_the_detector_bars_are_the_issues():
     assert ('mask_rcnn', 'coco/bbox_mAP_50', 0.8) in main_job.BARS
     assert ('mask_rcnn', 'coco/bbox_mAP', 0.5) in main_job.BARS
-    names = {name for name, *_ in main_job.JOBS}
-    assert all(name in names for name, _, _ in main_job.BARS)
+    assert all(name in main_job.JOBS for name, _, _ in main_job.BARS)
+    assert all(name in DEMO_JOBS for name in main_job.JOBS)
 
 
 def test_results_above_the_bars_pass():
@@ -96,7 +98,7 @@ def test_exit_status_and_summary_follow_the_bars(monkeypatch, tmp_path, capsys, 
                                     training_curves=f'{name}/curves.png'))
     monkeypatch.setattr(main_job, 'ensure_data', lambda kinds, regenerate: None)
     monkeypatch.setattr(main_job, 'run_job',
-                        lambda name, config, headline, work_root, max_iters: results[name])
+                        lambda name, work_root, max_iters: results[name])
     assert main_job.main(['--work-dir', str(tmp_path)]) == exit_status
     out, err = capsys.readouterr()
     summary = json.loads((tmp_path / 'summary.json').read_text())
@@ -114,10 +116,9 @@ def test_exit_status_and_summary_follow_the_bars(monkeypatch, tmp_path, capsys, 
 
 
 def test_job_config_validates_during_training_and_shows_progress(tmp_path):
-    from mmengine.config import Config
-    name, config, *_ = main_job.JOBS[1]
+    config = DEMO_JOBS[main_job.JOBS[1]].config
     path = main_job.write_job_config(config, tmp_path, max_iters=40)
-    cfg = Config.fromfile(str(path))
+    cfg = load_config(path)
     assert cfg.train_cfg.max_iters == 40
     assert cfg.train_cfg.val_interval == 40 // main_job.VALIDATIONS_DURING_TRAINING
     assert cfg.train_cfg.val_begin == 1
@@ -169,14 +170,13 @@ def tiny_setup(tmp_path_factory):
     of each model (no training: the drawing is what is tested)."""
     pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed')
     import torch
-    from mmengine.config import Config
-    from mavit_mm.utils.model_builder import build_model
+    from mavit_mm.tooling.model_builder import build_model
     root = tmp_path_factory.mktemp('main_job_pictures')
     roots = make_tiny_data(root / 'data')
     setup = {}
     for name in ('mask_rcnn', 'upernet'):
         config = write_tiny_config(name, roots, root / 'configs')
-        cfg = Config.fromfile(str(config))
+        cfg = load_config(config)
         if name == 'mask_rcnn':  # a few boxes and masks to draw, not 100
             cfg.model.test_cfg.rcnn.max_per_img = 3
             cfg.dump(str(config))
@@ -197,7 +197,7 @@ def read_png(path):
 
 @pytest.mark.parametrize('name', ['mask_rcnn', 'upernet'])
 def test_ground_truth_beside_prediction(tiny_setup, tmp_path, name):
-    from mavit_mm.engine.pictures import draw_validation_samples
+    from mavit_mm.tooling.pictures import draw_validation_samples
     config, checkpoint = tiny_setup[name]
     # Threshold 0: the untrained detector's low-scored boxes are drawn too.
     drawn = draw_validation_samples(config, checkpoint, tmp_path / 'pictures', num_images=2,
@@ -242,7 +242,7 @@ def write_training_log(work_dir, timestamp='20260101_000000'):
 
 
 def test_training_curves_from_the_json_log(tmp_path):
-    from mavit_mm.engine.pictures import plot_training_curves, training_curves
+    from mavit_mm.tooling.pictures import plot_training_curves, training_curves
     write_training_log(tmp_path / 'work')
     curves = training_curves(tmp_path / 'work')
     assert curves['losses']['loss'] == (list(range(2, 21, 2)), [5.0 / s for s in range(2, 21, 2)])
@@ -258,7 +258,7 @@ def test_training_curves_from_the_json_log(tmp_path):
 
 
 def test_training_curves_need_a_training_log(tmp_path):
-    from mavit_mm.engine.pictures import plot_training_curves
+    from mavit_mm.tooling.pictures import plot_training_curves
     with pytest.raises(FileNotFoundError, match='no training log'):
         plot_training_curves(tmp_path, tmp_path / 'curves.png', ['mIoU'])
 
@@ -266,7 +266,7 @@ def test_training_curves_need_a_training_log(tmp_path):
 def test_time_left_scales_the_reference_by_this_machine():
     jobs = list(main_job.JOBS)
     minutes = main_job.REFERENCE_MINUTES
-    first, second = jobs[0][0], jobs[1][0]
+    first, second = jobs
     # Twice as slow as the reference on the first model: twice its minutes left.
     assert main_job.time_left(jobs, 0, 2 * minutes[first]) == \
         f', about {2 * minutes[second]:.0f} min left'

@@ -4,10 +4,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mmengine.config import Config
 
 from mavit_mm.data.synthetic import coco_metainfo, make_coco_dataset
-from mavit_mm.engine.config_tools import retarget_data_root
+from mavit_mm.tooling.config import load_config, retarget_data_root
 
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed')
 pytest.importorskip('mmdet.datasets')
@@ -35,7 +34,7 @@ def test_multi_scale_train_pipeline_sizes(config, coco_root):
     from mmengine.dataset import Compose  # noqa: F401  (the dataset composes it)
     register_all_modules(init_default_scope=True)
 
-    cfg = Config.fromfile(str(REPO_ROOT / config))
+    cfg = load_config(REPO_ROOT / config)
     retarget_data_root(cfg, str(coco_root))
     dataset_cfg = cfg.train_dataloader.dataset
     dataset_cfg.update(ann_file='annotations/instances_train.json',

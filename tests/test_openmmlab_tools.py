@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mavit_mm.engine.json_logs import latest_test_metrics
-from tool_helpers import PIPELINES, explain, make_tiny_data, write_tiny_config
+from mavit_mm.tooling.json_logs import latest_test_metrics
+from mavit_mm.tooling.demo_jobs import DEMO_JOBS
+from tool_helpers import explain, make_tiny_data, write_tiny_config
 
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for these tests')
 pytest.importorskip('mmdet.models')
@@ -115,12 +116,12 @@ def tiny_roots(tmp_path_factory):
 def test_package_tools_train_then_test(package, tiny_roots, tmp_path):
     import torch
     name = CASES[package]
-    _, kind, metric_names = PIPELINES[name]
+    _, kind, metric_names = DEMO_JOBS[name]
     config = write_tiny_config(name, tiny_roots, tmp_path / 'configs', MAX_ITERS,
                                checkpoint_interval=MAX_ITERS)
     # The tiny config keeps the published recipe's optimizer wrapper.
-    from mmengine.config import Config
-    assert Config.fromfile(str(config)).optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
+    from mavit_mm.tooling.config import load_config
+    assert load_config(config).optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
 
     work_dir = tmp_path / 'train'
     train = run_package_tool(package, 'train.py', config, '--work-dir', work_dir, cwd=tmp_path)

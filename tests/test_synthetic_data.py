@@ -9,9 +9,11 @@ import cv2
 import numpy as np
 import pytest
 
-from mavit_mm.data.synthetic import (SHAPE_CLASSES, ade20k_metainfo, coco_metainfo,
-                                     dataset_complete, make_ade20k_dataset, make_coco_dataset,
-                                     read_manifest)
+from mavit_mm.data.synthetic import (DEMO_DATA_ROOT, SHAPE_CLASSES, ade20k_metainfo,
+                                     coco_metainfo, dataset_complete, make_ade20k_dataset,
+                                     make_coco_dataset, read_manifest)
+from mavit_mm.tooling.config import dataset_cfgs_of, load_config
+from mavit_mm.tooling.demo_jobs import DEMO_JOBS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(num_train=5, num_val=2, image_size=(72, 96), max_objects=3)
@@ -121,3 +123,36 @@ def test_command_line(tmp_path):
     bad = subprocess.run([sys.executable, str(tool), '--num-train', '0'], capture_output=True,
                          text=True)
     assert bad.returncode != 0 and '--num-train' in bad.stderr
+
+
+def _as_json(value):
+    return json.loads(json.dumps(value))  # tuples -> lists, as a dumped config has them
+
+
+def _num_classes_settings(node, where='model'):
+    """Every ``num_classes`` under the model config, with where it sits."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == 'num_classes':
+                yield where, value
+            else:
+                yield from _num_classes_settings(value, f'{where}.{key}')
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from _num_classes_settings(value, f'{where}[{index}]')
+
+
+@pytest.mark.parametrize('name', list(DEMO_JOBS))
+def test_demo_configs_match_the_generator(name):
+    """Class names, palette and data root of every dataset of each demo config,
+    and the classes of every head, are those of the data the generator writes."""
+    job = DEMO_JOBS[name]
+    cfg = load_config(REPO_ROOT / job.config)
+    metainfo = coco_metainfo() if job.data_kind == 'coco' else ade20k_metainfo()
+    datasets = list(dataset_cfgs_of(cfg))
+    assert len(datasets) == 3  # train, val, test
+    for dataset in datasets:
+        assert _as_json(dataset.metainfo) == _as_json(metainfo)
+        assert dataset.data_root.rstrip('/') == f'{DEMO_DATA_ROOT}/{job.data_kind}'
+    heads = list(_num_classes_settings(cfg.model.to_dict()))
+    assert heads and all(value == len(metainfo['classes']) for _, value in heads), heads

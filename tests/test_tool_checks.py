@@ -7,8 +7,8 @@ import time
 import pytest
 from mmengine.config import Config
 
-from mavit_mm.engine import cli
-from mavit_mm.engine.preflight import ConfigCheckError
+from mavit_mm.tooling import runner_setup
+from mavit_mm.tooling.config import ConfigCheckError, load_config
 from tool_helpers import REPO_ROOT, load_tool, make_tiny_data, run_tool, write_tiny_config
 
 
@@ -129,7 +129,7 @@ def test_stale_auto_resume_pointer(tiny, train_tool, tmp_path):
 def test_missing_pretrained_backbone_of_the_published_config(tmp_path, train_tool, tiny):
     """The published configs start from ImageNet weights that are not bundled."""
     config = REPO_ROOT / 'configs' / 'mask_rcnn' / 'mask-rcnn_mavit-t_fpn_1x_coco.py'
-    expected = Config.fromfile(str(config)).model.backbone.init_cfg.checkpoint
+    expected = load_config(config).model.backbone.init_cfg.checkpoint
     message = _train_error(train_tool, config, work_dir=tmp_path / 'work')
     assert expected in message and 'init_cfg' in message
 
@@ -179,28 +179,28 @@ def _amp_config():
 
 
 def test_amp_wrapper_becomes_fp32_without_cuda(monkeypatch, caplog):
-    monkeypatch.setattr(cli, 'cuda_available', lambda: False)
+    monkeypatch.setattr(runner_setup, 'cuda_available', lambda: False)
     messages = []
-    monkeypatch.setattr(cli, 'log', lambda message, level=logging.INFO: messages.append(message))
+    monkeypatch.setattr(runner_setup, 'log', lambda message, level=logging.INFO: messages.append(message))
     cfg = _amp_config()
-    cli.configure_amp(cfg, amp_requested=False)
+    runner_setup.configure_amp(cfg, amp_requested=False)
     assert cfg.optim_wrapper.type == 'OptimWrapper'
     assert 'loss_scale' not in cfg.optim_wrapper
     assert cfg.optim_wrapper.optimizer.lr == 1e-4
     assert len(messages) == 1 and 'OptimWrapper' in messages[0]
-    cli.configure_amp(Config(dict(optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)))),
+    runner_setup.configure_amp(Config(dict(optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)))),
                       amp_requested=True)
     assert '--amp ignored' in messages[-1]
 
 
 def test_amp_flag_with_cuda(monkeypatch):
-    monkeypatch.setattr(cli, 'cuda_available', lambda: True)
-    monkeypatch.setattr(cli, 'log', lambda *args, **kwargs: None)
+    monkeypatch.setattr(runner_setup, 'cuda_available', lambda: True)
+    monkeypatch.setattr(runner_setup, 'log', lambda *args, **kwargs: None)
     cfg = Config(dict(optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1))))
-    cli.configure_amp(cfg, amp_requested=True)
+    runner_setup.configure_amp(cfg, amp_requested=True)
     assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
     kept = _amp_config()
-    cli.configure_amp(kept, amp_requested=False)
+    runner_setup.configure_amp(kept, amp_requested=False)
     assert kept.optim_wrapper.type == 'AmpOptimWrapper'
 
 
@@ -209,17 +209,17 @@ def test_amp_where_available_wrapper_left_to_itself(monkeypatch):
     built: configure_amp leaves it as it is, with or without CUDA, and --amp on
     a GPU says mixed precision is already on."""
     messages = []
-    monkeypatch.setattr(cli, 'log', lambda message, level=logging.INFO: messages.append(message))
+    monkeypatch.setattr(runner_setup, 'log', lambda message, level=logging.INFO: messages.append(message))
     for cuda in (False, True):
-        monkeypatch.setattr(cli, 'cuda_available', lambda cuda=cuda: cuda)
+        monkeypatch.setattr(runner_setup, 'cuda_available', lambda cuda=cuda: cuda)
         cfg = Config(dict(optim_wrapper=dict(type='AmpWhereAvailableOptimWrapper',
                                              loss_scale='dynamic',
                                              optimizer=dict(type='AdamW', lr=1e-4))))
-        cli.configure_amp(cfg, amp_requested=False)
+        runner_setup.configure_amp(cfg, amp_requested=False)
         assert cfg.optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
         assert cfg.optim_wrapper.loss_scale == 'dynamic'
         assert messages == []
-        cli.configure_amp(cfg, amp_requested=True)
+        runner_setup.configure_amp(cfg, amp_requested=True)
         assert cfg.optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
         expected = 'already on' if cuda else '--amp ignored'
         assert len(messages) == 1 and expected in messages[0], messages
@@ -228,11 +228,11 @@ def test_amp_where_available_wrapper_left_to_itself(monkeypatch):
 
 def test_resume_options():
     cfg = Config(dict(load_from='x.pth', resume=False))
-    cli.configure_resume(cfg, None)
+    runner_setup.configure_resume(cfg, None)
     assert cfg.resume is False and cfg.load_from == 'x.pth'
-    cli.configure_resume(cfg, 'auto')
+    runner_setup.configure_resume(cfg, 'auto')
     assert cfg.resume is True and cfg.load_from is None
-    cli.configure_resume(cfg, 'run/iter_4.pth')
+    runner_setup.configure_resume(cfg, 'run/iter_4.pth')
     assert cfg.resume is True and cfg.load_from == 'run/iter_4.pth'
 
 

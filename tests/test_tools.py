@@ -135,7 +135,8 @@ def test_convert_rejects_the_wrong_size_and_strict_misses(tmp_path):
 def test_demo_draws_detections(tmp_path):
     import cv2
 
-    from mavit_mm.utils.model_builder import build_model, load_config
+    from mavit_mm.tooling.config import load_config
+    from mavit_mm.tooling.model_builder import build_model
 
     cfg = load_config(MASK_RCNN_T)
     model = build_model(cfg)

@@ -3,26 +3,16 @@ configs, running the tools."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
-import sys
-import time
 from pathlib import Path
+from typing import Iterator
+
+from mavit_mm.tooling.demo_jobs import DEMO_JOBS
+from mavit_mm.tooling.run_script import run_script
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOOLS = REPO_ROOT / 'tools'
 
-# name -> (demo config, dataset kind, metrics the run must report)
-PIPELINES = {
-    'mask_rcnn': ('configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py', 'coco',
-                  ('coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP', 'coco/segm_mAP_50')),
-    'retinanet': ('configs/demo/retinanet_mavit-t_fpn_demo-shapes.py', 'coco',
-                  ('coco/bbox_mAP', 'coco/bbox_mAP_50')),
-    'cascade_mask_rcnn': ('configs/demo/cascade-mask-rcnn_mavit-t_fpn_ms-3x_demo-shapes.py',
-                          'coco', ('coco/bbox_mAP', 'coco/segm_mAP')),
-    'sem_fpn': ('configs/demo/fpn_mavit-t_demo-shapes.py', 'ade20k', ('mIoU', 'mAcc', 'aAcc')),
-    'upernet': ('configs/demo/upernet_mavit-t_demo-shapes.py', 'ade20k', ('mIoU', 'mAcc', 'aAcc')),
-}
 TINY_IMAGE_SIZE = (64, 64)
 TINY_SPLITS = dict(num_train=4, num_val=2)
 # The demo configs are for 160 px images: scale their sizes down to 64 px
@@ -41,11 +31,9 @@ def write_tiny_config(name: str, data_roots: dict, out_dir: Path, max_iters: int
                       checkpoint_interval: int = 1) -> Path:
     """The pipeline's demo config on the tiny data, ``max_iters`` iterations,
     batches of 2, a log line every iteration; dumped as a standalone config."""
-    from mmengine.config import Config
-    from mavit_mm.engine.config_tools import (rescale_image_sizes, retarget_data_root,
-                                              set_iterations)
-    config, kind, _ = PIPELINES[name]
-    cfg = Config.fromfile(str(REPO_ROOT / config))
+    from mavit_mm.tooling.config import load_config, retarget_data_root, set_iterations
+    config, kind, _ = DEMO_JOBS[name]
+    cfg = load_config(REPO_ROOT / config)
     retarget_data_root(cfg, str(data_roots[kind]))
     rescale_image_sizes(cfg, SIZE_FACTOR[kind])
     set_iterations(cfg, max_iters, checkpoint_interval)
@@ -57,6 +45,45 @@ def write_tiny_config(name: str, data_roots: dict, out_dir: Path, max_iters: int
     path = out_dir / f'{name}_tiny.py'
     cfg.dump(str(path))
     return path
+
+
+# Pipeline transform keys holding image sizes, (w, h) pairs or lists of them.
+_SIZE_KEYS = ('scale', 'scales', 'crop_size', 'img_scale')
+
+
+def _scaled(value, factor: float):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return max(1, int(round(value * factor)))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_scaled(v, factor) for v in value)
+    return value
+
+
+def _iter_transforms(pipeline) -> Iterator[dict]:
+    for transform in pipeline or []:
+        if isinstance(transform, dict):
+            yield transform
+            nested = transform.get('transforms')  # RandomChoice / TestTimeAug nest lists
+            if isinstance(nested, (list, tuple)):
+                for item in nested:
+                    yield from _iter_transforms(item if isinstance(item, (list, tuple))
+                                                else [item])
+        elif isinstance(transform, (list, tuple)):
+            yield from _iter_transforms(transform)
+
+
+def rescale_image_sizes(cfg, factor: float) -> None:
+    """Multiply every image size in the pipelines (and the seg preprocessor's
+    padding size) by ``factor``: the same augmentation on smaller images."""
+    from mavit_mm.tooling.config import dataset_cfgs_of
+    for dataset_cfg in dataset_cfgs_of(cfg):
+        for transform in _iter_transforms(dataset_cfg.get('pipeline')):
+            for key in _SIZE_KEYS:
+                if key in transform:
+                    transform[key] = _scaled(transform[key], factor)
+    preprocessor = cfg.model.get('data_preprocessor') or {}
+    if preprocessor.get('size'):
+        preprocessor['size'] = _scaled(preprocessor['size'], factor)
 
 
 def keep_all_predictions(cfg) -> None:
@@ -73,13 +100,7 @@ def keep_all_predictions(cfg) -> None:
 
 def run_tool(tool: str, *args, cwd=None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``tools/<tool>`` in a subprocess, as a user would; output captured."""
-    command = [sys.executable, str(TOOLS / tool), *map(str, args)]
-    env = dict(os.environ, PYTHONUNBUFFERED='1')
-    start = time.time()
-    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env,
-                            timeout=timeout)
-    result.seconds = time.time() - start
-    return result
+    return run_script(TOOLS / tool, *args, cwd=cwd, timeout=timeout)
 
 
 def explain(result: subprocess.CompletedProcess) -> str:

@@ -196,7 +196,8 @@ def main(argv=None) -> dict:
     import torch
 
     from mavit_mm.utils.device import device_name
-    from mavit_mm.utils.model_builder import build_model, dummy_forward_inputs, load_config
+    from mavit_mm.tooling.config import load_config
+    from mavit_mm.tooling.model_builder import build_model, dummy_forward_inputs
 
     device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
     if args.dtype != 'fp32' and device.type != 'cuda':

@@ -57,7 +57,7 @@ def main(argv=None) -> list:
     import torch
 
     import mavit_mm  # noqa: F401
-    from mavit_mm.utils.model_builder import load_config
+    from mavit_mm.tooling.config import load_config
 
     images = list_images(args.inputs)
     if not Path(args.checkpoint).is_file():

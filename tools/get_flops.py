@@ -54,7 +54,8 @@ def measure(args) -> dict:
         backbone, full = model, None
         scope = 'backbone'
     else:
-        from mavit_mm.utils.model_builder import build_model, dummy_forward_inputs, load_config
+        from mavit_mm.tooling.config import load_config
+        from mavit_mm.tooling.model_builder import build_model, dummy_forward_inputs
         cfg = load_config(args.config, args.cfg_options)
         model = build_model(cfg).eval()
         backbone = model.backbone

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,23 +35,17 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from mavit_mm.data.synthetic import (dataset_complete, make_ade20k_dataset,  # noqa: E402
-                                     make_coco_dataset)
-from mavit_mm.engine.config_tools import set_iterations  # noqa: E402
-from mavit_mm.engine.json_logs import (latest_test_metrics,  # noqa: E402
-                                       validation_metrics_by_step)
+from mavit_mm.data.synthetic import (DEMO_DATA_ROOT, DEMO_DATA_SETTINGS,  # noqa: E402
+                                     dataset_complete, make_ade20k_dataset, make_coco_dataset)
+from mavit_mm.tooling.config import load_config, set_iterations  # noqa: E402
+from mavit_mm.tooling.demo_jobs import DEMO_JOBS  # noqa: E402
+from mavit_mm.tooling.json_logs import (latest_test_metrics,  # noqa: E402
+                                        validation_metrics_by_step)
+from mavit_mm.tooling.run_script import run_script  # noqa: E402
 
-DATA_ROOT = Path('data/demo')  # what the demo configs read, relative to the repo root
-DATA_SETTINGS = dict(num_train=64, num_val=16, image_size=(160, 160), num_classes=4,
-                     max_objects=3, seed=0)
-
-# (name, demo config, dataset kind, headline metrics shown in the table)
-JOBS = (
-    ('mask_rcnn', 'configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py', 'coco',
-     ('coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP', 'coco/segm_mAP_50')),
-    ('upernet', 'configs/demo/upernet_mavit-t_demo-shapes.py', 'ade20k',
-     ('mIoU', 'mAcc', 'aAcc')),
-)
+# The demo models the main job trains (their configs, data and headline
+# metrics: DEMO_JOBS), in this order.
+JOBS = ('mask_rcnn', 'upernet')
 # Absolute quality a trained model must reach on the held-out split, besides
 # beating its untrained baseline: (model, metric, minimum). A from-scratch
 # ResNet-18 in the same demo config reaches bbox mAP@50 1.0 / mAP 0.77.
@@ -77,7 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--work-dir', type=Path, default=Path('work_dirs/main_job'),
                         help='folder for logs, checkpoints and summary.json '
                              '(default: work_dirs/main_job, relative to the repo root)')
-    parser.add_argument('--only', choices=[name for name, *_ in JOBS], action='append',
+    parser.add_argument('--only', choices=JOBS, action='append',
                         help='run only this model (repeatable; default: all)')
     parser.add_argument('--max-iters', type=int, default=None,
                         help="training iterations per model (default: the demo config's); "
@@ -94,14 +87,14 @@ def log(message: str) -> None:
 def ensure_data(kinds, regenerate: bool) -> None:
     makers = {'coco': make_coco_dataset, 'ade20k': make_ade20k_dataset}
     for kind in kinds:
-        root = DATA_ROOT / kind
-        if not regenerate and dataset_complete(root, kind, **DATA_SETTINGS):
+        root = Path(DEMO_DATA_ROOT) / kind
+        if not regenerate and dataset_complete(root, kind, **DEMO_DATA_SETTINGS):
             log(f'{kind} data present in {root}')
             continue
         start = time.time()
-        log(f'writing {kind} data to {root}: {DATA_SETTINGS["num_train"]} training + '
-            f'{DATA_SETTINGS["num_val"]} validation images (about a second) ...')
-        makers[kind](root, **DATA_SETTINGS)
+        log(f'writing {kind} data to {root}: {DEMO_DATA_SETTINGS["num_train"]} training + '
+            f'{DEMO_DATA_SETTINGS["num_val"]} validation images (about a second) ...')
+        makers[kind](root, **DEMO_DATA_SETTINGS)
         log(f'{kind} data written to {root} ({time.time() - start:.1f}s)')
 
 
@@ -109,8 +102,7 @@ def write_job_config(config: str, work_dir: Path, max_iters) -> Path:
     """The demo config plus: evaluate before training (the untrained baseline),
     validate ``VALIDATIONS_DURING_TRAINING`` times while training (the last at
     the final iteration), show the progress of every evaluation."""
-    from mmengine.config import Config
-    cfg = Config.fromfile(str(REPO_ROOT / config))
+    cfg = load_config(REPO_ROOT / config)
     if max_iters:
         set_iterations(cfg, max_iters)
     imports = list(cfg.get('custom_imports', {}).get('imports', []))
@@ -127,47 +119,38 @@ def write_job_config(config: str, work_dir: Path, max_iters) -> Path:
     return path
 
 
-def run_tool(args, log_name: str, work_dir: Path) -> float:
-    """Run a tool with its output on the console (and in <work_dir>/<log_name>)."""
-    command = [sys.executable, *map(str, args)]
-    log('$ ' + ' '.join(str(a) for a in args))
-    start = time.time()
-    env = dict(os.environ, PYTHONUNBUFFERED='1')
-    with open(work_dir / log_name, 'w') as transcript:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True, env=env, cwd=REPO_ROOT)
-        for line in process.stdout:  # progress stays visible while it runs
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            transcript.write(line)
-            transcript.flush()
-        process.wait()
-    if process.returncode != 0:
-        raise RuntimeError(f'{args[0]} failed (exit {process.returncode}); see '
+def run_tool(tool: str, *args, log_name: str, work_dir: Path) -> float:
+    """Run ``tools/<tool>`` with its output on the console and in
+    ``<work_dir>/<log_name>``; the seconds it took."""
+    log(f'$ tools/{tool} ' + ' '.join(str(a) for a in args))
+    result = run_script(REPO_ROOT / 'tools' / tool, *args, cwd=REPO_ROOT,
+                        transcript=work_dir / log_name)
+    if result.returncode != 0:
+        raise RuntimeError(f'tools/{tool} failed (exit {result.returncode}); see '
                            f'{work_dir / log_name}')
-    return time.time() - start
+    return result.seconds
 
 
-def run_job(name: str, config: str, headline, work_root: Path, max_iters) -> dict:
+def run_job(name: str, work_root: Path, max_iters) -> dict:
+    config, _, headline = DEMO_JOBS[name]
     work_dir = work_root / name
     job_config = write_job_config(config, work_dir, max_iters)
-    from mmengine.config import Config
-    cfg = Config.fromfile(str(job_config))
+    cfg = load_config(job_config)
     iters, val_interval = cfg.train_cfg.max_iters, cfg.train_cfg.val_interval
 
     log(f'{name} step 1/3: tools/train.py, {iters} iterations from scratch; evaluates the '
         f'untrained model first and every {val_interval} iterations (mmengine prints the eta '
         f'every {cfg.default_hooks.logger.interval} iterations)')
-    train_seconds = run_tool(['tools/train.py', job_config, '--work-dir', work_dir],
-                             'train_console.log', work_dir)
+    train_seconds = run_tool('train.py', job_config, '--work-dir', work_dir,
+                             log_name='train_console.log', work_dir=work_dir)
     by_step = validation_metrics_by_step(work_dir)
     untrained = by_step.get(0)
     if untrained is None:
         raise RuntimeError(f'no baseline evaluation (step 0) in the logs of {work_dir}')
     checkpoint = work_dir / f'iter_{iters}.pth'
     log(f'{name} step 2/3: tools/test.py on the final checkpoint')
-    test_seconds = run_tool(['tools/test.py', job_config, checkpoint, '--work-dir', work_dir],
-                            'test_console.log', work_dir)
+    test_seconds = run_tool('test.py', job_config, checkpoint, '--work-dir', work_dir,
+                            log_name='test_console.log', work_dir=work_dir)
     trained = latest_test_metrics(work_dir)
     if trained is None:
         raise RuntimeError(f'no test metrics in the logs of {work_dir}')
@@ -192,7 +175,7 @@ def draw_pictures(name: str, job_config: Path, checkpoint: Path, work_dir: Path,
                   trained: dict, iters: int) -> dict:
     """Ground truth beside prediction for the first validation images (the
     library's visualiser) and the training curves; returns the PNG paths."""
-    from mavit_mm.engine.pictures import draw_validation_samples, plot_training_curves
+    from mavit_mm.tooling.pictures import draw_validation_samples, plot_training_curves
     out_dir = work_dir / 'pictures'
     drawn = draw_validation_samples(job_config, checkpoint, out_dir,
                                     num_images=PICTURED_IMAGES,
@@ -276,8 +259,8 @@ def picture_lines(results: dict) -> str:
 def time_left(jobs, done_index: int, elapsed_minutes: float) -> str:
     """'; about N min left': the reference minutes of the models still to run,
     scaled by how this machine compared on those done so far."""
-    done = sum(REFERENCE_MINUTES.get(name, 0) for name, *_ in jobs[:done_index + 1])
-    left = sum(REFERENCE_MINUTES.get(name, 0) for name, *_ in jobs[done_index + 1:])
+    done = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs[:done_index + 1])
+    left = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs[done_index + 1:])
     if not left or not done:
         return ''
     return f', about {left * elapsed_minutes / done:.0f} min left'
@@ -287,19 +270,19 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.chdir(REPO_ROOT)  # the demo configs' data paths are relative to the repo root
     start = time.time()
-    jobs = [job for job in JOBS if not args.only or job[0] in args.only]
-    expected = sum(REFERENCE_MINUTES.get(name, 0) for name, *_ in jobs)
-    log(f'models: {", ".join(name for name, *_ in jobs)}' +
+    jobs = [name for name in JOBS if not args.only or name in args.only]
+    expected = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs)
+    log(f'models: {", ".join(jobs)}' +
         ('' if args.max_iters else
          f'; about {expected:.0f} minutes on a 2-core CPU to the end'))
-    ensure_data(sorted({kind for _, _, kind, _ in jobs}), args.regenerate_data)
+    ensure_data(sorted({DEMO_JOBS[name].data_kind for name in jobs}), args.regenerate_data)
     results = {}
-    for index, (name, config, _, headline) in enumerate(jobs):
+    for index, name in enumerate(jobs):
         minutes = REFERENCE_MINUTES.get(name)
-        log(f'=== model {index + 1}/{len(jobs)}, {name}: {config} ===' +
+        log(f'=== model {index + 1}/{len(jobs)}, {name}: {DEMO_JOBS[name].config} ===' +
             (f' (about {minutes:g} minutes on a 2-core CPU)' if minutes and not args.max_iters
              else ''))
-        results[name] = run_job(name, config, headline, args.work_dir, args.max_iters)
+        results[name] = run_job(name, args.work_dir, args.max_iters)
         elapsed = (time.time() - start) / 60
         log(f'{name}: trained {results[name]["train_seconds"]:.0f}s, '
             f'tested {results[name]["test_seconds"]:.0f}s, '
@@ -312,7 +295,7 @@ def main(argv=None) -> int:
                    all_improved=all(r['improved'] for r in results.values()),
                    bars=verdict['bars'], failures=verdict['failures'],
                    passed=verdict['passed'],
-                   data=dict(root=str(DATA_ROOT), **DATA_SETTINGS))
+                   data=dict(root=DEMO_DATA_ROOT, **DEMO_DATA_SETTINGS))
     args.work_dir.mkdir(parents=True, exist_ok=True)
     (args.work_dir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
     print('\nMAViT-T on the synthetic shapes data (validation split): untrained (freshly '

@@ -17,10 +17,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(REPO_ROOT))
 
-from mavit_mm.data.synthetic import (SHAPE_CLASSES, make_ade20k_dataset,  # noqa: E402
-                                     make_coco_dataset)
+from mavit_mm.data.synthetic import (DEMO_DATA_ROOT, DEMO_DATA_SETTINGS,  # noqa: E402
+                                     SHAPE_CLASSES, make_ade20k_dataset, make_coco_dataset)
 
-DEFAULT_OUT = REPO_ROOT / 'data' / 'demo'
+DEFAULT_OUT = REPO_ROOT / DEMO_DATA_ROOT
+DEFAULTS = DEMO_DATA_SETTINGS
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,19 +36,21 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f'parent folder of the datasets (default: {DEFAULT_OUT})')
     parser.add_argument('--kind', choices=('coco', 'ade20k', 'both'), default='both',
                         help='which dataset(s) to write (default: both)')
-    parser.add_argument('--num-train', type=int, default=64,
-                        help='training images per dataset (default: 64)')
-    parser.add_argument('--num-val', type=int, default=16,
-                        help='validation images per dataset (default: 16)')
-    parser.add_argument('--image-size', type=int, nargs='+', default=[160],
-                        metavar='PX', help='image size: one value for square images, or '
-                        'HEIGHT WIDTH (default: 160)')
-    parser.add_argument('--num-classes', type=int, default=len(SHAPE_CLASSES),
+    parser.add_argument('--num-train', type=int, default=DEFAULTS['num_train'],
+                        help=f"training images per dataset (default: {DEFAULTS['num_train']})")
+    parser.add_argument('--num-val', type=int, default=DEFAULTS['num_val'],
+                        help=f"validation images per dataset (default: {DEFAULTS['num_val']})")
+    parser.add_argument('--image-size', type=int, nargs='+',
+                        default=list(DEFAULTS['image_size']), metavar='PX',
+                        help='image size: one value for square images, or HEIGHT WIDTH '
+                             '(default: %(default)s)')
+    parser.add_argument('--num-classes', type=int, default=DEFAULTS['num_classes'],
                         help=f'shape classes, 1..{len(SHAPE_CLASSES)} '
                              f'({", ".join(n for n, _ in SHAPE_CLASSES)}; default: all)')
-    parser.add_argument('--max-objects', type=int, default=3,
-                        help='most shapes per image (default: 3)')
-    parser.add_argument('--seed', type=int, default=0, help='random seed (default: 0)')
+    parser.add_argument('--max-objects', type=int, default=DEFAULTS['max_objects'],
+                        help=f"most shapes per image (default: {DEFAULTS['max_objects']})")
+    parser.add_argument('--seed', type=int, default=DEFAULTS['seed'],
+                        help=f"random seed (default: {DEFAULTS['seed']})")
     args = parser.parse_args(argv)
     if len(args.image_size) not in (1, 2):
         parser.error('--image-size takes one value (square) or two (HEIGHT WIDTH)')

@@ -21,7 +21,8 @@ if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing
 from mmengine.config import DictAction  # noqa: E402
 
 import mavit_mm  # noqa: E402,F401  (registers MAViT; torch.load allow-list for checkpoints)
-from mavit_mm.engine import cli, preflight  # noqa: E402
+from mavit_mm.tooling import preflight, runner_setup  # noqa: E402
+from mavit_mm.tooling.config import ConfigCheckError, load_config  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,26 +41,27 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='draw predictions on the images and save them: detection - '
                              'under <work-dir>/<timestamp>/DIR; segmentation - under DIR')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        metavar='KEY=VALUE', help=cli.CFG_OPTIONS_HELP)
+                        metavar='KEY=VALUE', help=runner_setup.CFG_OPTIONS_HELP)
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
-                        help=cli.LAUNCHER_HELP)
+                        help=runner_setup.LAUNCHER_HELP)
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0,
-                        help=cli.LOCAL_RANK_HELP)
+                        help=runner_setup.LOCAL_RANK_HELP)
     args = parser.parse_args(argv)
-    cli.export_local_rank(args.local_rank)
+    runner_setup.export_local_rank(args.local_rank)
     return args
 
 
 def prepare_config(args: argparse.Namespace):
-    cfg = cli.load_config(args.config, args.cfg_options, args.launcher)
-    cli.set_work_dir(cfg, args.work_dir, args.config)
-    cli.configure_dist_backend(cfg)
+    cfg = load_config(args.config, args.cfg_options)
+    cfg.launcher = args.launcher
+    runner_setup.set_work_dir(cfg, args.work_dir, args.config)
+    runner_setup.configure_dist_backend(cfg)
     cfg.load_from = args.checkpoint
     cfg.resume = False
     if args.show_dir:
-        cli.configure_visualization(cfg, args.show_dir)
+        runner_setup.configure_visualization(cfg, args.show_dir)
     if args.out:
-        cli.configure_prediction_output(cfg, args.out)
+        runner_setup.configure_prediction_output(cfg, args.out)
     preflight.check_for_testing(cfg, args.checkpoint)
     return cfg
 
@@ -68,14 +70,14 @@ def main(argv=None) -> dict:
     """Evaluate; returns the metrics, e.g. {'coco/bbox_mAP': ..., ...} or {'mIoU': ...}."""
     args = parse_args(argv)
     cfg = prepare_config(args)
-    runner = cli.build_runner(cfg)
+    runner = runner_setup.build_runner(cfg)
     if args.out:
-        cli.attach_prediction_dump(runner, cfg, args.out)
+        runner_setup.attach_prediction_dump(runner, cfg, args.out)
     return runner.test()
 
 
 if __name__ == '__main__':
     try:
         main()
-    except preflight.ConfigCheckError as error:
+    except ConfigCheckError as error:
         sys.exit(f'test.py: error: {error}')

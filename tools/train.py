@@ -21,7 +21,8 @@ if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing
 from mmengine.config import DictAction  # noqa: E402
 
 import mavit_mm  # noqa: E402,F401  (registers MAViT; torch.load allow-list for checkpoints)
-from mavit_mm.engine import cli, preflight  # noqa: E402
+from mavit_mm.tooling import preflight, runner_setup  # noqa: E402
+from mavit_mm.tooling.config import ConfigCheckError, load_config  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -44,26 +45,27 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(GPUs x samples per GPU) relative to the config's "
                              'auto_scale_lr.base_batch_size')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        metavar='KEY=VALUE', help=cli.CFG_OPTIONS_HELP)
+                        metavar='KEY=VALUE', help=runner_setup.CFG_OPTIONS_HELP)
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
-                        help=cli.LAUNCHER_HELP)
+                        help=runner_setup.LAUNCHER_HELP)
     # torch.distributed.launch passes --local-rank (torch >= 2) or --local_rank.
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0,
-                        help=cli.LOCAL_RANK_HELP)
+                        help=runner_setup.LOCAL_RANK_HELP)
     args = parser.parse_args(argv)
-    cli.export_local_rank(args.local_rank)
+    runner_setup.export_local_rank(args.local_rank)
     return args
 
 
 def prepare_config(args: argparse.Namespace):
     """The config with every command-line option applied, checked."""
-    cfg = cli.load_config(args.config, args.cfg_options, args.launcher)
-    cli.set_work_dir(cfg, args.work_dir, args.config)
-    cli.configure_amp(cfg, args.amp)
-    cli.configure_dist_backend(cfg)
+    cfg = load_config(args.config, args.cfg_options)
+    cfg.launcher = args.launcher
+    runner_setup.set_work_dir(cfg, args.work_dir, args.config)
+    runner_setup.configure_amp(cfg, args.amp)
+    runner_setup.configure_dist_backend(cfg)
     if args.auto_scale_lr:
-        cli.configure_auto_scale_lr(cfg)
-    cli.configure_resume(cfg, args.resume)
+        runner_setup.configure_auto_scale_lr(cfg)
+    runner_setup.configure_resume(cfg, args.resume)
     preflight.check_for_training(cfg)
     return cfg
 
@@ -72,7 +74,7 @@ def main(argv=None):
     """Train; returns the Runner (its model, iteration and message hub)."""
     args = parse_args(argv)
     cfg = prepare_config(args)
-    runner = cli.build_runner(cfg)
+    runner = runner_setup.build_runner(cfg)
     runner.train()
     return runner
 
@@ -80,5 +82,5 @@ def main(argv=None):
 if __name__ == '__main__':
     try:
         main()
-    except preflight.ConfigCheckError as error:
+    except ConfigCheckError as error:
         sys.exit(f'train.py: error: {error}')

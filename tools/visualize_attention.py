@@ -258,7 +258,7 @@ def draw_image_mode(rgb, maps, query, grid_hw, title, out_dir: Path):
 def image_mode(args) -> dict:
     from mavit_mm.ops import ATTN_TYPES
     from mavit_mm.ops.attention_variants import check_attn_type, check_kernel_function
-    from mavit_mm.utils.model_builder import load_config
+    from mavit_mm.tooling.config import load_config
 
     if not Path(args.image).is_file():
         raise FileNotFoundError(f'no image at {args.image}')

@@ -3,14 +3,14 @@
 # R-CNN with only the data, image sizes (the multi-scale + crop augmentation
 # scaled from 800 px to 160 px images), schedule and backbone initialisation
 # changed.
-_base_ = ['../cascade_rcnn/cascade-mask-rcnn_mavit-t_fpn_ms-3x_coco.py']
+_base_ = [
+    '../cascade_rcnn/cascade-mask-rcnn_mavit-t_fpn_ms-3x_coco.py',
+    '../_base_/datasets/demo_shapes_coco.py',
+]
 
-data_root = 'data/demo/coco/'
-metainfo = dict(
-    classes=('circle', 'square', 'triangle', 'star'),
-    palette=[(220, 40, 40), (40, 200, 40), (40, 60, 220), (230, 210, 30)])
-num_classes = 4
-image_scale = (160, 160)
+# --- data: synthetic shapes in COCO format (demo_shapes_coco.py), with the
+# recipe's multi-scale + crop training augmentation ---------------------------
+data_root = _base_.demo_data_root
 # The recipe's shorter sides 480..800 (step 32), longer side <= 1333, crop
 # branch 400/500/600 then a 384-600 crop, all scaled by 160 / 800.
 ms_scales = [(short, 267) for short in range(96, 161, 8)]
@@ -41,39 +41,16 @@ train_pipeline = [
         ]),
     dict(type='PackDetInputs')
 ]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=image_scale, keep_ratio=True),
-    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(
-        type='PackDetInputs',
-        meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                   'scale_factor'))
-]
+test_pipeline = _base_.demo_test_pipeline
 train_dataloader = dict(
+    _base_.demo_train_dataloader,
     batch_size=4,
-    num_workers=0,
-    persistent_workers=False,
-    sampler=dict(type='InfiniteSampler', shuffle=True),
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/instances_train.json',
-        data_prefix=dict(img='train/'),
-        pipeline=train_pipeline))
-val_dataloader = dict(
-    batch_size=4,
-    num_workers=0,
-    persistent_workers=False,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/instances_val.json',
-        data_prefix=dict(img='val/'),
-        pipeline=test_pipeline))
+    dataset=dict(_base_.demo_train_dataloader.dataset, pipeline=train_pipeline))
+val_dataloader = _base_.demo_val_dataloader
 test_dataloader = val_dataloader
-val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
+val_evaluator = _base_.demo_val_evaluator
 test_evaluator = val_evaluator
+num_classes = _base_.demo_num_classes
 
 # The three cascade box heads are a list: set num_classes in each, keep the rest.
 model = dict(

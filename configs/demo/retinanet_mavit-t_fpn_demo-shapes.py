@@ -1,55 +1,21 @@
 # Demo: RetinaNet + MAViT-T from scratch on the synthetic COCO-format shapes
 # (tools/make_demo_data.py). The published MAViT-T RetinaNet with only the
 # data, image size, schedule and backbone initialisation changed.
-_base_ = ['../retinanet/retinanet_mavit-t_fpn_1x_coco.py']
-
-data_root = 'data/demo/coco/'
-metainfo = dict(
-    classes=('circle', 'square', 'triangle', 'star'),
-    palette=[(220, 40, 40), (40, 200, 40), (40, 60, 220), (230, 210, 30)])
-num_classes = 4
-image_scale = (160, 160)
-
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', with_bbox=True),
-    dict(type='Resize', scale=image_scale, keep_ratio=True),
-    dict(type='RandomFlip', prob=0.5),
-    dict(type='PackDetInputs')
+_base_ = [
+    '../retinanet/retinanet_mavit-t_fpn_1x_coco.py',
+    '../_base_/datasets/demo_shapes_coco.py',
 ]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=image_scale, keep_ratio=True),
-    dict(type='LoadAnnotations', with_bbox=True),
-    dict(
-        type='PackDetInputs',
-        meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                   'scale_factor'))
-]
-train_dataloader = dict(
-    batch_size=4,
-    num_workers=0,
-    persistent_workers=False,
-    sampler=dict(type='InfiniteSampler', shuffle=True),
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/instances_train.json',
-        data_prefix=dict(img='train/'),
-        pipeline=train_pipeline))
-val_dataloader = dict(
-    batch_size=4,
-    num_workers=0,
-    persistent_workers=False,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=metainfo,
-        ann_file='annotations/instances_val.json',
-        data_prefix=dict(img='val/'),
-        pipeline=test_pipeline))
+
+# --- data: synthetic shapes in COCO format (demo_shapes_coco.py) -------------
+data_root = _base_.demo_data_root
+train_pipeline = _base_.demo_train_pipeline
+test_pipeline = _base_.demo_test_pipeline
+train_dataloader = dict(_base_.demo_train_dataloader, batch_size=4)
+val_dataloader = _base_.demo_val_dataloader
 test_dataloader = val_dataloader
-val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
+val_evaluator = _base_.demo_val_evaluator
 test_evaluator = val_evaluator
+num_classes = _base_.demo_num_classes
 
 model = dict(
     backbone=dict(init_cfg=None),

@@ -8,69 +8,20 @@
 #   python tools/train.py configs/demo/upernet_mavit-t_demo-shapes.py
 #   python tools/test.py configs/demo/upernet_mavit-t_demo-shapes.py \
 #       work_dirs/upernet_mavit-t_demo-shapes/iter_120.pth
-_base_ = ['../upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py']
-
-# --- data: synthetic shapes in ADE20K layout ---------------------------------
-# Label PNGs: 0 unlabelled (object borders; ignored via reduce_zero_label as in
-# ADE20K), 1 ground, 2.. shapes. ADE20KDataset fixes its 150 class names, so
-# the generic BaseSegDataset carries ours.
-data_root = 'data/demo/ade20k/'
-dataset_type = 'BaseSegDataset'
-metainfo = dict(
-    classes=('ground', 'circle', 'square', 'triangle', 'star'),
-    palette=[(120, 120, 120), (220, 40, 40), (40, 200, 40), (40, 60, 220),
-             (230, 210, 30)])
-num_classes = 5
-# ADE20K's (2048, 512) scale and 512x512 crops, scaled to the 160 px images.
-image_scale = (640, 160)
-crop_size = (96, 96)
-
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations', reduce_zero_label=True),
-    dict(
-        type='RandomResize',
-        scale=image_scale,
-        ratio_range=(0.75, 1.5),
-        keep_ratio=True),
-    dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75),
-    dict(type='RandomFlip', prob=0.5),
-    dict(type='PhotoMetricDistortion'),
-    dict(type='PackSegInputs')
+_base_ = [
+    '../upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py',
+    '../_base_/datasets/demo_shapes_ade20k.py',
 ]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='Resize', scale=image_scale, keep_ratio=True),
-    dict(type='LoadAnnotations', reduce_zero_label=True),
-    dict(type='PackSegInputs')
-]
-_dataset = dict(
-    type=dataset_type,
-    data_root=data_root,
-    metainfo=metainfo,
-    img_suffix='.jpg',
-    seg_map_suffix='.png',
-    reduce_zero_label=True)
-train_dataloader = dict(
-    batch_size=2,
-    num_workers=0,  # tiny images: loading in the main process is cheapest
-    persistent_workers=False,
-    dataset=dict(
-        **_dataset,
-        data_prefix=dict(
-            img_path='images/training', seg_map_path='annotations/training'),
-        pipeline=train_pipeline))
-val_dataloader = dict(
-    batch_size=1,
-    num_workers=0,
-    persistent_workers=False,
-    dataset=dict(
-        **_dataset,
-        data_prefix=dict(
-            img_path='images/validation',
-            seg_map_path='annotations/validation'),
-        pipeline=test_pipeline))
+
+# --- data: synthetic shapes in ADE20K layout (demo_shapes_ade20k.py) ---------
+data_root = _base_.demo_data_root
+crop_size = _base_.demo_crop_size
+train_pipeline = _base_.demo_train_pipeline
+test_pipeline = _base_.demo_test_pipeline
+train_dataloader = _base_.demo_train_dataloader
+val_dataloader = _base_.demo_val_dataloader
 test_dataloader = val_dataloader
+num_classes = _base_.demo_num_classes
 
 # --- model: the published one; from scratch, 5 classes -----------------------
 model = dict(

@@ -37,6 +37,11 @@ SHAPE_CLASSES: Tuple[Tuple[str, Tuple[int, int, int]], ...] = (
     ('triangle', (220, 60, 40)),   # blue
     ('star', (30, 210, 230)),      # yellow
 )
+# The bundled demo data (data/demo/<kind>, what configs/demo read): what
+# tools/make_demo_data.py and the main job write, and the generators' defaults.
+DEMO_DATA_ROOT = 'data/demo'
+DEMO_DATA_SETTINGS = dict(num_train=64, num_val=16, image_size=(160, 160),
+                          num_classes=len(SHAPE_CLASSES), max_objects=3, seed=0)
 COCO_SPLITS = ('train', 'val')
 ADE_SPLITS = {'train': 'training', 'val': 'validation'}
 GROUND_CLASS = 'ground'
@@ -189,9 +194,12 @@ def _split_rng(seed: int, kind: str, split: str) -> np.random.RandomState:
     return np.random.RandomState([seed, _KIND_SALT[kind], COCO_SPLITS.index(split)])
 
 
-def make_coco_dataset(root, num_train: int = 64, num_val: int = 16, image_size=(160, 160),
-                      num_classes: int = len(SHAPE_CLASSES), max_objects: int = 3,
-                      seed: int = 0) -> Dict[str, Path]:
+def make_coco_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
+                      num_val: int = DEMO_DATA_SETTINGS['num_val'],
+                      image_size=DEMO_DATA_SETTINGS['image_size'],
+                      num_classes: int = DEMO_DATA_SETTINGS['num_classes'],
+                      max_objects: int = DEMO_DATA_SETTINGS['max_objects'],
+                      seed: int = DEMO_DATA_SETTINGS['seed']) -> Dict[str, Path]:
     """Write a COCO-format instance segmentation dataset under ``root``.
 
     Args:
@@ -250,9 +258,12 @@ def _coco_annotation(annotation_id: int, image_id: int, instance: ShapeInstance,
         iscrowd=0)
 
 
-def make_ade20k_dataset(root, num_train: int = 64, num_val: int = 16, image_size=(160, 160),
-                        num_classes: int = len(SHAPE_CLASSES), max_objects: int = 3,
-                        seed: int = 0) -> Dict[str, Path]:
+def make_ade20k_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
+                        num_val: int = DEMO_DATA_SETTINGS['num_val'],
+                        image_size=DEMO_DATA_SETTINGS['image_size'],
+                        num_classes: int = DEMO_DATA_SETTINGS['num_classes'],
+                        max_objects: int = DEMO_DATA_SETTINGS['max_objects'],
+                        seed: int = DEMO_DATA_SETTINGS['seed']) -> Dict[str, Path]:
     """Write an ADE20K-format semantic segmentation dataset under ``root``.
 
     Label PNGs: 0 unlabelled (object borders), 1 ground, 2.. shapes.
@@ -322,6 +333,6 @@ def dataset_complete(root, kind: str, **params) -> bool:
     return bool(manifest) and all(manifest.get(k) == v for k, v in expected.items())
 
 
-__all__ = ['SHAPE_CLASSES', 'GROUND_CLASS', 'make_coco_dataset', 'make_ade20k_dataset',
+__all__ = ['SHAPE_CLASSES', 'GROUND_CLASS', 'DEMO_DATA_ROOT', 'DEMO_DATA_SETTINGS', 'make_coco_dataset', 'make_ade20k_dataset',
            'coco_metainfo', 'ade20k_metainfo', 'shape_class_names', 'shape_palette',
            'render_scene', 'dataset_complete', 'read_manifest']

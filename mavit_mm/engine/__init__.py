@@ -1,3 +1,3 @@
-"""Support for the command-line tools: config checks before a run (``preflight``),
-command-line options applied to configs (``cli``), hooks (``hooks``) and reading
-metrics back from mmengine's JSON logs (``json_logs``)."""
+"""What mmengine builds from a config, in OpenMMLab's sense of "engine":
+the optimizer wrapper (``amp``: AmpWhereAvailableOptimWrapper), hooks
+(``hooks``) and the CPU data-parallel model wrapper (``distributed``)."""

@@ -7,7 +7,7 @@ prediction for a few validation images, and the training curves.
   ``SegLocalVisualizer``: class overlays), ground truth left, prediction right;
   one PNG per image and one sheet with all of them.
 * :func:`plot_training_curves` reads mmengine's JSON logs of a training run
-  (:mod:`mavit_mm.engine.json_logs`) and plots the losses and the validation
+  (:mod:`mavit_mm.tooling.json_logs`) and plots the losses and the validation
   metrics against the iteration.
 
 Used by ``tools/main_job.py``; any config of ours with a test split works.
@@ -47,9 +47,10 @@ def draw_validation_samples(config, checkpoint, out_dir, num_images: int = 4,
     from mmengine.model.utils import revert_sync_batchnorm
     from mmengine.runner import load_checkpoint
 
-    from mavit_mm.utils.model_builder import build_model, scope_registry
+    from .config import load_config
+    from .model_builder import build_model, scope_registry
 
-    cfg = config if isinstance(config, Config) else Config.fromfile(str(config))
+    cfg = config if isinstance(config, Config) else load_config(config)
     scope_registry(cfg)  # enter mmdet / mmseg scope, MAViT registered
     if cfg.default_scope == 'mmdet':
         from mmdet.registry import DATASETS, VISUALIZERS

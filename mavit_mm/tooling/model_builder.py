@@ -1,30 +1,18 @@
 """Build a detector / segmentor from one of our configs, outside the Runner.
 
-Shared by the analysis tools (FLOPs, FPS, demo): the config's default scope
-(mmdet or mmseg) picks the registry, and dummy inputs of a chosen size are
-made the way each library's ``_forward`` (tensor mode) expects them.
+Shared by the analysis tools (FLOPs, FPS, demo, pictures) and the tests: the
+default scope of a config (loaded with ``tooling.config.load_config``) picks
+the registry (mmdet or mmseg), and dummy inputs of a chosen size are made the
+way each library's tensor-mode forward expects them.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
 import torch
 from mmengine.config import Config
 
-SCOPES = ('mmdet', 'mmseg')
-
-
-def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
-    if not Path(path).is_file():
-        raise FileNotFoundError(f'config file not found: {path}')
-    cfg = Config.fromfile(path)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    scope = cfg.get('default_scope')
-    if scope not in SCOPES:
-        raise ValueError(f'{path}: default_scope must be one of {SCOPES}, got {scope!r}')
-    return cfg
+from .config import check_scope
 
 
 def scope_registry(cfg: Config):
@@ -33,9 +21,7 @@ def scope_registry(cfg: Config):
 
     import mavit_mm  # noqa: F401  (registers MAViT)
 
-    scope = cfg.get('default_scope')
-    if scope not in SCOPES:
-        raise ValueError(f'default_scope must be one of {SCOPES}, got {scope!r}')
+    scope = check_scope(cfg)
     init_default_scope(scope)
     if scope == 'mmdet':
         from mmdet.registry import MODELS
@@ -56,7 +42,7 @@ def build_model(cfg: Config, with_pretrained: bool = False, model_cfg=None) -> t
 
 def dummy_forward_inputs(cfg: Config, height: int, width: int, batch_size: int = 1,
                          device: str = 'cpu') -> Tuple[torch.Tensor, Sequence]:
-    """An input batch and data samples with the metadata ``model._forward`` needs."""
+    """An input batch and data samples with the metadata ``model(inputs, samples, mode='tensor')`` needs."""
     inputs = torch.randn(batch_size, 3, height, width, device=device)
     meta = dict(img_shape=(height, width), ori_shape=(height, width),
                 pad_shape=(height, width), batch_input_shape=(height, width),

@@ -15,8 +15,9 @@ from typing import Optional
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from . import amp, distributed
-from .preflight import ConfigCheckError
+from ..engine import amp
+from . import cpu_distributed
+from .config import ConfigCheckError
 
 # Keys only AmpOptimWrapper accepts; dropped when it becomes an OptimWrapper.
 _AMP_ONLY_KEYS = ('loss_scale', 'dtype', 'use_fsdp')
@@ -35,7 +36,7 @@ LOCAL_RANK_HELP = ('rank of this process on its node; set by older launchers '
 def log(message: str, level: int = logging.INFO) -> None:
     """Log through mmengine's current logger (the console before a Runner exists);
     in a multi-process run only the first process logs (once, not once per rank)."""
-    if distributed.rank_from_environment() != 0:
+    if cpu_distributed.rank_from_environment() != 0:
         return
     print_log(message, logger='current', level=level)
 
@@ -44,18 +45,6 @@ def export_local_rank(local_rank: int) -> None:
     """mmengine reads the rank from LOCAL_RANK; older launchers pass --local-rank."""
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(local_rank)
-
-
-def load_config(config_path: str, cfg_options: Optional[dict], launcher: str) -> Config:
-    """The config with the command line's overrides; a missing file or a scope
-    these tools do not run is a ConfigCheckError, before anything is built."""
-    from ..utils.model_builder import load_config as load_with_overrides
-    try:
-        cfg = load_with_overrides(config_path, cfg_options)
-    except (FileNotFoundError, ValueError) as exc:
-        raise ConfigCheckError(str(exc)) from exc
-    cfg.launcher = launcher
-    return cfg
 
 
 def set_work_dir(cfg: Config, work_dir: Optional[str], config_path: str) -> None:
@@ -109,10 +98,10 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
 
 def configure_dist_backend(cfg: Config) -> None:
     """A distributed run without CUDA: gloo instead of NCCL, DistributedDataParallel
-    on CPU modules, SyncBN that synchronises CPU tensors (``engine.distributed``)."""
+    on CPU modules, SyncBN that synchronises CPU tensors (``tooling.cpu_distributed``)."""
     if cfg.get('launcher', 'none') == 'none' or cuda_available():
         return
-    distributed.adapt_to_cpu(cfg, log)
+    cpu_distributed.adapt_to_cpu(cfg, log)
 
 
 def configure_resume(cfg: Config, resume: Optional[str]) -> None:
@@ -175,7 +164,7 @@ def build_runner(cfg: Config):
     Without CUDA the process group of a distributed run is created here, since
     mmengine's ``init_dist`` would call ``torch.cuda.set_device``."""
     if cfg.get('launcher', 'none') != 'none' and not cuda_available():
-        distributed.init_process_group(cfg)
+        cpu_distributed.init_process_group(cfg)
     if 'runner_type' in cfg:
         from mmengine.registry import RUNNERS
         return RUNNERS.build(cfg)

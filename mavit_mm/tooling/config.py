@@ -1,21 +1,76 @@
-"""Deriving small variants of a config: another data root, smaller images, a
-shorter schedule. Used by the main job and the end-to-end tests to run the
-demo configs (which inherit the published ones) on tiny generated data.
+"""Our one home for reading configs and deriving variants of them.
+
+* :func:`load_config`: a config file with command-line overrides, checked to be
+  a detection or segmentation config (``default_scope`` mmdet or mmseg); every
+  tool and test loads configs through it.
+* :func:`retarget_data_root`, :func:`set_iterations`: the same config on
+  another data root, or for a shorter iteration-based schedule (the main job,
+  the end-to-end tests, the distributed test).
+* :func:`iter_dataset_cfgs`: the real datasets under Repeat/Concat wrappers.
+
+:class:`ConfigCheckError` is what a config that cannot work raises, here and
+in the pre-flight checks (``tooling.preflight``).
 """
 from __future__ import annotations
 
 import os.path as osp
-from typing import Iterator
+from pathlib import Path
+from typing import Iterator, Optional, Tuple
 
-from .preflight import iter_dataset_cfgs
+from mmengine.config import Config
 
-# Pipeline transform keys holding image sizes, (w, h) pairs or lists of them.
-_SIZE_KEYS = ('scale', 'scales', 'crop_size', 'img_scale')
+SCOPES = ('mmdet', 'mmseg')
+
+
+class ConfigCheckError(ValueError):
+    """A config names a path or value that cannot work; raised before training."""
+
+
+def check_scope(cfg: Config, where: str = 'the config') -> str:
+    """The config's ``default_scope``, which must be mmdet or mmseg."""
+    scope = cfg.get('default_scope')
+    if scope not in SCOPES:
+        raise ConfigCheckError(f'{where}: default_scope must be one of {SCOPES}, got {scope!r}')
+    return scope
+
+
+def load_config(path, cfg_options: Optional[dict] = None) -> Config:
+    """``Config.fromfile(path)`` with ``cfg_options`` (``--cfg-options``) merged in;
+    a missing file or a scope other than mmdet / mmseg is a ConfigCheckError."""
+    if not Path(path).is_file():
+        raise ConfigCheckError(f'config file not found: {path}')
+    cfg = Config.fromfile(str(path))
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    check_scope(cfg, str(path))
+    return cfg
+
+
+def iter_dataset_cfgs(dataset_cfg, where: str) -> Iterator[Tuple[dict, str]]:
+    """Leaf dataset configs of ``dataset_cfg`` (unwrapping Repeat/Concat/... wrappers),
+    each with where it sits in the config."""
+    if dataset_cfg is None:
+        return
+    if isinstance(dataset_cfg, (list, tuple)):
+        for i, item in enumerate(dataset_cfg):
+            yield from iter_dataset_cfgs(item, f'{where}[{i}]')
+        return
+    if not isinstance(dataset_cfg, dict):
+        return
+    if 'datasets' in dataset_cfg:
+        yield from iter_dataset_cfgs(dataset_cfg['datasets'], f'{where}.datasets')
+    elif 'dataset' in dataset_cfg:
+        yield from iter_dataset_cfgs(dataset_cfg['dataset'], f'{where}.dataset')
+    else:
+        yield dataset_cfg, where
+
+
 DATALOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 EVALUATORS = ('val_evaluator', 'test_evaluator')
 
 
-def _iter_dataset_cfgs(cfg) -> Iterator[dict]:
+def dataset_cfgs_of(cfg) -> Iterator[dict]:
+    """The leaf dataset configs of every dataloader of ``cfg``."""
     for name in DATALOADERS:
         loader = cfg.get(name)
         if loader is not None:
@@ -27,7 +82,7 @@ def retarget_data_root(cfg, new_root: str) -> None:
     """Point every dataset (and the COCO evaluators' ann_file) at ``new_root``."""
     new_root = new_root.rstrip('/') + '/'
     old_roots = set()
-    for dataset_cfg in _iter_dataset_cfgs(cfg):
+    for dataset_cfg in dataset_cfgs_of(cfg):
         old_roots.add(dataset_cfg.get('data_root') or '')
         dataset_cfg['data_root'] = new_root
     # The evaluators name the annotation file with the data root in front.
@@ -40,41 +95,6 @@ def retarget_data_root(cfg, new_root: str) -> None:
                 ann_file = evaluator['ann_file']
                 if old_root and ann_file.startswith(old_root):
                     evaluator['ann_file'] = osp.join(new_root, ann_file[len(old_root):].lstrip('/'))
-
-
-def _scaled(value, factor: float):
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return max(1, int(round(value * factor)))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_scaled(v, factor) for v in value)
-    return value
-
-
-def _iter_transforms(pipeline) -> Iterator[dict]:
-    for transform in pipeline or []:
-        if isinstance(transform, dict):
-            yield transform
-            for key in ('transforms',):  # RandomChoice / TestTimeAug nest lists
-                nested = transform.get(key)
-                if isinstance(nested, (list, tuple)):
-                    for item in nested:
-                        yield from _iter_transforms(item if isinstance(item, (list, tuple))
-                                                    else [item])
-        elif isinstance(transform, (list, tuple)):
-            yield from _iter_transforms(transform)
-
-
-def rescale_image_sizes(cfg, factor: float) -> None:
-    """Multiply every image size in the pipelines (and the seg preprocessor's
-    padding size) by ``factor``: the same augmentation on smaller images."""
-    for dataset_cfg in _iter_dataset_cfgs(cfg):
-        for transform in _iter_transforms(dataset_cfg.get('pipeline')):
-            for key in _SIZE_KEYS:
-                if key in transform:
-                    transform[key] = _scaled(transform[key], factor)
-    preprocessor = cfg.model.get('data_preprocessor') or {}
-    if preprocessor.get('size'):
-        preprocessor['size'] = _scaled(preprocessor['size'], factor)
 
 
 def set_iterations(cfg, max_iters: int, checkpoint_interval: int = None) -> None:

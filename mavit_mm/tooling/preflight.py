@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 import os.path as osp
-from typing import Iterator, List, Optional, Tuple
+from typing import List, Optional
+
+from .config import ConfigCheckError, iter_dataset_cfgs
 
 # Parse JSON annotation files up to this size; beyond it (full COCO train is
 # ~450 MB) only the first and last bytes are checked, to stay fast.
 MAX_JSON_BYTES_TO_PARSE = 64 * 1024 * 1024
 # Wrappers whose real dataset sits under 'dataset' or 'datasets'.
 _DATASET_DIR_KEYS = ('img', 'img_path', 'seg_map_path', 'seg', 'ann')
-
-
-class ConfigCheckError(ValueError):
-    """A config names a path or value that cannot work; raised before training."""
 
 
 def is_remote(path: str) -> bool:
@@ -33,24 +31,6 @@ def _join(data_root: Optional[str], path: str) -> str:
     if not data_root or osp.isabs(path) or is_remote(path):
         return path
     return osp.join(data_root, path)
-
-
-def iter_dataset_cfgs(dataset_cfg, where: str) -> Iterator[Tuple[dict, str]]:
-    """Leaf dataset configs of ``dataset_cfg`` (unwrapping Repeat/Concat/... wrappers)."""
-    if dataset_cfg is None:
-        return
-    if isinstance(dataset_cfg, (list, tuple)):
-        for i, item in enumerate(dataset_cfg):
-            yield from iter_dataset_cfgs(item, f'{where}[{i}]')
-        return
-    if not isinstance(dataset_cfg, dict):
-        return
-    if 'datasets' in dataset_cfg:
-        yield from iter_dataset_cfgs(dataset_cfg['datasets'], f'{where}.datasets')
-    elif 'dataset' in dataset_cfg:
-        yield from iter_dataset_cfgs(dataset_cfg['dataset'], f'{where}.dataset')
-    else:
-        yield dataset_cfg, where
 
 
 def check_annotation_file(path: str, where: str, coco_format: bool = False) -> None:
