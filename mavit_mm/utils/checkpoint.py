@@ -1,9 +1,22 @@
-"""Loading published MAViT weights into the backbone."""
+"""Reading checkpoints and fitting them to a model: the one policy.
+
+* :func:`extract_state_dict`, :func:`strip_wrapper_prefixes`: the tensors of a
+  loaded checkpoint, whatever container and wrapper saved them.
+* :func:`backbone_state_dict`, :func:`load_pretrained_backbone`: published
+  weights into the MAViT backbone (keys only one side has are listed).
+* :func:`fit_whole_model`: a whole detector / segmentor checkpoint against the
+  model of a config, exactly (the converter of full checkpoints, the demo).
+* :func:`dataset_meta_from_config`: the class names and palette a checkpoint
+  of a config carries (``meta.dataset_meta``, as mmengine's Runner saves it).
+
+Everywhere: a tensor whose shape differs from the model's is an error naming it.
+"""
 from __future__ import annotations
 
+import copy
 import os
 from collections import OrderedDict
-from typing import Optional
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
@@ -27,14 +40,21 @@ def extract_state_dict(checkpoint) -> 'OrderedDict[str, torch.Tensor]':
     return OrderedDict(state_dict)
 
 
-def backbone_state_dict(state_dict: dict, prefix: Optional[str] = None) -> 'OrderedDict[str, torch.Tensor]':
-    """Strip wrapper prefixes; from a whole detector / segmentor keep ``backbone.*``."""
+def strip_wrapper_prefixes(state_dict: Mapping) -> 'OrderedDict[str, torch.Tensor]':
+    """Keys without the prefixes of (Distributed)DataParallel (``module.``) and
+    ``torch.compile`` (``_orig_mod.``)."""
     out = OrderedDict()
     for key, value in state_dict.items():
         for wrapper in _WRAPPER_PREFIXES:
             if key.startswith(wrapper):
                 key = key[len(wrapper):]
         out[key] = value
+    return out
+
+
+def backbone_state_dict(state_dict: dict, prefix: Optional[str] = None) -> 'OrderedDict[str, torch.Tensor]':
+    """Strip wrapper prefixes; from a whole detector / segmentor keep ``backbone.*``."""
+    out = strip_wrapper_prefixes(state_dict)
     prefix = prefix if prefix is not None else (
         'backbone.' if any(k.startswith('backbone.') for k in out) else None)
     if prefix:
@@ -91,3 +111,56 @@ def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: Optional
                 shown = ', '.join(report[name][:8]) + (' ...' if len(report[name]) > 8 else '')
                 logger.warning(f'MAViT pretrained: {len(report[name])} {name} keys: {shown}')
     return report
+
+
+def _shown(items, limit: int = 6) -> str:
+    return ', '.join(items[:limit]) + (f' ... ({len(items)} in all)' if len(items) > limit else '')
+
+
+def fit_whole_model(expected: Mapping, state_dict: Mapping,
+                    source: str = 'the checkpoint') -> 'OrderedDict[str, torch.Tensor]':
+    """``state_dict`` (wrapper prefixes stripped) checked against a whole
+    model's ``expected`` state dict: the same keys and the same shapes, or a
+    ValueError naming what does not fit (keys missing, keys the model does
+    not have, shapes). Returns the tensors in the model's order, ready for
+    ``load_state_dict(..., strict=True)``."""
+    state_dict = strip_wrapper_prefixes(state_dict)
+    missing = [k for k in expected if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in expected]
+    wrong_shape = [f'{k}: checkpoint {tuple(state_dict[k].shape)} vs model '
+                   f'{tuple(expected[k].shape)}'
+                   for k in expected if k in state_dict
+                   and tuple(state_dict[k].shape) != tuple(expected[k].shape)]
+    problems = []
+    if wrong_shape:
+        problems.append(f'shapes differ ({len(wrong_shape)}): {_shown(wrong_shape)}')
+    if missing:
+        problems.append(f'keys of the model missing from it ({len(missing)}): '
+                        f'{_shown(missing)}')
+    if unexpected:
+        problems.append(f'keys the model does not have ({len(unexpected)}): '
+                        f'{_shown(unexpected)}')
+    if problems:
+        raise ValueError(f'{source} does not fit the model: ' + '; '.join(problems))
+    return OrderedDict((k, state_dict[k]) for k in expected)
+
+
+def dataset_meta_from_config(cfg) -> dict:
+    """``dict(classes=..., palette=...)`` of the config's test dataset, built
+    without reading its annotations (``lazy_init``), as mmdet's DetInferencer
+    reads its palette; what mmengine's Runner saves as ``meta.dataset_meta``."""
+    scope = cfg.get('default_scope')
+    if scope == 'mmdet':
+        from mmdet.registry import DATASETS
+    elif scope == 'mmseg':
+        from mmseg.registry import DATASETS
+    else:
+        raise ValueError(f'default_scope must be mmdet or mmseg, got {scope!r}')
+    dataset_cfg = copy.deepcopy(cfg.test_dataloader.dataset)
+    dataset_cfg['lazy_init'] = True
+    with DATASETS.switch_scope_and_registry(scope) as registry:
+        metainfo = registry.build(dataset_cfg).metainfo
+    meta = dict(classes=tuple(metainfo['classes']))
+    if metainfo.get('palette') is not None:
+        meta['palette'] = [tuple(int(c) for c in colour) for colour in metainfo['palette']]
+    return meta
