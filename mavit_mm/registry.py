@@ -1,6 +1,8 @@
 """Registration into mmengine's root registries: the backbone in MODELS, the
 optimizer wrapper of the recipes (``AmpWhereAvailableOptimWrapper``,
-``engine.amp``) in OPTIM_WRAPPERS.
+``engine.amp``) in OPTIM_WRAPPERS; and the fused MALA operator's formula in
+mmengine's FLOP counter (``analysis.register_flop_formulas``), which mmdet's
+and mmseg's get_flops.py use.
 
 mmdet's and mmseg's registries are children of mmengine's root ones, and
 a registry that does not hold a name looks it up in its parents: one
@@ -11,14 +13,17 @@ from __future__ import annotations
 
 from mmengine.registry import MODELS
 
+from .analysis import register_flop_formulas
 from .engine import amp
 from .models import MAViT
 
 
 def register_all() -> list:
-    """Register MAViT (root MODELS) and AmpWhereAvailableOptimWrapper (root
-    OPTIM_WRAPPERS); returns where they are."""
+    """Register MAViT (root MODELS), AmpWhereAvailableOptimWrapper (root
+    OPTIM_WRAPPERS) and the fused MALA's FLOP formula; returns where the
+    first two are."""
     if MODELS.get('MAViT') is not MAViT:
         MODELS.register_module(name='MAViT', module=MAViT, force=True)
     amp.register()
+    register_flop_formulas()
     return ['mmengine.registry']
