@@ -110,7 +110,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='instead of timing, compile the Triton kernels ahead of time for '
                              'these NVIDIA compute capabilities (e.g. 80 90; no GPU needed) with '
                              'the launch plan of every --head-dims x --dtypes case and print '
-                             'registers, stack (spills) and shared memory per kernel')
+                             'registers, stack (spills), shared memory and global loads / '
+                             'stores (all, and vectorised) per kernel')
+    parser.add_argument('--layout', choices=('backbone', 'contiguous'), default='backbone',
+                        help="--compile-report: the memory layout compiled for: 'backbone' "
+                             '(B, heads, d, N) memory, tokens contiguous (the model\'s); '
+                             "'contiguous' (B, heads, N, d), channels contiguous, RoPE pairs "
+                             'read as whole tiles (default: backbone)')
     args = parser.parse_args(argv)
     sweep = QUICK_SWEEP if args.quick else FULL_SWEEP
     args.tokens = args.tokens or sweep['tokens']
@@ -283,7 +289,8 @@ def _kernel_launches(plan):
     return list(launch_table(plan).values())
 
 
-def _compile_for(kernel, meta: Dict, io_type: str, capability: int) -> Dict:
+def _compile_for(kernel, meta: Dict, io_type: str, capability: int,
+                 layout: str = 'backbone') -> Dict:
     import os
     import subprocess
     import tempfile
@@ -293,15 +300,18 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int) -> Dict:
     from triton.compiler import ASTSource
 
     meta = dict(meta)
+    if 'PAIRS_CONTIGUOUS' in kernel.arg_names:
+        meta['PAIRS_CONTIGUOUS'] = layout == 'contiguous'
+    unit_stride = 'n' if layout == 'backbone' else 'd'
     num_warps = meta.pop('num_warps')
     num_stages = meta.pop('num_stages', 3)
     signature, constants, attrs = {}, dict(meta), {}
     for index, arg in enumerate(kernel.arg_names):
         if arg in constants:
             signature[arg] = 'constexpr'
-        elif (arg.startswith('stride_') and arg.endswith('n')) or arg == 'num_heads':
-            # As the JIT specialises the benchmark's case: token strides of the
-            # backbone layout and the single head are 1 ...
+        elif (arg.startswith('stride_') and arg.endswith(unit_stride)) or arg == 'num_heads':
+            # As the JIT specialises the benchmark's case: the unit strides of the
+            # layout (tokens: backbone; channels: contiguous) and the single head are 1 ...
             signature[arg], constants[arg] = 'constexpr', 1
         elif arg.endswith('_ptr'):
             signature[arg] = '*' + (io_type if arg in _IO_POINTERS else 'fp32')
@@ -323,9 +333,14 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int) -> Dict:
                                capture_output=True, text=True).stdout
     registers = re.search(r'REG:(\d+)', usage)
     stack = re.search(r'STACK:(\d+)', usage)
+    ptx = compiled.asm['ptx']
     return dict(num_warps=num_warps, registers=int(registers.group(1)) if registers else None,
                 stack_bytes=int(stack.group(1)) if stack else None,
-                shared_bytes=compiled.metadata.shared)
+                shared_bytes=compiled.metadata.shared,
+                global_loads=len(re.findall(r'ld\.global\.', ptx)),
+                vector_loads=len(re.findall(r'ld\.global\.[^ \t]*v[248]\.', ptx)),
+                global_stores=len(re.findall(r'st\.global\.', ptx)),
+                vector_stores=len(re.findall(r'st\.global\.[^ \t]*v[248]\.', ptx)))
 
 
 def compile_report(args) -> int:
@@ -335,10 +350,11 @@ def compile_report(args) -> int:
             for head_dim in args.head_dims:
                 plan = make_launch_plan(max(args.tokens), 1, head_dim, DTYPES[dtype_name],
                                         torch.device('cpu'), tokens_per_chunk=1024)
-                print(f'sm_{capability} {dtype_name} d={head_dim}')
+                print(f'sm_{capability} {dtype_name} d={head_dim} layout={args.layout}')
                 for kernel, meta in _kernel_launches(plan):
                     try:
-                        usage = _compile_for(kernel, meta, _TRITON_TYPES[dtype_name], capability)
+                        usage = _compile_for(kernel, meta, _TRITON_TYPES[dtype_name], capability,
+                                             args.layout)
                     except Exception as exc:  # report and go on with the other kernels
                         usage = f'FAILED: {type(exc).__name__}: {str(exc)[:500]}'
                     block_n = meta.get('BLOCK_N', '-')
