@@ -86,8 +86,8 @@ def convert_full(src: str, dst: str, config: str, cfg_options=None) -> dict:
     from mmengine.runner.checkpoint import CheckpointLoader
 
     from mavit_mm.tooling.config import load_config
-    from mavit_mm.tooling.model_builder import build_model
-    from mavit_mm.utils.checkpoint import dataset_meta_from_config, extract_state_dict
+    from mavit_mm.tooling.model_builder import build_model, dataset_meta_from_config
+    from mavit_mm.utils.checkpoint import extract_state_dict
     from mavit_mm.utils.legacy_checkpoints import convert_whole_model, head_num_classes
 
     if not Path(src).is_file():

@@ -91,8 +91,8 @@ def build_inferencer(cfg, checkpoint: str, device: str):
     """mmdet's DetInferencer or mmseg's MMSegInferencer for ``cfg`` (a loaded
     config), loading ``checkpoint`` strictly, class names from its meta or
     else from the config. Returns ``(inferencer, classes_from)``."""
-    from mavit_mm.utils.checkpoint import (dataset_meta_from_config, extract_state_dict,
-                                           fit_whole_model)
+    from mavit_mm.tooling.model_builder import dataset_meta_from_config
+    from mavit_mm.utils.checkpoint import extract_state_dict, fit_whole_model
     from mavit_mm.utils.legacy_checkpoints import checkpoint_dataset_meta
 
     if cfg.default_scope == 'mmdet':

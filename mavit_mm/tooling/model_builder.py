@@ -1,13 +1,17 @@
-"""Build a detector / segmentor from one of our configs, outside the Runner.
+"""Build a detector / segmentor (or its datasets' metadata) from one of our
+configs, outside the Runner.
 
-Shared by the analysis tools (FLOPs, FPS, demo, pictures) and the tests: the
-default scope of a config (loaded with ``tooling.config.load_config``) picks
-the registry (mmdet or mmseg), and dummy inputs of a chosen size are made the
-way each library's tensor-mode forward expects them.
+Shared by the analysis tools (FLOPs, FPS, demo, pictures, checkpoint
+conversion) and the tests: the default scope of a config (loaded with
+``tooling.config.load_config``) picks the registries (mmdet or mmseg), and
+dummy inputs of a chosen size are made the way each library's tensor-mode
+forward expects them.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+import copy
+import importlib
+from typing import Sequence, Tuple
 
 import torch
 from mmengine.config import Config
@@ -15,19 +19,16 @@ from mmengine.config import Config
 from .config import check_scope
 
 
-def scope_registry(cfg: Config):
-    """Enter the config's default scope; its MODELS registry (MAViT registered)."""
+def scope_registry(cfg: Config, name: str = 'MODELS'):
+    """Enter the config's default scope; its registry ``name`` (MODELS,
+    DATASETS, VISUALIZERS, ...) from mmdet or mmseg, MAViT registered."""
     from mmengine.registry import init_default_scope
 
     import mavit_mm  # noqa: F401  (registers MAViT)
 
     scope = check_scope(cfg)
     init_default_scope(scope)
-    if scope == 'mmdet':
-        from mmdet.registry import MODELS
-    else:
-        from mmseg.registry import MODELS
-    return MODELS
+    return getattr(importlib.import_module(f'{scope}.registry'), name)
 
 
 def build_model(cfg: Config, with_pretrained: bool = False, model_cfg=None) -> torch.nn.Module:
@@ -38,6 +39,18 @@ def build_model(cfg: Config, with_pretrained: bool = False, model_cfg=None) -> t
     if not with_pretrained and 'backbone' in model_cfg:
         model_cfg.backbone = dict(model_cfg.backbone, init_cfg=None)
     return registry.build(model_cfg)
+
+
+def dataset_meta_from_config(cfg: Config) -> dict:
+    """``dict(classes=..., palette=...)`` of the config's test dataset, built
+    without reading its annotations (``lazy_init``), as mmdet's DetInferencer
+    reads its palette; what mmengine's Runner saves as ``meta.dataset_meta``."""
+    from ..utils.checkpoint import normalised_dataset_meta
+
+    dataset_cfg = copy.deepcopy(cfg.test_dataloader.dataset)
+    dataset_cfg['lazy_init'] = True
+    metainfo = scope_registry(cfg, 'DATASETS').build(dataset_cfg).metainfo
+    return normalised_dataset_meta(metainfo['classes'], metainfo.get('palette'))
 
 
 def dummy_forward_inputs(cfg: Config, height: int, width: int, batch_size: int = 1,

@@ -51,13 +51,7 @@ def draw_validation_samples(config, checkpoint, out_dir, num_images: int = 4,
     from .model_builder import build_model, scope_registry
 
     cfg = config if isinstance(config, Config) else load_config(config)
-    scope_registry(cfg)  # enter mmdet / mmseg scope, MAViT registered
-    if cfg.default_scope == 'mmdet':
-        from mmdet.registry import DATASETS, VISUALIZERS
-    else:
-        from mmseg.registry import DATASETS, VISUALIZERS
-
-    dataset = DATASETS.build(cfg.test_dataloader.dataset)
+    dataset = scope_registry(cfg, 'DATASETS').build(cfg.test_dataloader.dataset)
     model = revert_sync_batchnorm(build_model(cfg))  # no backbone init: weights follow
     load_checkpoint(model, str(checkpoint), map_location='cpu', strict=True,
                     logger='silent')
@@ -66,8 +60,8 @@ def draw_validation_samples(config, checkpoint, out_dir, num_images: int = 4,
     palette = dataset.metainfo.get('palette')
     model.dataset_meta = dict(classes=classes, palette=palette)
     # Only the visualiser's type from the config: it draws, out_file saves.
-    visualizer = VISUALIZERS.build(dict(type=cfg.visualizer['type'],
-                                        name=f'mavit_pictures_{next(_visualizer_ids)}'))
+    visualizer = scope_registry(cfg, 'VISUALIZERS').build(
+        dict(type=cfg.visualizer['type'], name=f'mavit_pictures_{next(_visualizer_ids)}'))
     visualizer.dataset_meta = model.dataset_meta
 
     out_dir = Path(out_dir)

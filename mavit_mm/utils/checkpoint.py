@@ -6,14 +6,13 @@
   weights into the MAViT backbone (keys only one side has are listed).
 * :func:`fit_whole_model`: a whole detector / segmentor checkpoint against the
   model of a config, exactly (the converter of full checkpoints, the demo).
-* :func:`dataset_meta_from_config`: the class names and palette a checkpoint
-  of a config carries (``meta.dataset_meta``, as mmengine's Runner saves it).
+* :func:`normalised_dataset_meta`: class names and palette as a checkpoint's
+  ``meta.dataset_meta`` holds them (as mmengine's Runner saves it).
 
 Everywhere: a tensor whose shape differs from the model's is an error naming it.
 """
 from __future__ import annotations
 
-import copy
 import os
 from collections import OrderedDict
 from typing import Mapping, Optional
@@ -145,22 +144,11 @@ def fit_whole_model(expected: Mapping, state_dict: Mapping,
     return OrderedDict((k, state_dict[k]) for k in expected)
 
 
-def dataset_meta_from_config(cfg) -> dict:
-    """``dict(classes=..., palette=...)`` of the config's test dataset, built
-    without reading its annotations (``lazy_init``), as mmdet's DetInferencer
-    reads its palette; what mmengine's Runner saves as ``meta.dataset_meta``."""
-    scope = cfg.get('default_scope')
-    if scope == 'mmdet':
-        from mmdet.registry import DATASETS
-    elif scope == 'mmseg':
-        from mmseg.registry import DATASETS
-    else:
-        raise ValueError(f'default_scope must be mmdet or mmseg, got {scope!r}')
-    dataset_cfg = copy.deepcopy(cfg.test_dataloader.dataset)
-    dataset_cfg['lazy_init'] = True
-    with DATASETS.switch_scope_and_registry(scope) as registry:
-        metainfo = registry.build(dataset_cfg).metainfo
-    meta = dict(classes=tuple(metainfo['classes']))
-    if metainfo.get('palette') is not None:
-        meta['palette'] = [tuple(int(c) for c in colour) for colour in metainfo['palette']]
+def normalised_dataset_meta(classes, palette=None) -> dict:
+    """``dict(classes=(name, ...), palette=[(r, g, b), ...])``, the palette only
+    when there is one: class names and colours as plain strings and ints,
+    however a dataset or an old checkpoint kept them."""
+    meta = dict(classes=tuple(str(name) for name in classes))
+    if palette is not None:
+        meta['palette'] = [tuple(int(c) for c in colour) for colour in palette]
     return meta

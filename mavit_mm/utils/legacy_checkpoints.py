@@ -43,7 +43,7 @@ from typing import Mapping, NamedTuple, Optional, Tuple
 
 import torch
 
-from .checkpoint import fit_whole_model, strip_wrapper_prefixes
+from .checkpoint import fit_whole_model, normalised_dataset_meta, strip_wrapper_prefixes
 
 # Top-level modules of the models each library builds from our configs.
 HEAD_MODULES = {
@@ -103,8 +103,7 @@ def detect_layout(checkpoint: Mapping, state_dict: Mapping) -> Layout:
     major = _major(version) if version else None
     if library == 'mmdet' and (
             (major is not None and major < 2)
-            or ('rpn_head' in top and ('bbox_head' in top or 'mask_head' in top))
-            or 'mask_head' in top):
+            or ('rpn_head' in top and 'bbox_head' in top) or 'mask_head' in top):
         where = (f'mmdet {version}' if major is not None and major < 2
                  else 'R-CNN heads at the top level, not under roi_head')
         raise LegacyCheckpointError(
@@ -141,10 +140,7 @@ def checkpoint_dataset_meta(meta: Optional[Mapping]) -> Optional[dict]:
         return None
     if source.get('classes') is None:
         return None
-    out = dict(classes=tuple(str(name) for name in source['classes']))
-    if source.get('palette') is not None:
-        out['palette'] = [tuple(int(c) for c in colour) for colour in source['palette']]
-    return out
+    return normalised_dataset_meta(source['classes'], source.get('palette'))
 
 
 def convert_whole_model(checkpoint: Mapping, state_dict: Mapping, expected: Mapping,
