@@ -20,8 +20,7 @@ import pytest
 import torch
 
 from mavit_mm.data.synthetic import ade20k_metainfo, coco_metainfo
-from mavit_mm.tooling.config import load_config
-from tool_helpers import explain, make_tiny_data, write_tiny_config
+from tool_helpers import explain, make_tiny_data, save_initialised_checkpoint, write_tiny_config
 
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for these tests')
 pytest.importorskip('mmdet.models')
@@ -35,19 +34,14 @@ def tiny(tmp_path_factory):
     """Tiny data, the Mask R-CNN and UperNet demo configs on it, and a
     checkpoint of each freshly built model with the dataset's class names
     and palette in its meta, as the Runner writes them."""
-    from mavit_mm.tooling.model_builder import build_model
     root = tmp_path_factory.mktemp('inferencers')
     roots = make_tiny_data(root / 'data')
     setup = dict(roots=roots)
     for name, metainfo in (('mask_rcnn', coco_metainfo()), ('upernet', ade20k_metainfo())):
         config = write_tiny_config(name, roots, root / 'configs')
-        torch.manual_seed(0)
-        model = build_model(load_config(config))
-        checkpoint = root / f'{name}.pth'
-        torch.save(dict(state_dict=model.state_dict(),
-                        meta=dict(dataset_meta=dict(classes=metainfo['classes'],
-                                                    palette=metainfo['palette']))),
-                   checkpoint)
+        checkpoint = save_initialised_checkpoint(
+            config, root / f'{name}.pth',
+            dataset_meta=dict(classes=metainfo['classes'], palette=metainfo['palette']))
         setup[name] = (config, checkpoint, metainfo)
     return setup
 

@@ -10,7 +10,7 @@ import pytest
 
 from mavit_mm.tooling.config import load_config
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
-from tool_helpers import load_tool, make_tiny_data, write_tiny_config
+from tool_helpers import load_tool, make_tiny_data, save_initialised_checkpoint, write_tiny_config
 
 main_job = load_tool('main_job')
 
@@ -169,8 +169,6 @@ def tiny_setup(tmp_path_factory):
     """Tiny data, the demo configs on it, and a freshly initialised checkpoint
     of each model (no training: the drawing is what is tested)."""
     pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed')
-    import torch
-    from mavit_mm.tooling.model_builder import build_model
     root = tmp_path_factory.mktemp('main_job_pictures')
     roots = make_tiny_data(root / 'data')
     setup = {}
@@ -180,11 +178,7 @@ def tiny_setup(tmp_path_factory):
         if name == 'mask_rcnn':  # a few boxes and masks to draw, not 100
             cfg.model.test_cfg.rcnn.max_per_img = 3
             cfg.dump(str(config))
-        torch.manual_seed(0)
-        model = build_model(cfg)
-        checkpoint = root / f'{name}.pth'
-        torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
-        setup[name] = (config, checkpoint)
+        setup[name] = (config, save_initialised_checkpoint(cfg, root / f'{name}.pth'))
     return setup
 
 

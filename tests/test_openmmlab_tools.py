@@ -21,17 +21,16 @@ import math
 import os
 import re
 import subprocess
-import sys
-import time
 import warnings
 from pathlib import Path
 
 import pytest
 
-from mavit_mm.tooling.json_logs import latest_test_metrics
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
+from mavit_mm.tooling.json_logs import latest_test_metrics
+from mavit_mm.tooling.run_script import run_script
 from tool_helpers import (REPO_ROOT, TINY_IMAGE_SIZE, explain, make_tiny_data, run_tool,
-                          write_tiny_config)
+                          save_initialised_checkpoint, write_tiny_config)
 
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for these tests')
 pytest.importorskip('mmdet.models')
@@ -54,14 +53,9 @@ def package_tool(package: str, tool: str) -> Path:
 def run_package_tool(package: str, tool: str, *args, cwd) -> subprocess.CompletedProcess:
     """The package's own tool in a subprocess, with the environment as it is
     (no PYTHONPATH, nothing mavit-specific)."""
-    command = [sys.executable, str(package_tool(package, tool)), *map(str, args)]
-    env = dict(os.environ, PYTHONUNBUFFERED='1')
-    env.pop('PYTHONPATH', None)
-    start = time.time()
-    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env,
-                            timeout=600)
-    result.seconds = time.time() - start
-    return result
+    environ = {name: value for name, value in os.environ.items() if name != 'PYTHONPATH'}
+    return run_script(package_tool(package, tool), *args, cwd=cwd, timeout=600,
+                      environ=environ)
 
 
 # -- the recipes' optimizer wrapper ----------------------------------------------
@@ -199,17 +193,6 @@ def benchmark_roots(tmp_path_factory):
             'ade20k': make_ade20k_dataset(root / 'ade20k', **settings)['root']}
 
 
-def save_random_checkpoint(config: Path, path: Path) -> Path:
-    """A checkpoint of the config's model with its initial weights (the tools
-    time and count, they do not need trained weights)."""
-    import torch
-    from mavit_mm.tooling.config import load_config
-    from mavit_mm.tooling.model_builder import build_model
-    model = build_model(load_config(config))
-    torch.save({'state_dict': model.state_dict()}, path)
-    return path
-
-
 def assert_checkpoint_loaded(output: str) -> None:
     assert 'Loads checkpoint by local backend from path' in output, output[-3000:]
     assert 'do not match exactly' not in output, output[-3000:]
@@ -315,7 +298,7 @@ def test_mmseg_benchmark_reports_fps(benchmark_roots, tmp_path):
     --log-interval images; its "Overall fps" waits for 200 images (fixed in
     the tool), which the tiny data does not have."""
     config = write_tiny_config('upernet', benchmark_roots, tmp_path / 'configs')
-    checkpoint = save_random_checkpoint(config, tmp_path / 'upernet.pth')
+    checkpoint = save_initialised_checkpoint(config, tmp_path / 'upernet.pth')
     result = run_package_tool('mmseg', 'analysis_tools/benchmark.py', config, checkpoint,
                               '--log-interval', 1, '--work-dir', tmp_path / 'bench',
                               cwd=tmp_path)
@@ -367,7 +350,7 @@ def test_mmdet_benchmark_inference_gets_to_its_cuda_call(benchmark_roots, tmp_pa
     get as far as that call."""
     import torch
     config = write_tiny_config('mask_rcnn', benchmark_roots, tmp_path / 'configs')
-    checkpoint = save_random_checkpoint(config, tmp_path / 'mask_rcnn.pth')
+    checkpoint = save_initialised_checkpoint(config, tmp_path / 'mask_rcnn.pth')
     result = _mmdet_benchmark(config, '--task', 'inference', '--checkpoint', checkpoint,
                               '--max-iter', BENCHMARK_IMAGES, '--num-warmup', 1,
                               '--log-interval', BENCHMARK_IMAGES, cwd=tmp_path)

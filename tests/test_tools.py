@@ -142,21 +142,18 @@ def demo_setup(tmp_path_factory):
     (as mmengine's Runner saves them) and without."""
     pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed')
     from mavit_mm.data.synthetic import ade20k_metainfo, coco_metainfo
-    from mavit_mm.tooling.config import load_config
-    from mavit_mm.tooling.model_builder import build_model
-    from tool_helpers import make_tiny_data, write_tiny_config
+    from tool_helpers import make_tiny_data, save_initialised_checkpoint, write_tiny_config
     root = tmp_path_factory.mktemp('demo_tool')
     roots = make_tiny_data(root / 'data')
     setup = dict(coco_val=roots['coco'] / 'val',
                  ade_val=roots['ade20k'] / 'images' / 'validation')
     for name, metainfo in (('mask_rcnn', coco_metainfo()), ('upernet', ade20k_metainfo())):
         config = write_tiny_config(name, roots, root / 'configs')
-        torch.manual_seed(0)
-        state_dict = build_model(load_config(config)).state_dict()
-        with_meta, without_meta = root / f'{name}.pth', root / f'{name}_no_meta.pth'
-        torch.save(dict(state_dict=state_dict, meta=dict(dataset_meta=dict(
-            classes=metainfo['classes'], palette=metainfo['palette']))), with_meta)
-        torch.save(dict(state_dict=state_dict, meta={}), without_meta)
+        # The same seed: the same weights, with and without class names.
+        with_meta = save_initialised_checkpoint(
+            config, root / f'{name}.pth',
+            dataset_meta=dict(classes=metainfo['classes'], palette=metainfo['palette']))
+        without_meta = save_initialised_checkpoint(config, root / f'{name}_no_meta.pth')
         setup[name] = (str(config), str(with_meta), str(without_meta), metainfo)
     return setup
 

@@ -86,6 +86,22 @@ def rescale_image_sizes(cfg, factor: float) -> None:
         preprocessor['size'] = _scaled(preprocessor['size'], factor)
 
 
+def save_initialised_checkpoint(cfg, path: Path, dataset_meta: dict = None,
+                                seed: int = 0) -> Path:
+    """A checkpoint of the freshly built (seeded) model of ``cfg`` (a config
+    or its path), meta as mmengine's Runner writes it: ``dataset_meta`` (class
+    names, palette) when given. For tools that draw, time or count, not learn."""
+    import torch
+
+    from mavit_mm.tooling.config import load_config
+    from mavit_mm.tooling.model_builder import build_model
+    cfg = load_config(cfg) if isinstance(cfg, (str, Path)) else cfg
+    torch.manual_seed(seed)
+    meta = {} if dataset_meta is None else dict(dataset_meta=dict(dataset_meta))
+    torch.save(dict(state_dict=build_model(cfg).state_dict(), meta=meta), path)
+    return Path(path)
+
+
 def keep_all_predictions(cfg) -> None:
     """A detector after 2 iterations scores below the usual thresholds (RetinaNet
     starts at its 0.01 prior); with nothing predicted CocoMetric reports no

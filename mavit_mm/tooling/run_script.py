@@ -8,12 +8,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 
 def run_script(script, *args, cwd=None, timeout: Optional[float] = None,
-               transcript: Optional[Path] = None) -> subprocess.CompletedProcess:
+               transcript: Optional[Path] = None,
+               environ: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
     """``python <script> <args>``; the result has ``.seconds`` (wall time).
+    ``environ``: the environment to start from (default: this process's).
 
     Without ``transcript`` stdout and stderr are captured separately. With it,
     they are merged, shown on the console as they come (progress stays
@@ -22,7 +24,7 @@ def run_script(script, *args, cwd=None, timeout: Optional[float] = None,
     if transcript is not None and timeout is not None:
         raise ValueError('run_script: a timeout applies to captured runs only, not with transcript')
     command = [sys.executable, str(script), *map(str, args)]
-    env = dict(os.environ, PYTHONUNBUFFERED='1')
+    env = dict(os.environ if environ is None else environ, PYTHONUNBUFFERED='1')
     start = time.time()
     if transcript is None:
         result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env,
