@@ -206,6 +206,17 @@ def fake_scontrol(tmp_path, monkeypatch):
         monkeypatch.delenv(name)
 
 
+def test_close_process_group_ends_the_run(tmp_path):
+    # The tools destroy the group themselves after train / test: left to
+    # interpreter shutdown, gloo could abort a rank that had finished (SIGABRT).
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path / "store"}', rank=0,
+                            world_size=1)
+    assert dist.is_initialized()
+    runner_setup.close_process_group()
+    assert not dist.is_initialized()
+    runner_setup.close_process_group()   # nothing to close: no error
+
+
 def test_slurm_environment(fake_scontrol, monkeypatch):
     """What --launcher slurm derives from srun's variables (as mmengine's _init_dist_slurm)."""
     monkeypatch.setenv('SLURM_PROCID', '9')

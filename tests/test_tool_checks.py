@@ -240,3 +240,16 @@ def test_resume_flag_parsing(train_tool):
     assert train_tool.parse_args(['c.py']).resume is None
     assert train_tool.parse_args(['c.py', '--resume']).resume == 'auto'
     assert train_tool.parse_args(['c.py', '--resume', 'a.pth']).resume == 'a.pth'
+
+
+def test_prediction_output_folder_exists_before_any_rank_writes(tiny, tmp_path):
+    # mmseg's IoUMetric creates --out in the main process only: every rank
+    # must find the folder before saving its first label map.
+    out = tmp_path / 'nested' / 'predictions'
+    cfg = load_config(tiny['seg'])
+    runner_setup.configure_prediction_output(cfg, str(out))
+    assert out.is_dir()
+    assert cfg.test_evaluator['output_dir'] == str(out)
+    det = load_config(tiny['det'])
+    with pytest.raises(ConfigCheckError, match='ending in .pkl'):
+        runner_setup.configure_prediction_output(det, str(tmp_path / 'predictions'))

@@ -120,8 +120,10 @@ def run_tool(tool: str, *args, cwd=None, timeout: int = 600) -> subprocess.Compl
 
 
 def explain(result: subprocess.CompletedProcess) -> str:
-    return (f'exit {result.returncode}\n--- stdout (tail) ---\n{result.stdout[-6000:]}'
-            f'\n--- stderr (tail) ---\n{result.stderr[-6000:]}')
+    # stderr first, where the traceback is: a CI log that keeps only the head of
+    # a failure message then still shows the cause, not a config dump.
+    return (f'exit {result.returncode}\n--- stderr (tail) ---\n{result.stderr[-6000:]}'
+            f'\n--- stdout (tail) ---\n{result.stdout[-3000:]}')
 
 
 def load_tool(name: str):

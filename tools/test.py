@@ -73,7 +73,9 @@ def main(argv=None) -> dict:
     runner = runner_setup.build_runner(cfg)
     if args.out:
         runner_setup.attach_prediction_dump(runner, cfg, args.out)
-    return runner.test()
+    metrics = runner.test()
+    runner_setup.close_process_group()
+    return metrics
 
 
 if __name__ == '__main__':

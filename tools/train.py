@@ -76,6 +76,7 @@ def main(argv=None):
     cfg = prepare_config(args)
     runner = runner_setup.build_runner(cfg)
     runner.train()
+    runner_setup.close_process_group()
     return runner
 
 

@@ -140,8 +140,13 @@ def configure_visualization(cfg: Config, show_dir: str) -> None:
 
 
 def configure_prediction_output(cfg: Config, out: str) -> None:
-    """mmseg: --out is a folder for the predicted label maps (set on the evaluator)."""
+    """mmseg: --out is a folder for the predicted label maps (set on the evaluator).
+
+    Every process creates the folder: mmseg's IoUMetric creates it in the main
+    process only, with no barrier, so in a distributed test another rank could
+    save its first map before the folder exists (FileNotFoundError)."""
     if cfg.default_scope == 'mmseg':
+        os.makedirs(out, exist_ok=True)
         evaluators = cfg.test_evaluator
         for evaluator in evaluators if isinstance(evaluators, list) else [evaluators]:
             evaluator['output_dir'] = out
@@ -156,6 +161,17 @@ def attach_prediction_dump(runner, cfg: Config, out: str) -> None:
         return
     from mmdet.evaluation import DumpDetResults
     runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=out))
+
+
+def close_process_group() -> None:
+    """End a distributed run cleanly: wait for every process, then destroy the
+    process group. Left to interpreter shutdown, gloo's threads can abort a
+    process that has finished its work ("terminate called without an active
+    exception", SIGABRT), and torchrun then reports the whole run as failed."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def build_runner(cfg: Config):
