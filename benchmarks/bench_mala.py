@@ -334,7 +334,15 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int,
     registers = re.search(r'REG:(\d+)', usage)
     stack = re.search(r'STACK:(\d+)', usage)
     ptx = compiled.asm['ptx']
-    return dict(num_warps=num_warps, registers=int(registers.group(1)) if registers else None,
+    resident = None
+    if registers:
+        # The rule the launches size their split-N grids by on a GPU, with an
+        # A100 / H100 SM's budget.
+        from mavit_mm.ops.mala.function import KernelResources, resident_blocks
+        resident = resident_blocks(KernelResources(int(registers.group(1)),
+                                                   compiled.metadata.shared, num_warps))
+    return dict(num_warps=num_warps, resident_per_sm=resident,
+                registers=int(registers.group(1)) if registers else None,
                 stack_bytes=int(stack.group(1)) if stack else None,
                 shared_bytes=compiled.metadata.shared,
                 global_loads=len(re.findall(r'ld\.global\.', ptx)),

@@ -117,6 +117,33 @@ def test_dispatch_auto_takes_the_kernels_on_cuda(monkeypatch):
     assert calls == [torch.bfloat16]
 
 
+@pytest.mark.parametrize('head_dim', [64, 96])
+def test_split_grid_from_the_compiled_kernels_occupancy(head_dim):
+    """On a GPU the split-N grid fills whole waves by what the compiled
+    partials / query kernels leave room for, read from their own metadata."""
+    size, batch_heads = (128, 512), 16
+    q, k, v = make_qkv(1, batch_heads, size, head_dim, torch.bfloat16, 'backbone')
+    angle = RoPE2d(head_dim).angle.to(DEVICE)
+    width = size[1]
+    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    limits = mala_function.sm_limits(torch.cuda.current_device())
+    assert mala_function.resource_shortfall(q, k, v, width, backward=True) is None
+    forward_plan = mala_function.plan_for(q, k, v, angle, width)
+    forward = mala_function.ForwardLaunches(q, k, v, angle, width, forward_plan, allocate=False)
+    stats = torch.empty(batch_heads, head_dim + mala_function.kernels.STATS_EXTRA_ROWS.value,
+                        head_dim, device=DEVICE)
+    backward_plan = mala_function.plan_for(q, k, v, angle, width, dout=q, stats=stats)
+    backward = mala_function.BackwardLaunches(q, q, k, v, angle, stats, width, backward_plan,
+                                              allocate=False)
+    for plan, launches, name in ((forward_plan, forward, 'partials'),
+                                 (backward_plan, backward, 'query')):
+        resources = mala_function.compiled_resources(launches, name)
+        assert resources.registers > 0 and resources.num_warps == getattr(plan, name).num_warps
+        slots = mala_function.resident_blocks(resources, limits) * sms
+        programs = plan.num_chunks * batch_heads
+        assert programs <= slots or programs % slots == 0, (name, resources, programs, slots)
+
+
 def test_backbone_bf16_forward_backward_at_512x2048_is_finite():
     torch.manual_seed(0)
     model = MAViT(arch='tiny', mala_impl='triton').to(DEVICE).train()

@@ -443,15 +443,81 @@ def test_unsupported_triton_version_is_refused_with_its_reason():
     assert 'triton 3.11.0 is outside the versions' in result.stdout
 
 
-def test_shared_memory_check_counts_forward_and_backward(monkeypatch):
-    # A 99 KiB-per-block GPU (sm_86/sm_89): narrow heads fit both passes, wide
-    # heads fit neither (the forward alone needs more than 99 KiB).
-    monkeypatch.setattr(mala_function, '_max_shared_memory_kib', lambda index: 99)
-    monkeypatch.setattr(torch.cuda, 'get_device_name', lambda index: 'RTX 4090')
-    gpu = torch.device('cuda', 0)
-    assert mala_function.shared_memory_shortfall(64, gpu, backward=True) is None
-    reason = mala_function.shared_memory_shortfall(96, gpu, backward=False)
-    assert reason is not None and 'RTX 4090 offers 99 KiB' in reason and 'forward' in reason
-    monkeypatch.setattr(mala_function, '_max_shared_memory_kib', lambda index: 128)
-    assert mala_function.shared_memory_shortfall(96, gpu, backward=False) is None
-    assert 'backward' in mala_function.shared_memory_shortfall(96, gpu, backward=True)
+@pytest.mark.parametrize('registers,shared_kib,num_warps,expected', [
+    (124, 40, 8, 2),    # d = 64 partials on sm_90: registers allow 2 (128 x 256 = 32K each)
+    (255, 40, 8, 1),    # d = 96 / query kernel: 256 x 256 fills the 64K registers
+    (32, 100, 4, 2),    # shared memory binds: 2 x (100 + 1 reserved) KiB of 228
+    (32, 0, 4, 16),     # tiny blocks: threads (2048 / 128) and the block limit
+    (255, 0, 16, 1),    # never below 1
+])
+def test_resident_blocks_follow_the_tightest_sm_limit(registers, shared_kib, num_warps,
+                                                      expected):
+    resources = mala_function.KernelResources(registers, shared_kib * 1024, num_warps)
+    assert mala_function.resident_blocks(resources) == expected
+
+
+def test_resident_blocks_shape_the_split_grid(monkeypatch):
+    # 132 SMs, B*heads = 16, N = 65536: whole waves whatever the SM holds.
+    monkeypatch.setattr(mala_function, '_sm_count', lambda device: 132)
+    chunks = {}
+    for resident in (1, 2, 3):
+        plan = mala_function.make_launch_plan(65536, 16, 64, torch.bfloat16, DEVICE,
+                                              resident_per_sm=resident)
+        slots = resident * 132
+        programs = plan.num_chunks * 16
+        assert programs <= slots or programs % slots == 0, (resident, programs)
+        chunks[resident] = plan.num_chunks
+    assert len(set(chunks.values())) > 1, chunks   # the count does change the grid
+
+
+def _launch_signature(launches, name):
+    """What Triton specialises a launch on: grid, dtypes, alignment, ints."""
+    grid, args = launches.arguments(name)
+    return grid, [mala_function._specialisation(arg) for arg in args]
+
+
+@pytest.mark.parametrize('layout', ['backbone', 'contiguous'])
+def test_stand_in_buffers_compile_what_the_launch_runs(layout):
+    # compiled_resources compiles the kernels with stand-in buffers (no GPU
+    # memory): every argument must specialise as the real launch's does, or the
+    # GPU would compile and measure a different binary.
+    q, k, v = feature_map_qkv(2, 3, 32, 8, 12, layout, torch.bfloat16)
+    angle = RoPE2d(32).angle.to(DEVICE)
+    plan = mala_function.make_launch_plan(96, 6, 32, torch.bfloat16, DEVICE, block_n=16,
+                                          tokens_per_chunk=32)
+    real = mala_function.ForwardLaunches(q, k, v, angle, 12, plan)
+    stand_in = mala_function.ForwardLaunches(q, k, v, angle, 12, plan, allocate=False)
+    for name in real.KERNELS:
+        assert _launch_signature(stand_in, name) == _launch_signature(real, name), name
+    assert not isinstance(stand_in.out, torch.Tensor)   # nothing allocated
+    out, stats = real.run()
+    dout = random_like(out)
+    real_back = mala_function.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan)
+    stand_in_back = mala_function.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan,
+                                                   allocate=False)
+    for name in real_back.KERNELS:
+        assert _launch_signature(stand_in_back, name) == _launch_signature(real_back, name), name
+    with pytest.raises(KeyError, match="'query' is not a forward kernel"):
+        real.arguments('query')
+
+
+def test_no_resource_check_off_cuda():
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
+    assert mala_function.resource_shortfall(q, k, v, WIDTH, backward=True) is None
+
+
+@pytest.mark.skipif(DEVICE.type == 'cuda', reason='compiles for sm_90 ahead of time on a CPU')
+def test_default_resident_count_is_the_sm90_compile(tmp_path):
+    # RESIDENT_PROGRAMS_PER_SM (the plan where no compiled kernel can be asked)
+    # must be what resident_blocks gives for the sm_90 compile of the d = 64
+    # split-N forward kernel.
+    env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
+    env['TRITON_CACHE_DIR'] = str(tmp_path / 'triton-cache')
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'bench_mala.py'), '--compile-report',
+         '90', '--dtypes', 'bf16', '--head-dims', '64'],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if '_forward_partials_kernel' in line)
+    assert 'FAILED' not in line, line
+    assert f"'resident_per_sm': {mala_function.RESIDENT_PROGRAMS_PER_SM}," in line, line

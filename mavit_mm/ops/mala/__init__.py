@@ -7,7 +7,7 @@ PyTorch path (``'torch'``, :mod:`.naive`), the fused Triton kernels
 
 * ``'auto'``: Triton for supported CUDA cases. Off CUDA, the PyTorch path,
   silently. On CUDA cases the kernels cannot run (head dim, dtype, triton
-  missing, too little shared memory), the PyTorch path with one warning per
+  missing, kernels the GPU cannot hold), the PyTorch path with one warning per
   distinct reason.
 * ``'triton'``: the fused kernels or a clear error saying why not. On CPU it
   runs in Triton's interpreter when ``TRITON_INTERPRET=1`` (how CI tests them).
@@ -123,9 +123,12 @@ def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
         return Unsupported('the RoPE angle buffer must repeat each frequency twice '
                            '(the published layout the kernels rely on)', ValueError)
     needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    shortfall = _function.shared_memory_shortfall(head_dim, device, needs_backward)
-    if shortfall is not None:
-        return Unsupported(shortfall, RuntimeError)
+    # Compiling kernels cannot be traced: under torch.compile the launch itself
+    # reports a GPU that cannot hold them (Triton's out-of-resources error).
+    if not torch.compiler.is_compiling():
+        shortfall = _function.resource_shortfall(q, k, v, rope.width, needs_backward)
+        if shortfall is not None:
+            return Unsupported(shortfall, RuntimeError)
     return None
 
 

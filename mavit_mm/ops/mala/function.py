@@ -38,6 +38,7 @@ try:  # where Triton raises it when a compiled kernel needs more than the GPU ha
     from triton.runtime.errors import OutOfResources
 except ImportError:  # pragma: no cover - older layouts
     from triton.runtime.autotuner import OutOfResources
+from triton.runtime.jit import MockTensor  # noqa: E402  (what kernel.warmup takes for a tensor)
 
 # fp32 inputs get exact fp32 dots. Half inputs use tf32 tensor cores on fp32
 # operands: fp32 range (a half KV would overflow at large activations) and,
@@ -47,11 +48,13 @@ DOT_PRECISION = {torch.float32: 'ieee', torch.float16: 'tf32', torch.bfloat16: '
 # reading d + 5 more tokens; with at least this many tokens per chunk they stay
 # a few percent of reading k and v.
 MIN_TOKENS_PER_CHUNK = 512
-# Split-N programs resident on one SM at once, from the sm_90 compile report
-# (benchmarks/results/compile-report-*): at d = 64 the partials kernel takes
-# 124 registers x 256 threads, so 2 fit an SM's 64K registers; at d = 96, and
-# for the query kernel, 255 registers: 1 fits. Whole waves of 2 per SM are
-# whole waves of 1 per SM too. GPU timing (benchmarks/tune_mala.py) may refine it.
+# Split-N programs resident on one SM at once where no compiled kernel can be
+# asked (the CPU interpreter; plans made for reports). On a GPU the count comes
+# from the compiled kernel itself (registers, shared memory: resident_blocks).
+# The value is what resident_blocks gives for the sm_90 compile of the d = 64
+# partials kernel (124 registers x 256 threads: 2 fit 64K registers); a test
+# recompiles it to keep the two in step. Whole waves of 2 per SM are whole
+# waves of 1 per SM too (d = 96 and the query kernel: 255 registers, 1 fits).
 RESIDENT_PROGRAMS_PER_SM = 2
 # What a chunk's partial sums cost, in tokens read (see MIN_TOKENS_PER_CHUNK).
 PARTIAL_SUM_TOKENS = 64
@@ -64,6 +67,12 @@ MAX_TILES_PER_PROGRAM = 16
 # to 64 channels and wider ones; 'combine' is (rows of KVc per program, warps,
 # stages). Chosen from ahead-of-time sm_80/sm_90 compiles (registers, spills,
 # shared memory: ``bench_mala.py --compile-report``), not from GPU timings.
+# Wide heads pad d = 96 to 128 channels, 1.78x the dot work. 32-channel blocks
+# were considered and not built: for half inputs the padded KV update is ~43
+# multiply-adds per byte of k and v read, under the ~74 at which tf32 tensor
+# cores on an H100 stop keeping up with HBM, so the pass stays bound by memory
+# traffic; splitting d would re-read each token tile once per block. GPU timing
+# (benchmarks/tune_mala.py) is what would overturn this.
 KERNEL_TILES = {
     'narrow': dict(output=(64, 4, 3), partials=(32, 8, 3), query=(32, 8, 3), key=(32, 4, 3),
                    combine=(16, 4, 1)),
@@ -71,15 +80,15 @@ KERNEL_TILES = {
                  combine=(16, 4, 1)),
 }
 KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
-# Peak shared memory per block (KiB) of the forward / backward kernels with
-# those tiles (3 pipeline stages): the largest over fp32/bf16/fp16 and head dims
-# 16-128 on sm_80 and sm_90 with Triton 3.9 (``bench_mala.py --compile-report
-# 80 90``, benchmarks/results/compile-report-sm80-sm90-triton3.9-2026-11-23.txt).
-# GPUs with ~99 KiB per block (sm_86, sm_89) cannot run the wide-head kernels;
-# a launch that still runs out is caught (Triton checks the compiled kernel).
-# fp32 'tf32x3' dots were tried: fewer spills (d=96 query kernel 4728 -> 576
-# bytes) but the wide backward then needs 296 KiB, more than an H100 has.
-SHARED_MEMORY_KIB = {'narrow': (65, 57), 'wide': (113, 152)}
+# Shared memory is not tabulated here: whether a GPU holds the kernels is
+# judged from the kernels compiled for it (resource_shortfall). For the record,
+# with these tiles the sm_80/sm_90 compiles (Triton 3.9, benchmarks/results/
+# compile-report-sm80-sm90-triton3.9-2026-11-23.txt) need up to 65 / 57 KiB per
+# block (forward / backward) for heads up to 64 channels and 113 / 152 KiB for
+# wider ones, so GPUs with ~99 KiB per block (sm_86, sm_89) run wide heads on
+# the PyTorch path. fp32 'tf32x3' dots were tried: fewer spills (d=96 query
+# kernel 4728 -> 576 bytes) but the wide backward then needs 296 KiB, more than
+# an H100 has.
 
 
 @dataclass(frozen=True)
@@ -113,16 +122,15 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _default_tokens_per_chunk(num_tokens: int, batch_heads: int, block_n: int,
-                              device: torch.device) -> int:
+                              device: torch.device, resident_per_sm: int) -> int:
     """Tokens per split-N chunk: the chunk count that finishes soonest.
 
     The time is modelled as waves x tokens per chunk (plus each chunk's partial
-    sums): ``chunks * batch_heads`` programs run ``RESIDENT_PROGRAMS_PER_SM * SMs``
-    at a time, so counts that leave the last wave nearly empty lose, and whole
-    waves win.
+    sums): ``chunks * batch_heads`` programs run ``resident_per_sm * SMs`` at a
+    time, so counts that leave the last wave nearly empty lose, and whole waves
+    win.
     """
-    chunks = _fastest_chunk_count(num_tokens, batch_heads,
-                                  RESIDENT_PROGRAMS_PER_SM * _sm_count(device))
+    chunks = _fastest_chunk_count(num_tokens, batch_heads, resident_per_sm * _sm_count(device))
     return triton.cdiv(triton.cdiv(num_tokens, chunks), block_n) * block_n
 
 
@@ -151,42 +159,21 @@ def tile_family(head_dim: int) -> str:
     return 'narrow' if triton.next_power_of_2(head_dim) <= 64 else 'wide'
 
 
-@functools.lru_cache(maxsize=None)
-def _max_shared_memory_kib(device_index: int) -> Optional[int]:
-    try:
-        from triton.runtime import driver
-        properties = driver.active.utils.get_device_properties(device_index)
-        return properties['max_shared_mem'] // 1024
-    except Exception:  # unknown driver API: let the launch decide
-        return None
-
-
-def shared_memory_shortfall(head_dim: int, device: torch.device, backward: bool) -> Optional[str]:
-    """Why this GPU lacks the shared memory the kernels need, or ``None``."""
-    if device.type != 'cuda':
-        return None
-    forward_kib, backward_kib = SHARED_MEMORY_KIB[tile_family(head_dim)]
-    needed = max(forward_kib, backward_kib) if backward else forward_kib
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    available = _max_shared_memory_kib(index)
-    if available is None or available >= needed:
-        return None
-    which = 'backward' if backward else 'forward'
-    return (f'head dim {head_dim} needs ~{needed} KiB of shared memory per block in the '
-            f'{which} kernels, {torch.cuda.get_device_name(index)} offers {available} KiB')
-
-
 def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: torch.dtype,
                      device: torch.device, block_n: Optional[int] = None,
                      tokens_per_chunk: Optional[int] = None,
                      tiles: Optional[Dict[str, Tuple[int, ...]]] = None,
-                     tokens_per_program: Optional[int] = None) -> LaunchPlan:
+                     tokens_per_program: Optional[int] = None,
+                     resident_per_sm: Optional[int] = None) -> LaunchPlan:
     """Tile sizes and the split-N chunking.
 
     ``block_n`` (every token kernel), ``tokens_per_chunk``, ``tiles`` (per kernel
     name, a ``KernelTile``'s fields) and ``tokens_per_program`` (output and key
     kernels) override the defaults: tests use them to get several blocks and
     chunks out of a few tokens, the tuning benchmark to time alternatives.
+    ``resident_per_sm``: split-N programs one SM holds at once (default
+    ``RESIDENT_PROGRAMS_PER_SM``; on a GPU, :func:`plan_for` asks the compiled
+    kernel).
     """
     block_d = max(16, triton.next_power_of_2(head_dim))
     block_p = max(16, triton.next_power_of_2(head_dim // 2))
@@ -203,8 +190,9 @@ def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: to
                   for name, tile in chosen.items()}
     reduce_block_n = max(chosen['partials'].block_n, chosen['query'].block_n)
     if tokens_per_chunk is None:
-        tokens_per_chunk = _default_tokens_per_chunk(num_tokens, batch_heads, reduce_block_n,
-                                                     device)
+        tokens_per_chunk = _default_tokens_per_chunk(
+            num_tokens, batch_heads, reduce_block_n, device,
+            resident_per_sm or RESIDENT_PROGRAMS_PER_SM)
     if tokens_per_chunk < 1:
         raise ValueError(f'tokens_per_chunk must be positive, got {tokens_per_chunk}')
     per_program = {}
@@ -258,48 +246,106 @@ def launch_table(plan: LaunchPlan) -> Dict[str, Tuple[object, dict]]:
                 key=(kernels._backward_key_kernel, _tile_meta(plan, plan.key)))
 
 
-class ForwardLaunches:
+class _StandIn(MockTensor):
+    """A buffer that a compile needs only the dtype, alignment and strides of
+    (Triton specialises on those); no memory is allocated."""
+
+    def __init__(self, dtype: torch.dtype, strides: Tuple[int, ...]):
+        super().__init__(dtype)
+        self._strides = tuple(strides)
+
+    def stride(self, dim: Optional[int] = None):
+        return self._strides if dim is None else self._strides[dim]
+
+
+def _contiguous_strides(*shape: int) -> Tuple[int, ...]:
+    strides = [1]
+    for size in reversed(shape[1:]):
+        strides.append(strides[-1] * size)
+    return tuple(reversed(strides))
+
+
+def _layout_strides(x) -> Tuple[int, ...]:
+    """Strides of ``_empty_like_layout(x)``, without allocating it."""
+    batch, heads, num_tokens, head_dim = x.shape
+    if x.stride(-2) == 1 and x.stride(-1) != 1:
+        b, h, d, n = _contiguous_strides(batch, heads, head_dim, num_tokens)
+        return b, h, n, d
+    return _contiguous_strides(batch, heads, num_tokens, head_dim)
+
+
+def _buffer(shape, dtype, device, allocate: bool):
+    if allocate:
+        return torch.empty(*shape, device=device, dtype=dtype)
+    return _StandIn(dtype, _contiguous_strides(*shape))
+
+
+def _output_buffer(x, allocate: bool):
+    return _empty_like_layout(x) if allocate else _StandIn(x.dtype, _layout_strides(x))
+
+
+class _Launches:
+    """A pass's buffers and kernel launches. ``allocate=False`` builds stand-in
+    buffers instead, for compiling the very kernels a launch would run
+    (:func:`compiled_resources`) without touching GPU memory."""
+
+    table: Dict[str, Tuple[object, dict]]
+
+    def arguments(self, name: str) -> Tuple[Tuple[int, ...], tuple]:  # pragma: no cover
+        raise NotImplementedError
+
+    def launch(self, name: str) -> None:
+        kernel, meta = self.table[name]
+        grid, args = self.arguments(name)
+        kernel[grid](*args, **meta)
+
+
+class ForwardLaunches(_Launches):
     """The forward's buffers and its three kernel launches, one method each.
 
     ``run`` is the forward; benchmarks time the methods one by one.
     """
+    KERNELS = ('partials', 'combine', 'output')
 
-    def __init__(self, q, k, v, angle, width: int, plan: LaunchPlan):
+    def __init__(self, q, k, v, angle, width: int, plan: LaunchPlan, allocate: bool = True):
         batch, heads, num_tokens, head_dim = q.shape
         self.q, self.k, self.v, self.angle, self.width, self.plan = q, k, v, angle, width, plan
         self.table = launch_table(plan)
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
         self.batch_heads = batch * heads
         self.scale = head_dim ** -0.5
-        self.workspace = torch.empty(self.batch_heads, plan.num_chunks,
-                                     head_dim + kernels.FWD_EXTRA_ROWS.value, head_dim,
-                                     device=q.device, dtype=torch.float32)
-        self.stats = torch.empty(self.batch_heads, head_dim + kernels.STATS_EXTRA_ROWS.value,
-                                 head_dim, device=q.device, dtype=torch.float32)
-        self.out = _empty_like_layout(q)
+        self.workspace = _buffer((self.batch_heads, plan.num_chunks,
+                                  head_dim + kernels.FWD_EXTRA_ROWS.value, head_dim),
+                                 torch.float32, q.device, allocate)
+        self.stats = _buffer((self.batch_heads, head_dim + kernels.STATS_EXTRA_ROWS.value,
+                              head_dim), torch.float32, q.device, allocate)
+        self.out = _output_buffer(q, allocate)
+
+    def arguments(self, name: str) -> Tuple[Tuple[int, ...], tuple]:
+        plan, q, k, v, out = self.plan, self.q, self.k, self.v, self.out
+        if name == 'partials':
+            return (plan.num_chunks, self.batch_heads), (
+                k, v, self.angle, self.workspace, *k.stride(), *v.stride(),
+                self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk)
+        if name == 'combine':
+            return (triton.cdiv(self.head_dim, plan.combine.block_n), self.batch_heads), (
+                self.workspace, self.stats, plan.num_chunks, self.num_tokens,
+                plan.tokens_per_chunk, self.head_dim, self.scale / self.num_tokens)
+        if name == 'output':
+            per_program = plan.output_tokens_per_program
+            return (triton.cdiv(self.num_tokens, per_program), self.batch_heads), (
+                q, self.stats, self.angle, out, *q.stride(), *out.stride(),
+                self.heads, self.num_tokens, self.width, self.head_dim, self.scale, per_program)
+        raise KeyError(f'{name!r} is not a forward kernel; choose from {self.KERNELS}')
 
     def partials(self):
-        plan, k, v = self.plan, self.k, self.v
-        kernel, meta = self.table['partials']
-        kernel[(plan.num_chunks, self.batch_heads)](
-            k, v, self.angle, self.workspace, *k.stride(), *v.stride(),
-            self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk, **meta)
+        self.launch('partials')
 
     def combine(self):
-        plan = self.plan
-        kernel, meta = self.table['combine']
-        kernel[(triton.cdiv(self.head_dim, meta['ROWS']), self.batch_heads)](
-            self.workspace, self.stats, plan.num_chunks, self.num_tokens,
-            plan.tokens_per_chunk, self.head_dim, self.scale / self.num_tokens, **meta)
+        self.launch('combine')
 
     def output(self):
-        plan, q, out = self.plan, self.q, self.out
-        per_program = plan.output_tokens_per_program
-        kernel, meta = self.table['output']
-        kernel[(triton.cdiv(self.num_tokens, per_program), self.batch_heads)](
-            q, self.stats, self.angle, out, *q.stride(), *out.stride(),
-            self.heads, self.num_tokens, self.width, self.head_dim, self.scale, per_program,
-            **meta)
+        self.launch('output')
 
     def steps(self):
         return (('partials', self.partials), ('combine', self.combine), ('output', self.output))
@@ -310,10 +356,12 @@ class ForwardLaunches:
         return self.out, self.stats
 
 
-class BackwardLaunches:
+class BackwardLaunches(_Launches):
     """The backward's buffers and its launches (query pass, chunk sum, key pass)."""
+    KERNELS = ('query', 'key')
 
-    def __init__(self, dout, q, k, v, angle, stats, width: int, plan: LaunchPlan):
+    def __init__(self, dout, q, k, v, angle, stats, width: int, plan: LaunchPlan,
+                 allocate: bool = True):
         batch, heads, num_tokens, head_dim = q.shape
         self.dout, self.q, self.k, self.v = dout, q, k, v
         self.angle, self.stats, self.width, self.plan = angle, stats, width, plan
@@ -321,21 +369,35 @@ class BackwardLaunches:
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
         self.batch_heads = batch * heads
         self.scale = head_dim ** -0.5
-        self.workspace = torch.empty(self.batch_heads, plan.num_chunks,
-                                     head_dim + kernels.GRAD_EXTRA_ROWS.value, head_dim,
-                                     device=q.device, dtype=torch.float32)
-        self.key_grads = self.workspace[:, 0]
-        self.dq, self.dk, self.dv = (_empty_like_layout(q), _empty_like_layout(k),
-                                     _empty_like_layout(v))
+        self.workspace = _buffer((self.batch_heads, plan.num_chunks,
+                                  head_dim + kernels.GRAD_EXTRA_ROWS.value, head_dim),
+                                 torch.float32, q.device, allocate)
+        self.key_grads = self.workspace[:, 0] if allocate else _StandIn(
+            torch.float32, _contiguous_strides(head_dim + kernels.GRAD_EXTRA_ROWS.value,
+                                               head_dim))
+        self.dq, self.dk, self.dv = (_output_buffer(q, allocate), _output_buffer(k, allocate),
+                                     _output_buffer(v, allocate))
+
+    def arguments(self, name: str) -> Tuple[Tuple[int, ...], tuple]:
+        plan, q, k, v = self.plan, self.q, self.k, self.v
+        if name == 'query':
+            dout, dq = self.dout, self.dq
+            return (plan.num_chunks, self.batch_heads), (
+                q, dout, self.stats, self.angle, dq, self.workspace,
+                *q.stride(), *dout.stride(), *dq.stride(),
+                self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk,
+                self.scale)
+        if name == 'key':
+            dk, dv = self.dk, self.dv
+            per_program = plan.key_tokens_per_program
+            return (triton.cdiv(self.num_tokens, per_program), self.batch_heads), (
+                k, v, self.stats, self.key_grads, self.angle, dk, dv,
+                *k.stride(), *v.stride(), *dk.stride(), *dv.stride(),
+                self.heads, self.num_tokens, self.width, self.head_dim, per_program)
+        raise KeyError(f'{name!r} is not a backward kernel; choose from {self.KERNELS}')
 
     def query(self):
-        plan, q, dout, dq = self.plan, self.q, self.dout, self.dq
-        kernel, meta = self.table['query']
-        kernel[(plan.num_chunks, self.batch_heads)](
-            q, dout, self.stats, self.angle, dq, self.workspace,
-            *q.stride(), *dout.stride(), *dq.stride(),
-            self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk,
-            self.scale, **meta)
+        self.launch('query')
 
     def chunk_sum(self):
         # Partials are pre-scaled in the kernel; summing the chunks is all that is left.
@@ -343,13 +405,7 @@ class BackwardLaunches:
             self.key_grads = self.workspace.sum(dim=1)
 
     def key(self):
-        plan, k, v, dk, dv = self.plan, self.k, self.v, self.dk, self.dv
-        per_program = plan.key_tokens_per_program
-        kernel, meta = self.table['key']
-        kernel[(triton.cdiv(self.num_tokens, per_program), self.batch_heads)](
-            k, v, self.stats, self.key_grads, self.angle, dk, dv,
-            *k.stride(), *v.stride(), *dk.stride(), *dv.stride(),
-            self.heads, self.num_tokens, self.width, self.head_dim, per_program, **meta)
+        self.launch('key')
 
     def steps(self):
         return (('query', self.query), ('chunk_sum', self.chunk_sum), ('key', self.key))
@@ -358,6 +414,168 @@ class BackwardLaunches:
         for _, step in self.steps():
             step()
         return self.dq, self.dk, self.dv
+
+
+def _on_device(device: torch.device):
+    """Triton launches on the current CUDA device: make it the tensors' one."""
+    return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
+
+
+# -- What the compiled kernels take from an SM -----------------------------------
+@dataclass(frozen=True)
+class KernelResources:
+    """One compiled kernel's demands, from its own compiled metadata."""
+    registers: int      # per thread
+    shared_bytes: int   # per block
+    num_warps: int
+
+
+@dataclass(frozen=True)
+class SMLimits:
+    """What one SM offers (defaults: A100 / H100; a GPU reports its own)."""
+    registers: int = 64 * 1024
+    shared_bytes: int = 228 * 1024
+    threads: int = 2048
+    blocks: int = 16   # 32 on sm_80 / sm_90, 16 on sm_86; binding only for tiny blocks
+
+
+# The CUDA occupancy rules: registers are allocated per warp in units of 256
+# (8 per thread), and the runtime reserves 1 KiB of shared memory per block.
+REGISTER_ALLOCATION_UNIT = 8
+SHARED_BYTES_RESERVED_PER_BLOCK = 1024
+WARP_SIZE = 32
+
+
+def resident_blocks(resources: KernelResources, limits: SMLimits = SMLimits()) -> int:
+    """Blocks of a kernel one SM runs at once: the tightest of its register,
+    shared-memory, thread and block limits (at least 1)."""
+    threads = resources.num_warps * WARP_SIZE
+    registers = triton.cdiv(max(resources.registers, 1),
+                            REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    shared = resources.shared_bytes + SHARED_BYTES_RESERVED_PER_BLOCK
+    return max(1, min(limits.registers // (registers * threads), limits.shared_bytes // shared,
+                      limits.threads // threads, limits.blocks))
+
+
+@functools.lru_cache(maxsize=None)
+def sm_limits(device_index: int) -> SMLimits:
+    properties = torch.cuda.get_device_properties(device_index)
+    default = SMLimits()
+    # regs_per_multiprocessor is missing from some torch releases: 64K on every
+    # NVIDIA GPU since Kepler.
+    return SMLimits(
+        registers=getattr(properties, 'regs_per_multiprocessor', default.registers),
+        shared_bytes=getattr(properties, 'shared_memory_per_multiprocessor',
+                             default.shared_bytes),
+        threads=getattr(properties, 'max_threads_per_multi_processor', default.threads))
+
+
+_compiled_resources: Dict[tuple, KernelResources] = {}
+
+
+def _specialisation(arg):
+    """What Triton specialises a launch argument on (our kernels: no int64s)."""
+    if hasattr(arg, 'data_ptr'):
+        return arg.dtype, arg.data_ptr() % 16 == 0
+    if isinstance(arg, float):
+        return float
+    return arg
+
+
+def compiled_resources(launches: _Launches, name: str) -> KernelResources:
+    """Registers and shared memory of the kernel that ``launches`` runs as
+    ``name``, compiled for the current GPU (or taken from Triton's caches: the
+    launch then reuses the very binary) and loaded, as a launch would load it,
+    without running it.
+
+    Raises Triton's ``OutOfResources`` when this GPU cannot hold the kernel.
+    """
+    kernel, meta = launches.table[name]
+    grid, args = launches.arguments(name)
+    key = (name, tuple(sorted(meta.items())), torch.cuda.current_device(),
+           tuple(map(_specialisation, args)))
+    if key not in _compiled_resources:
+        compiled = kernel.warmup(*args, grid=grid, **meta)
+        # Loading fills in the register count and runs Triton's own checks of
+        # shared memory and threads (the occupancy recipe of Triton's fused-softmax
+        # tutorial; n_regs is known only once the binary is loaded).
+        compiled._init_handles()
+        _compiled_resources[key] = KernelResources(
+            compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps)
+    return _compiled_resources[key]
+
+
+def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: int,
+             block_n: int = 0, tokens_per_chunk: int = 0, tokens_per_program: int = 0,
+             dout: Optional[torch.Tensor] = None, stats=None) -> LaunchPlan:
+    """The launch plan of one forward (or, given ``dout`` and ``stats``, one
+    backward) pass; overrides are ints, 0 meaning "the default".
+
+    On a GPU, the split-N chunking fills whole waves by the split kernel's own
+    occupancy on that GPU: the kernel is compiled for these very arguments and
+    asked for its registers and shared memory. Call it on the tensors' device.
+    """
+    batch, heads, num_tokens, head_dim = q.shape
+
+    def plan(resident_per_sm=None) -> LaunchPlan:
+        return make_launch_plan(num_tokens, batch * heads, head_dim, q.dtype, q.device,
+                                block_n=block_n or None,
+                                tokens_per_chunk=tokens_per_chunk or None,
+                                tokens_per_program=tokens_per_program or None,
+                                resident_per_sm=resident_per_sm)
+
+    first = plan()
+    if q.device.type != 'cuda' or tokens_per_chunk:
+        return first
+    if dout is None:
+        launches, name = ForwardLaunches(q, k, v, angle, width, first, allocate=False), 'partials'
+    else:
+        launches, name = BackwardLaunches(dout, q, k, v, angle, stats, width, first,
+                                          allocate=False), 'query'
+    resident = resident_blocks(compiled_resources(launches, name),
+                               sm_limits(torch.cuda.current_device()))
+    return first if resident == RESIDENT_PROGRAMS_PER_SM else plan(resident)
+
+
+_shortfalls: Dict[tuple, Optional[str]] = {}
+
+
+def resource_shortfall(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, width: int,
+                       backward: bool) -> Optional[str]:
+    """Why this GPU cannot hold the kernels this case compiles to, or ``None``.
+
+    Every kernel of the forward (and, with ``backward``, of the backward, for an
+    incoming gradient laid out like ``q``) is compiled for the tensors' GPU and
+    loaded; Triton's out-of-resources error names what is short. Off CUDA
+    (the interpreter) there is nothing to check. Cached per shape and layout.
+    """
+    if q.device.type != 'cuda':
+        return None
+    key = (q.device, q.dtype, q.shape, q.stride(), k.stride(), v.stride(), width, backward)
+    if key in _shortfalls:
+        return _shortfalls[key]
+    angle = _StandIn(torch.float32, (1,))
+    name = 'partials'
+    try:
+        with _on_device(q.device):
+            forward = ForwardLaunches(q, k, v, angle, width, plan_for(q, k, v, angle, width),
+                                      allocate=False)
+            passes = [forward]
+            if backward:
+                name = 'query'
+                passes.append(BackwardLaunches(
+                    q, q, k, v, angle, forward.stats, width,
+                    plan_for(q, k, v, angle, width, dout=q, stats=forward.stats),
+                    allocate=False))
+            for launches in passes:
+                for name in launches.KERNELS:
+                    compiled_resources(launches, name)
+        reason = None
+    except OutOfResources as exc:
+        reason = (f'the {name} kernel for head dim {q.shape[-1]} does not fit '
+                  f'{torch.cuda.get_device_name(q.device)}: {exc}')
+    _shortfalls[key] = reason
+    return reason
 
 
 def mala_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tensor,
@@ -372,11 +590,6 @@ def mala_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     return BackwardLaunches(dout, q, k, v, angle, stats, width, plan).run()
 
 
-def _on_device(device: torch.device):
-    """Triton launches on the current CUDA device: make it the tensors' one."""
-    return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
-
-
 # The fused MALA as PyTorch operators: ``mavit_mm::mala`` (forward, returns
 # ``out`` and the fp32 stats saved for backward) and ``mavit_mm::mala_backward``,
 # with fake implementations and an autograd formula, so that torch.compile
@@ -386,9 +599,9 @@ def _on_device(device: torch.device):
 def mala_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tensor,
             width: int, block_n: int = 0, tokens_per_chunk: int = 0,
             tokens_per_program: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
-    plan = _plan_for(q, block_n, tokens_per_chunk, tokens_per_program)
     angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
     with _on_device(q.device):
+        plan = plan_for(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program)
         return mala_forward(q, k, v, angle, width, plan)
 
 
@@ -405,9 +618,10 @@ def mala_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                      angle: torch.Tensor, stats: torch.Tensor, width: int, block_n: int = 0,
                      tokens_per_chunk: int = 0, tokens_per_program: int = 0
                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    plan = _plan_for(q, block_n, tokens_per_chunk, tokens_per_program)
     angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
     with _on_device(q.device):
+        plan = plan_for(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program,
+                        dout=dout, stats=stats)
         return mala_backward(dout, q, k, v, angle, stats, width, plan)
 
 
@@ -415,14 +629,6 @@ def mala_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 def _mala_backward_fake(dout, q, k, v, angle, stats, width, block_n=0, tokens_per_chunk=0,
                         tokens_per_program=0):
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
-
-
-def _plan_for(q: torch.Tensor, block_n: int, tokens_per_chunk: int,
-              tokens_per_program: int) -> LaunchPlan:
-    batch, heads, num_tokens, head_dim = q.shape
-    return make_launch_plan(num_tokens, batch * heads, head_dim, q.dtype, q.device,
-                            block_n=block_n or None, tokens_per_chunk=tokens_per_chunk or None,
-                            tokens_per_program=tokens_per_program or None)
 
 
 def _mala_setup_context(ctx, inputs, output):
