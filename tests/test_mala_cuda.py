@@ -138,6 +138,7 @@ def test_split_grid_from_the_compiled_kernels_occupancy(head_dim):
     for plan, launches, name in ((forward_plan, forward, 'partials'),
                                  (backward_plan, backward, 'query')):
         resources = mala_function.compiled_resources(launches, name)
+        assert resources is not None, "this Triton release hides the compiled kernel's registers"
         assert resources.registers > 0 and resources.num_warps == getattr(plan, name).num_warps
         slots = mala_function.resident_blocks(resources, limits) * sms
         programs = plan.num_chunks * batch_heads

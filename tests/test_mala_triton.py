@@ -521,3 +521,42 @@ def test_default_resident_count_is_the_sm90_compile(tmp_path):
     line = next(line for line in result.stdout.splitlines() if '_forward_partials_kernel' in line)
     assert 'FAILED' not in line, line
     assert f"'resident_per_sm': {mala_function.RESIDENT_PROGRAMS_PER_SM}," in line, line
+
+
+def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
+    # The GPU path without a GPU: warmup must get the launch's own grid,
+    # arguments and meta-parameters; the loaded kernel's registers, shared
+    # memory and warps are read once per specialisation; internals a Triton
+    # release lacks give None (plan defaults) rather than a failed forward.
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
+    angle = RoPE2d(32).angle.to(DEVICE)
+    plan = mala_function.make_launch_plan(HEIGHT * WIDTH, 2, 32, q.dtype, DEVICE)
+    launches = mala_function.ForwardLaunches(q, k, v, angle, WIDTH, plan, allocate=False)
+    calls = []
+
+    class Loaded:
+        n_regs = 124
+        metadata = type('Metadata', (), dict(shared=40960, num_warps=8))
+
+        def _init_handles(self):
+            calls.append('load')
+
+    class Kernel:
+        def warmup(self, *args, grid, **meta):
+            calls.append((grid, args, meta))
+            return Loaded()
+
+    kernel, meta = launches.table['partials']
+    launches.table = dict(launches.table, partials=(Kernel(), meta))
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 0)
+    monkeypatch.setattr(mala_function, '_compiled_resources', {})
+    resources = mala_function.compiled_resources(launches, 'partials')
+    assert resources == mala_function.KernelResources(124, 40960, 8)
+    assert mala_function.resident_blocks(resources) == 2
+    grid, args = launches.arguments('partials')
+    assert calls == [(grid, args, meta), 'load']
+    mala_function.compiled_resources(launches, 'partials')
+    assert len(calls) == 2    # cached
+    del Loaded.n_regs         # a release without it
+    monkeypatch.setattr(mala_function, '_compiled_resources', {})
+    assert mala_function.compiled_resources(launches, 'partials') is None

@@ -38,7 +38,6 @@ try:  # where Triton raises it when a compiled kernel needs more than the GPU ha
     from triton.runtime.errors import OutOfResources
 except ImportError:  # pragma: no cover - older layouts
     from triton.runtime.autotuner import OutOfResources
-from triton.runtime.jit import MockTensor  # noqa: E402  (what kernel.warmup takes for a tensor)
 
 # fp32 inputs get exact fp32 dots. Half inputs use tf32 tensor cores on fp32
 # operands: fp32 range (a half KV would overflow at large activations) and,
@@ -246,16 +245,25 @@ def launch_table(plan: LaunchPlan) -> Dict[str, Tuple[object, dict]]:
                 key=(kernels._backward_key_kernel, _tile_meta(plan, plan.key)))
 
 
-class _StandIn(MockTensor):
+class _StandIn:
     """A buffer that a compile needs only the dtype, alignment and strides of
-    (Triton specialises on those); no memory is allocated."""
+    (Triton specialises a pointer argument on its dtype and ``data_ptr() % 16``,
+    as for its own ``MockTensor``); no memory is allocated."""
 
     def __init__(self, dtype: torch.dtype, strides: Tuple[int, ...]):
-        super().__init__(dtype)
+        self.dtype = dtype
         self._strides = tuple(strides)
 
     def stride(self, dim: Optional[int] = None):
         return self._strides if dim is None else self._strides[dim]
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 0   # 16-byte aligned, as torch's allocations are
+
+    @staticmethod
+    def ptr_range() -> int:
+        return 0
 
 
 def _contiguous_strides(*shape: int) -> Tuple[int, ...]:
@@ -482,26 +490,32 @@ def _specialisation(arg):
     return arg
 
 
-def compiled_resources(launches: _Launches, name: str) -> KernelResources:
+def compiled_resources(launches: _Launches, name: str) -> Optional[KernelResources]:
     """Registers and shared memory of the kernel that ``launches`` runs as
     ``name``, compiled for the current GPU (or taken from Triton's caches: the
     launch then reuses the very binary) and loaded, as a launch would load it,
     without running it.
 
-    Raises Triton's ``OutOfResources`` when this GPU cannot hold the kernel.
+    Raises Triton's ``OutOfResources`` when this GPU cannot hold the kernel;
+    ``None`` where this Triton release lacks the loading internals used here
+    (the plan then keeps its default, and the launch does Triton's checks).
     """
     kernel, meta = launches.table[name]
     grid, args = launches.arguments(name)
     key = (name, tuple(sorted(meta.items())), torch.cuda.current_device(),
            tuple(map(_specialisation, args)))
     if key not in _compiled_resources:
-        compiled = kernel.warmup(*args, grid=grid, **meta)
         # Loading fills in the register count and runs Triton's own checks of
         # shared memory and threads (the occupancy recipe of Triton's fused-softmax
         # tutorial; n_regs is known only once the binary is loaded).
-        compiled._init_handles()
-        _compiled_resources[key] = KernelResources(
-            compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps)
+        try:
+            compiled = kernel.warmup(*args, grid=grid, **meta)
+            compiled._init_handles()
+            resources = KernelResources(compiled.n_regs, compiled.metadata.shared,
+                                        compiled.metadata.num_warps)
+        except (AttributeError, TypeError):   # internals this Triton release lacks
+            resources = None
+        _compiled_resources[key] = resources
     return _compiled_resources[key]
 
 
@@ -532,8 +546,10 @@ def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: in
     else:
         launches, name = BackwardLaunches(dout, q, k, v, angle, stats, width, first,
                                           allocate=False), 'query'
-    resident = resident_blocks(compiled_resources(launches, name),
-                               sm_limits(torch.cuda.current_device()))
+    resources = compiled_resources(launches, name)
+    if resources is None:
+        return first
+    resident = resident_blocks(resources, sm_limits(torch.cuda.current_device()))
     return first if resident == RESIDENT_PROGRAMS_PER_SM else plan(resident)
 
 
