@@ -471,9 +471,11 @@ def test_resident_blocks_shape_the_split_grid(monkeypatch):
 
 
 def _launch_signature(launches, name):
-    """What Triton specialises a launch on: grid, dtypes, alignment, ints."""
+    """What Triton specialises a launch on: grid, dtypes, alignment, ints, for
+    the arguments as compiled_resources hands them to the compiler."""
     grid, args = launches.arguments(name)
-    return grid, [mala_function._specialisation(arg) for arg in args]
+    return grid, [mala_function._specialisation(mala_function._for_compiling(arg))
+                  for arg in args]
 
 
 @pytest.mark.parametrize('layout', ['backbone', 'contiguous'])
@@ -489,7 +491,8 @@ def test_stand_in_buffers_compile_what_the_launch_runs(layout):
     stand_in = mala_function.ForwardLaunches(q, k, v, angle, 12, plan, allocate=False)
     for name in real.KERNELS:
         assert _launch_signature(stand_in, name) == _launch_signature(real, name), name
-    assert not isinstance(stand_in.out, torch.Tensor)   # nothing allocated
+    assert all(buffer.is_meta for buffer in (stand_in.out, stand_in.workspace,
+                                             stand_in.stats))   # nothing allocated
     out, stats = real.run()
     dout = random_like(out)
     real_back = mala_function.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan)
@@ -554,7 +557,13 @@ def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
     assert resources == mala_function.KernelResources(124, 40960, 8)
     assert mala_function.resident_blocks(resources) == 2
     grid, args = launches.arguments('partials')
-    assert calls == [(grid, args, meta), 'load']
+    assert calls[1:] == ['load'] and calls[0][0] == grid and calls[0][2] == meta
+    assert [mala_function._specialisation(arg) for arg in calls[0][1]] == [
+        mala_function._specialisation(mala_function._for_compiling(arg)) for arg in args]
+    assert not any(isinstance(arg, torch.Tensor) and arg.is_meta for arg in calls[0][1])
+    assert all((given is arg) if isinstance(arg, torch.Tensor) else given == arg
+               for given, arg in zip(calls[0][1], args)   # the rest untouched
+               if not (isinstance(arg, torch.Tensor) and arg.is_meta))
     mala_function.compiled_resources(launches, 'partials')
     assert len(calls) == 2    # cached
     del Loaded.n_regs         # a release without it

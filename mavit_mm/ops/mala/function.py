@@ -246,16 +246,12 @@ def launch_table(plan: LaunchPlan) -> Dict[str, Tuple[object, dict]]:
 
 
 class _StandIn:
-    """A buffer that a compile needs only the dtype, alignment and strides of
-    (Triton specialises a pointer argument on its dtype and ``data_ptr() % 16``,
-    as for its own ``MockTensor``); no memory is allocated."""
+    """A meta tensor as Triton's compiler sees a pointer argument: its dtype and
+    a 16-byte-aligned address (Triton specialises a pointer on ``dtype`` and
+    ``data_ptr() % 16``, as for its own ``MockTensor``); no memory behind it."""
 
-    def __init__(self, dtype: torch.dtype, strides: Tuple[int, ...]):
-        self.dtype = dtype
-        self._strides = tuple(strides)
-
-    def stride(self, dim: Optional[int] = None):
-        return self._strides if dim is None else self._strides[dim]
+    def __init__(self, meta: torch.Tensor):
+        self.dtype = meta.dtype
 
     @staticmethod
     def data_ptr() -> int:
@@ -266,36 +262,26 @@ class _StandIn:
         return 0
 
 
-def _contiguous_strides(*shape: int) -> Tuple[int, ...]:
-    strides = [1]
-    for size in reversed(shape[1:]):
-        strides.append(strides[-1] * size)
-    return tuple(reversed(strides))
+def _for_compiling(arg):
+    """A launch argument as a compile-only warmup takes it: meta tensors (the
+    buffers of ``allocate=False`` launches) become stand-ins."""
+    return _StandIn(arg) if isinstance(arg, torch.Tensor) and arg.is_meta else arg
 
 
-def _layout_strides(x) -> Tuple[int, ...]:
-    """Strides of ``_empty_like_layout(x)``, without allocating it."""
-    batch, heads, num_tokens, head_dim = x.shape
-    if x.stride(-2) == 1 and x.stride(-1) != 1:
-        b, h, d, n = _contiguous_strides(batch, heads, head_dim, num_tokens)
-        return b, h, n, d
-    return _contiguous_strides(batch, heads, num_tokens, head_dim)
+def _buffer(shape, dtype, device, allocate: bool) -> torch.Tensor:
+    return torch.empty(*shape, device=device if allocate else 'meta', dtype=dtype)
 
 
-def _buffer(shape, dtype, device, allocate: bool):
-    if allocate:
-        return torch.empty(*shape, device=device, dtype=dtype)
-    return _StandIn(dtype, _contiguous_strides(*shape))
-
-
-def _output_buffer(x, allocate: bool):
-    return _empty_like_layout(x) if allocate else _StandIn(x.dtype, _layout_strides(x))
+def _output_buffer(x: torch.Tensor, allocate: bool) -> torch.Tensor:
+    if not allocate:   # the same layout rule, on a meta copy of x's geometry
+        x = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device='meta')
+    return _empty_like_layout(x)
 
 
 class _Launches:
-    """A pass's buffers and kernel launches. ``allocate=False`` builds stand-in
-    buffers instead, for compiling the very kernels a launch would run
-    (:func:`compiled_resources`) without touching GPU memory."""
+    """A pass's buffers and kernel launches. ``allocate=False`` makes the
+    buffers meta tensors (shape and strides, no memory), for compiling the very
+    kernels a launch would run (:func:`compiled_resources`)."""
 
     table: Dict[str, Tuple[object, dict]]
 
@@ -380,9 +366,7 @@ class BackwardLaunches(_Launches):
         self.workspace = _buffer((self.batch_heads, plan.num_chunks,
                                   head_dim + kernels.GRAD_EXTRA_ROWS.value, head_dim),
                                  torch.float32, q.device, allocate)
-        self.key_grads = self.workspace[:, 0] if allocate else _StandIn(
-            torch.float32, _contiguous_strides(head_dim + kernels.GRAD_EXTRA_ROWS.value,
-                                               head_dim))
+        self.key_grads = self.workspace[:, 0]
         self.dq, self.dk, self.dv = (_output_buffer(q, allocate), _output_buffer(k, allocate),
                                      _output_buffer(v, allocate))
 
@@ -478,7 +462,7 @@ def sm_limits(device_index: int) -> SMLimits:
         threads=getattr(properties, 'max_threads_per_multi_processor', default.threads))
 
 
-_compiled_resources: Dict[tuple, KernelResources] = {}
+_compiled_resources: Dict[tuple, Optional[KernelResources]] = {}
 
 
 def _specialisation(arg):
@@ -502,6 +486,7 @@ def compiled_resources(launches: _Launches, name: str) -> Optional[KernelResourc
     """
     kernel, meta = launches.table[name]
     grid, args = launches.arguments(name)
+    args = tuple(map(_for_compiling, args))
     key = (name, tuple(sorted(meta.items())), torch.cuda.current_device(),
            tuple(map(_specialisation, args)))
     if key not in _compiled_resources:
@@ -570,7 +555,7 @@ def resource_shortfall(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, width:
     key = (q.device, q.dtype, q.shape, q.stride(), k.stride(), v.stride(), width, backward)
     if key in _shortfalls:
         return _shortfalls[key]
-    angle = _StandIn(torch.float32, (1,))
+    angle = torch.empty(1, device='meta')
     name = 'partials'
     try:
         with _on_device(q.device):
