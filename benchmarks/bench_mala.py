@@ -112,11 +112,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                              'the launch plan of every --head-dims x --dtypes case and print '
                              'registers, stack (spills), shared memory and global loads / '
                              'stores (all, and vectorised) per kernel')
-    parser.add_argument('--layout', choices=('backbone', 'contiguous'), default='backbone',
+    parser.add_argument('--layout', choices=('backbone', 'nchw', 'contiguous'),
+                        default='backbone',
                         help="--compile-report: the memory layout compiled for: 'backbone' "
-                             '(B, heads, d, N) memory, tokens contiguous (the model\'s); '
-                             "'contiguous' (B, heads, N, d), channels contiguous, RoPE pairs "
-                             'read as whole tiles (default: backbone)')
+                             '(B, N, heads, d) memory, channels contiguous, as the model\'s '
+                             "channels_last maps give it; 'nchw' (B, heads, d, N) memory, "
+                             "tokens contiguous; 'contiguous' (B, heads, N, d) "
+                             '(default: backbone)')
     args = parser.parse_args(argv)
     sweep = QUICK_SWEEP if args.quick else FULL_SWEEP
     args.tokens = args.tokens or sweep['tokens']
@@ -301,8 +303,8 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int,
 
     meta = dict(meta)
     if 'PAIRS_CONTIGUOUS' in kernel.arg_names:
-        meta['PAIRS_CONTIGUOUS'] = layout == 'contiguous'
-    unit_stride = 'n' if layout == 'backbone' else 'd'
+        meta['PAIRS_CONTIGUOUS'] = layout != 'nchw'
+    unit_stride = 'n' if layout == 'nchw' else 'd'
     num_warps = meta.pop('num_warps')
     num_stages = meta.pop('num_stages', 3)
     signature, constants, attrs = {}, dict(meta), {}
@@ -311,7 +313,7 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int,
             signature[arg] = 'constexpr'
         elif (arg.startswith('stride_') and arg.endswith(unit_stride)) or arg == 'num_heads':
             # As the JIT specialises the benchmark's case: the unit strides of the
-            # layout (tokens: backbone; channels: contiguous) and the single head are 1 ...
+            # layout (tokens: nchw; channels: backbone, contiguous) and the single head are 1 ...
             signature[arg], constants[arg] = 'constexpr', 1
         elif arg.endswith('_ptr'):
             signature[arg] = '*' + (io_type if arg in _IO_POINTERS else 'fp32')

@@ -33,19 +33,28 @@ PLANS = {
 
 
 def make_qkv(batch, heads, size, head_dim, dtype, layout, seed=0):
-    """q, k, v as (B, heads, N, d): 'backbone' views of a (B, 3C, H, W) conv
-    output (token-contiguous, a gap between batches), or 'contiguous'."""
+    """q, k, v as (B, heads, N, d): 'backbone' views of a channels_last
+    (B, 3C, H, W) conv output as GatedAttention passes them ((B, N, heads, d)
+    memory, token stride 3C), 'nchw' views of an NCHW one (token-contiguous),
+    or 'contiguous'."""
     generator = torch.Generator().manual_seed(seed)
     height, width = size
     num_tokens = height * width
-    if layout == 'backbone':
+    if layout in ('backbone', 'nchw'):
+        memory_format = torch.channels_last if layout == 'backbone' else torch.contiguous_format
         x = torch.randn(batch, 3 * heads * head_dim, height, width, generator=generator,
-                        dtype=torch.float64).to(DEVICE, dtype).requires_grad_()
+                        dtype=torch.float64).to(DEVICE, dtype, memory_format=memory_format)
         return [t.reshape(batch, heads, head_dim, num_tokens).transpose(-1, -2)
-                for t in x.chunk(3, dim=1)]
+                for t in x.requires_grad_().chunk(3, dim=1)]
     return [torch.randn(batch, heads, num_tokens, head_dim, generator=generator,
                         dtype=torch.float64).to(DEVICE, dtype).requires_grad_()
             for _ in range(3)]
+
+
+def dense_in_order_of(t: torch.Tensor, like: torch.Tensor) -> bool:
+    """Whether ``t`` is dense with its dimensions in memory in ``like``'s order."""
+    order = sorted(range(4), key=lambda dim: (-like.stride(dim), dim))
+    return t.permute(order).is_contiguous()
 
 
 def relative_error(actual, expected):
@@ -75,7 +84,7 @@ def compare_with_reference(q, k, v, size, dtype_name, **overrides):
 
 
 @pytest.mark.parametrize('plan', sorted(PLANS))
-@pytest.mark.parametrize('layout', ['backbone', 'contiguous'])
+@pytest.mark.parametrize('layout', ['backbone', 'nchw', 'contiguous'])
 @pytest.mark.parametrize('dtype_name', sorted(DTYPES))
 @pytest.mark.parametrize('head_dim', HEAD_DIMS)
 def test_matches_fp64_reference(head_dim, dtype_name, layout, plan):
@@ -84,8 +93,8 @@ def test_matches_fp64_reference(head_dim, dtype_name, layout, plan):
                        DTYPES[dtype_name], layout)
     out, grads = compare_with_reference(q, k, v, setting['size'], dtype_name,
                                         **setting['overrides'])
-    if layout == 'backbone':  # results keep the layout, so the backbone's reshape is free
-        assert out.stride(-2) == 1 and all(g.stride(-2) == 1 for g in grads)
+    # Results keep the inputs' layout, so the backbone's merge of heads is free.
+    assert dense_in_order_of(out, q) and all(dense_in_order_of(g, q) for g in grads)
 
 
 @pytest.mark.parametrize('batch,heads', [(1, 1), (1, 2), (2, 8), (8, 8)])

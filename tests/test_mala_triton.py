@@ -32,18 +32,38 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual.double() - expected).abs().max() / expected.abs().max()).item()
 
 
+def qkv_views(x: torch.Tensor, heads: int, head_dim: int):
+    """(B, heads, N, d) views of the q, k, v channel blocks of a (B, 3C, H, W)
+    map, split as GatedAttention splits its qkvo map (``split_heads``)."""
+    batch, _, height, width = x.shape
+    return [t.reshape(batch, heads, head_dim, height * width).transpose(-1, -2)
+            for t in x.chunk(3, dim=1)]
+
+
 def backbone_qkv(batch, heads, head_dim, dtype=torch.float32, qk_scale=1.0, v_scale=1.0,
-                 seed=0):
-    """q, k, v as GatedAttention passes them: (B, heads, N, d) views of a
-    (B, 3C, H, W) tensor, i.e. (B, heads, d, N) memory with a gap between batches."""
+                 seed=0, layout='channels_last'):
+    """q, k, v as GatedAttention passes them. The backbone keeps channels_last
+    maps ('channels_last': (B, N, heads, d) memory, channel stride 1, token
+    stride 3C); 'nchw' gives the token-contiguous views of an NCHW map
+    ((B, heads, d, N) memory), which the op accepts as well."""
     generator = torch.Generator().manual_seed(seed)
     channels = heads * head_dim
     x = torch.randn(batch, 3 * channels, HEIGHT, WIDTH, generator=generator, dtype=torch.float64)
     x[:, :2 * channels] *= qk_scale
     x[:, 2 * channels:] *= v_scale
-    x = x.to(device=DEVICE, dtype=dtype).requires_grad_()
-    return [t.reshape(batch, heads, head_dim, HEIGHT * WIDTH).transpose(-1, -2)
-            for t in x.chunk(3, dim=1)]
+    memory_format = torch.channels_last if layout == 'channels_last' else torch.contiguous_format
+    x = x.to(device=DEVICE, dtype=dtype, memory_format=memory_format).requires_grad_()
+    return qkv_views(x, heads, head_dim)
+
+
+def token_major(t: torch.Tensor) -> bool:
+    """Whether a (B, heads, N, d) tensor is (B, N, heads, d) in memory."""
+    return t.transpose(1, 2).is_contiguous()
+
+
+def token_contiguous(t: torch.Tensor) -> bool:
+    """Whether a (B, heads, N, d) tensor is (B, heads, d, N) in memory."""
+    return t.transpose(-1, -2).is_contiguous()
 
 
 def reference(q, k, v, dout, rope: RotaryTables):
@@ -79,13 +99,16 @@ def check_against_reference(q, k, v, rope, tolerance, dout_scale=1.0, **plan):
 # --------------------------------------------------------------------------
 # Numerics
 # --------------------------------------------------------------------------
-@pytest.mark.parametrize('head_dim', [16, 48, 64, 96])
-def test_fp32_matches_reference_on_backbone_layout(head_dim):
-    q, k, v = backbone_qkv(batch=2, heads=2, head_dim=head_dim)
+@pytest.mark.parametrize('head_dim,layout', [(16, 'channels_last'), (48, 'nchw'),
+                                             (64, 'channels_last'), (96, 'channels_last')])
+def test_fp32_matches_reference_on_backbone_layouts(head_dim, layout):
+    q, k, v = backbone_qkv(batch=2, heads=2, head_dim=head_dim, layout=layout)
     rope = RoPE2d(head_dim)(HEIGHT, WIDTH)
     out, grads = check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
-    # Results keep the token-contiguous layout, so the backbone's reshape is free.
-    assert out.stride(-2) == 1 and all(g.stride(-2) == 1 for g in grads)
+    # Results and gradients are dense in the inputs' order of dimensions, so
+    # the backbone's merge of the heads (and the conv's backward) copies nothing.
+    dense_in_input_order = token_major if layout == 'channels_last' else token_contiguous
+    assert dense_in_input_order(out) and all(dense_in_input_order(g) for g in grads)
 
 
 def test_fp32_matches_reference_on_contiguous_layout_with_default_plan():
@@ -264,11 +287,11 @@ def test_mavit_with_triton_mala_matches_published_outputs(parity_data, monkeypat
 def feature_map_qkv(batch, heads, head_dim, height, width, layout, dtype, seed=0):
     generator = torch.Generator().manual_seed(seed)
     channels = heads * head_dim
-    if layout == 'backbone':   # (B, heads, d, N) memory, as GatedAttention passes it
+    if layout == 'backbone':   # channels_last map, as GatedAttention passes it
         x = torch.randn(batch, 3 * channels, height, width, generator=generator,
-                        dtype=torch.float64).to(device=DEVICE, dtype=dtype).requires_grad_()
-        return [t.reshape(batch, heads, head_dim, height * width).transpose(-1, -2)
-                for t in x.chunk(3, dim=1)]
+                        dtype=torch.float64).to(device=DEVICE, dtype=dtype,
+                                                memory_format=torch.channels_last)
+        return qkv_views(x.requires_grad_(), heads, head_dim)
     return [torch.randn(batch, heads, height * width, head_dim, generator=generator,
                         dtype=torch.float64).to(device=DEVICE, dtype=dtype).requires_grad_()
             for _ in range(3)]

@@ -75,10 +75,10 @@ def build_norm2d(norm_cfg: Optional[dict], num_features: int) -> nn.Module:
 class LayerNorm2d(nn.Module):
     """LayerNorm over the channels of an NCHW tensor (key ``<name>.norm.*``).
 
-    Returns a contiguous NCHW tensor, as the published model does. The permuted
-    view would be channels_last in memory; PyTorch ops follow strides, but
-    mmcv's RoIAlign (and other C++/CUDA ops) read raw memory as NCHW, which
-    scrambled every RoI feature of Mask R-CNN while the RPN still learned.
+    Returns a channels_last tensor (an NHWC buffer seen as NCHW): free for a
+    channels_last input, which is what the backbone keeps inside (layout:
+    ``docs/architecture.md``). The backbone's outputs are made contiguous NCHW
+    in :meth:`MAViT.forward`, since mmcv's RoIAlign reads raw memory as NCHW.
     """
 
     def __init__(self, num_channels: int, eps: float = LN_EPS):
@@ -86,7 +86,7 @@ class LayerNorm2d(nn.Module):
         self.norm = nn.LayerNorm(num_channels, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class DropPath(nn.Module):
@@ -103,8 +103,39 @@ class DropPath(nn.Module):
         mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep_prob)
         return x * mask / keep_prob
 
+    def residual(self, x: torch.Tensor, branch: torch.Tensor,
+                 scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x + self(scale * branch)`` in one pass over the map: the layer
+        scale and the per-sample keep mask are folded into one small
+        ``(B or 1, C, 1, 1)`` factor of ``addcmul``."""
+        if self.drop_prob > 0.0 and self.training:
+            keep_prob = 1.0 - self.drop_prob
+            mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep_prob)
+            keep = mask / keep_prob
+            scale = keep if scale is None else scale * keep
+        return x + branch if scale is None else torch.addcmul(x, branch, scale)
+
     def extra_repr(self) -> str:
         return f'drop_prob={self.drop_prob}'
+
+
+class DepthwiseResidualConv(nn.Conv2d):
+    """``x + conv(x)`` of a depthwise 'same' convolution, as one convolution.
+
+    The identity is folded into the centre tap of the kernel (a tiny copy of
+    the weight per call), which saves a full pass over the map for the add.
+    Parameters and keys are those of the plain ``nn.Conv2d``.
+    """
+
+    def __init__(self, channels: int, kernel_size: int):
+        super().__init__(channels, channels, kernel_size, padding=kernel_size // 2,
+                         groups=channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        centre = self.kernel_size[0] // 2, self.kernel_size[1] // 2
+        weight = self.weight.clone()
+        weight[:, :, centre[0], centre[1]] += 1.0
+        return self._conv_forward(x, weight, self.bias)
 
 
 class ConvStem(nn.Module):
@@ -141,7 +172,7 @@ class Downsample(nn.Module):
 
 
 class ConvFFN(nn.Module):
-    """1x1 conv up, GELU, residual 3x3 depthwise conv, 1x1 conv down."""
+    """1x1 conv up, GELU, residual 3x3 depthwise conv (``x + dwconv(x)``), 1x1 conv down."""
 
     def __init__(self, dim: int, hidden_dim: int):
         super().__init__()
@@ -149,12 +180,49 @@ class ConvFFN(nn.Module):
         self.fc1 = nn.Conv2d(dim, hidden_dim, 1)
         self.act = nn.GELU()
         self.fc2 = nn.Conv2d(hidden_dim, dim, 1)
-        self.dwconv = nn.Conv2d(hidden_dim, hidden_dim, 3, padding=1, groups=hidden_dim)
+        self.dwconv = DepthwiseResidualConv(hidden_dim, 3)   # x + dwconv(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.act(self.fc1(x))
-        x = x + self.dwconv(x)
-        return self.fc2(x)
+        return self.fc2(self.dwconv(self.act(self.fc1(x))))
+
+
+class _ChannelChunks(torch.autograd.Function):
+    """``x.chunk(n, dim=1)`` whose backward writes the chunks' gradients
+    straight into one buffer in ``x``'s memory format.
+
+    Autograd's own chunk backward concatenates them into a contiguous NCHW
+    tensor, which the channels_last convolution before it then copies again:
+    two passes over the whole ``(B, 4C, H, W)`` gradient where one will do.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, chunks: int):
+        ctx.chunks = chunks
+        ctx.shape = x.shape
+        ctx.memory_format = (torch.channels_last
+                             if x.is_contiguous(memory_format=torch.channels_last)
+                             else torch.contiguous_format)
+        return x.chunk(chunks, dim=1)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        like = next(g for g in grads if g is not None)
+        grad = torch.empty(ctx.shape, dtype=like.dtype, device=like.device,
+                           memory_format=ctx.memory_format)
+        for part, part_grad in zip(grad.chunk(ctx.chunks, dim=1), grads):
+            if part_grad is None:
+                part.zero_()
+            else:
+                part.copy_(part_grad)
+        return grad, None
+
+
+def channel_chunks(x: torch.Tensor, chunks: int):
+    """``x.chunk(chunks, dim=1)``; under autograd with one gradient write
+    (:class:`_ChannelChunks`)."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _ChannelChunks.apply(x, chunks)
+    return x.chunk(chunks, dim=1)
 
 
 class GatedAttention(nn.Module):
@@ -193,24 +261,38 @@ class GatedAttention(nn.Module):
             nn.Conv2d(dim, 9 * dim, 1, groups=num_heads)) if inline_residual else None
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, heads, N, d), a view (no copy)."""
+        """(B, C, H, W) -> (B, heads, N, d), a view (no copy).
+
+        Of a channels_last map the view has channel stride 1, the layout
+        SDPA's flash kernels need and the fused MALA op reads best.
+        """
         batch, _, height, width = t.shape
         return (t.reshape(batch, self.num_heads, self.head_dim, height * width)
                 .transpose(-1, -2))
 
+    def merge_heads(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """(B, heads, N, d) -> channels_last (B, C, H, W): a view when ``t`` is
+        token-major in memory ((B, N, heads, d), as SDPA, the fused MALA op and
+        single-head MALA return it); one copy otherwise."""
+        return (t.transpose(1, 2).reshape(t.shape[0], height, width, self.dim)
+                .permute(0, 3, 1, 2))
+
     def query_key(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The ``(B, heads, N, d)`` pre-activation q and k of input ``x`` (what
         :func:`mavit_mm.ops.attention_scores` takes)."""
-        q, k, _, _ = self.qkvo(x).chunk(4, dim=1)
+        q, k, _, _ = self.qkvo(x.contiguous(memory_format=torch.channels_last)).chunk(4, dim=1)
         return self.split_heads(q), self.split_heads(k)
 
     def forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
-        batch, _, height, width = x.shape
-        q, k, v, o = self.qkvo(x).chunk(4, dim=1)
+        height, width = x.shape[2:]
+        # channels_last in, so that q, k, v are channel-contiguous head views
+        # (free inside the backbone, which is channels_last already).
+        x = x.contiguous(memory_format=torch.channels_last)
+        q, k, v, o = channel_chunks(self.qkvo(x), 4)
         lepe = self.lepe(v)
         out = attention(self.split_heads(q), self.split_heads(k), self.split_heads(v),
                         self.attn_type, rope, self.kernel_function, impl=self.mala_impl)
-        out = out.transpose(-1, -2).reshape(batch, self.dim, height, width)
+        out = self.merge_heads(out, height, width)
         if self.residual is not None:
             out = out + self._local_residual(x, v)
         return self.proj(o * (out + lepe))
@@ -251,15 +333,15 @@ class MAViTBlock(nn.Module):
                                    inline_residual)
         self.norm2 = LayerNorm2d(dim)
         self.ffn = ConvFFN(dim, int(mlp_ratio * dim))
-        self.pos = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+        self.pos = DepthwiseResidualConv(dim, 3)   # x + pos(x)
         self.drop_path = DropPath(drop_path)
 
     def _forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
-        x = x + self.pos(x)
-        attn = self.attn(self.norm1(x), rope)
-        ffn_in = x + self.drop_path(self.gamma_1 * attn if self.layerscale else attn)
-        ffn = self.ffn(self.norm2(ffn_in))
-        return ffn_in + self.drop_path(self.gamma_2 * ffn if self.layerscale else ffn)
+        x = self.pos(x)
+        x = self.drop_path.residual(x, self.attn(self.norm1(x), rope),
+                                    self.gamma_1 if self.layerscale else None)
+        return self.drop_path.residual(x, self.ffn(self.norm2(x)),
+                                       self.gamma_2 if self.layerscale else None)
 
     def forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         if self.with_cp and x.requires_grad:
@@ -495,10 +577,13 @@ class MAViT(BaseModule):
         if x.shape[1] != self.in_channels:
             raise ValueError(f'MAViT expects {self.in_channels} input channels, got '
                              f'{x.shape[1]} (input shape {tuple(x.shape)})')
-        x = self.patch_embed(x)
+        # Inside: channels_last throughout (convolutions, norms, attention;
+        # docs/architecture.md). Out: contiguous NCHW, one copy per output,
+        # because mmcv's C++/CUDA ops (RoIAlign) read raw memory as NCHW.
+        x = self.patch_embed(x.contiguous(memory_format=torch.channels_last))
         outs: List[torch.Tensor] = []
         for i, stage in enumerate(self.layers):
             out, x = stage(x)
             if i in self.out_indices:
-                outs.append(self.extra_norms[str(i)](out))
+                outs.append(self.extra_norms[str(i)](out).contiguous())
         return tuple(outs)

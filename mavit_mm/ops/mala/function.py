@@ -211,16 +211,20 @@ def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: to
 
 
 def _empty_like_layout(x: torch.Tensor) -> torch.Tensor:
-    """An uninitialised (B, heads, N, d) tensor laid out like ``x``.
+    """An uninitialised dense (B, heads, N, d) tensor whose dimensions lie in
+    memory in the order of ``x``'s strides.
 
-    Token-contiguous inputs (the backbone's (B, heads, d, N) views) get a
-    token-contiguous result, so the backbone's transpose + reshape back to
-    (B, C, H, W) is a free view instead of a copy.
+    The backbone passes channel-contiguous views of a channels_last map
+    ((B, N, heads, d) in memory); results laid out the same way make its merge
+    of the heads back to (B, C, H, W) a free view. Token-contiguous views
+    ((B, heads, d, N) in memory, an NCHW map) likewise get token-contiguous
+    results. (``torch.empty_like`` keeps the strides of dense tensors only, and
+    these views are slices of a wider map.)
     """
-    batch, heads, num_tokens, head_dim = x.shape
-    if x.stride(-2) == 1 and x.stride(-1) != 1:
-        return x.new_empty(batch, heads, head_dim, num_tokens).transpose(-1, -2)
-    return x.new_empty(batch, heads, num_tokens, head_dim)
+    # Outermost first; ties (size-1 dimensions) keep the logical order.
+    order = sorted(range(4), key=lambda dim: (-x.stride(dim), dim))
+    buffer = x.new_empty([x.shape[dim] for dim in order])
+    return buffer.permute([order.index(dim) for dim in range(4)])
 
 
 def _tile_meta(plan: LaunchPlan, tile: KernelTile) -> dict:

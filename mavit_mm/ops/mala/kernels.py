@@ -1,8 +1,9 @@
 """Triton kernels of fused MALA (forward and backward).
 
 Grids are (token blocks or split-N chunks, batch * heads); every kernel reads
-the big tensors through their strides, so the backbone's ``(B, heads, d, N)``
-memory layout is consumed as it is. A head's channels are handled as
+the big tensors through their strides, so any layout is consumed as it is:
+the backbone's channel-contiguous views of channels_last maps (``(B, N, heads,
+d)`` memory), token-contiguous views of NCHW maps, contiguous tensors. A head's channels are handled as
 interleaved RoPE pairs: one tile of the even channels and one of the odd
 channels, so the rotation is elementwise. The rotation angles come from the
 token's row / column (``n // W``, ``n % W``) and the stage's small angle vector;
