@@ -2,7 +2,7 @@
 # Both set up .venv first (idempotent; seconds when it is already complete).
 PYTHON_VENV := .venv/bin/python
 
-.PHONY: setup demo test test-slow
+.PHONY: setup demo test test-slow bench
 
 setup:
 	@bash scripts/setup.sh
@@ -15,3 +15,8 @@ test: setup
 
 test-slow: setup
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -m slow
+
+# MAViT-T against Swin-T (backbone forward, training step, UperNet), JSON + PNG
+# under benchmarks/results/; then `python benchmarks/speed_table.py --write`.
+bench: setup
+	PYTHONUNBUFFERED=1 $(PYTHON_VENV) benchmarks/speed_vs_swin.py

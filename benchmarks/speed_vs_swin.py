@@ -40,6 +40,8 @@ from typing import Callable, Dict, List
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
+
 MAVIT_CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
 SWIN_CONFIG = 'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py'
 TASKS = ('backbone-forward', 'backbone-train', 'upernet-forward')
@@ -50,16 +52,6 @@ TARGET_SIZE = (512, 2048)
 DTYPES = {'fp32': 'float32', 'bf16': 'bfloat16', 'fp16': 'float16'}
 # Relative cost of one run of each task, for the time estimate only.
 TASK_COST = {'backbone-forward': 1.0, 'backbone-train': 3.0, 'upernet-forward': 5.0}
-
-
-def parse_size(text: str):
-    try:
-        height, width = (int(part) for part in text.lower().split('x'))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'sizes are HEIGHTxWIDTH, e.g. 512x2048; got {text!r}')
-    if height < 64 or width < 64:
-        raise argparse.ArgumentTypeError(f'{text}: both sides must be at least 64 pixels')
-    return height, width
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -44,3 +44,20 @@ def test_bench_mala_times_the_torch_path_on_cpu(tmp_path):
     rows = report['results']
     assert rows and all(row['impl'] == 'torch' for row in rows)
     assert all(row['time_ms'] > 0 and row['bandwidth_gbps'] > 0 for row in rows)
+
+
+def test_speed_vs_swin_writes_json_and_plot(tmp_path):
+    output = tmp_path / 'speed.json'
+    result = run_script('benchmarks/speed_vs_swin.py', '--device', 'cpu', '--sizes', '64x96',
+                        '--tasks', 'backbone-forward', 'backbone-train', '--repeats', '2',
+                        '--warmup', '0', '--out', str(output))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(output.read_text())
+    assert report['device_type'] == 'cpu' and report['versions']['torch']
+    assert [row['task'] for row in report['results']] == ['backbone-forward', 'backbone-train']
+    for row in report['results']:
+        assert row['shape'] == [64, 96]
+        assert len(row['times_ms']['MAViT-T']) == len(row['times_ms']['Swin-T']) == 2
+        assert row['ratio'] > 0
+    assert output.with_suffix('.png').stat().st_size > 10_000
+    assert 'about' in result.stdout and 's left' in result.stdout   # progress with an estimate
