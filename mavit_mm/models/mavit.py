@@ -96,22 +96,26 @@ class DropPath(nn.Module):
         super().__init__()
         self.drop_prob = drop_prob
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _keep_scale(self, x: torch.Tensor) -> Optional[torch.Tensor]:
+        """Per sample, 0 (dropped) or 1 / keep_prob, shaped (B, 1, ...);
+        ``None`` when nothing is dropped (eval, or drop_prob 0)."""
         if self.drop_prob == 0.0 or not self.training:
-            return x
+            return None
         keep_prob = 1.0 - self.drop_prob
         mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep_prob)
-        return x * mask / keep_prob
+        return mask / keep_prob
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keep = self._keep_scale(x)
+        return x if keep is None else x * keep
 
     def residual(self, x: torch.Tensor, branch: torch.Tensor,
                  scale: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``x + self(scale * branch)`` in one pass over the map: the layer
         scale and the per-sample keep mask are folded into one small
         ``(B or 1, C, 1, 1)`` factor of ``addcmul``."""
-        if self.drop_prob > 0.0 and self.training:
-            keep_prob = 1.0 - self.drop_prob
-            mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep_prob)
-            keep = mask / keep_prob
+        keep = self._keep_scale(x)
+        if keep is not None:
             scale = keep if scale is None else scale * keep
         return x + branch if scale is None else torch.addcmul(x, branch, scale)
 
