@@ -72,7 +72,7 @@ def compare_with_reference(q, k, v, size, dtype_name, **overrides):
     grads = torch.autograd.grad(out, (q, k, v), dout)
 
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    expected = mala_naive(q64, k64, v64, *rope.tables(torch.float64))
+    expected = mala_naive(q64, k64, v64, *rope.tables(torch.float64, q64.device))
     expected_grads = torch.autograd.grad(expected, (q64, k64, v64), dout.double())
     errors = {'out': relative_error(out, expected)}
     errors.update({name: relative_error(g, e)

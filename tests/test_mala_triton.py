@@ -69,13 +69,13 @@ def token_contiguous(t: torch.Tensor) -> bool:
 def reference(q, k, v, dout, rope: RotaryTables):
     """Float64 output and grads of the PyTorch reference."""
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    out = mala_naive(q64, k64, v64, *rope.tables(torch.float64))
+    out = mala_naive(q64, k64, v64, *rope.tables(torch.float64, q64.device))
     grads = torch.autograd.grad(out, (q64, k64, v64), dout.double())
     return out, grads
 
 
 def fused_with_grads(q, k, v, dout, rope: RotaryTables, **plan):
-    out = mala_function.fused_mala(q, k, v, rope.angle.to(DEVICE), rope.width, **plan)
+    out = mala_function.fused_mala(q, k, v, rope.angle_on(q.device), rope.width, **plan)
     grads = torch.autograd.grad(out, (q, k, v), dout)
     return out, grads
 
@@ -183,7 +183,7 @@ def test_auto_on_cpu_uses_torch_path_silently(monkeypatch, fresh_fallback_warnin
         warnings.simplefilter('always')
         outs = [mala_attention(q, k, v, rope, impl='auto') for _ in range(3)]
     assert not [w for w in caught if 'falls back' in str(w.message)]
-    expected = mala_naive(q, k, v, *rope.tables(q.dtype))
+    expected = mala_attention(q, k, v, rope, impl='torch')
     assert all(torch.equal(out, expected) for out in outs)
 
 
@@ -356,7 +356,8 @@ def test_custom_op_passes_opcheck():
 def _model_error(model, image, expected_out, expected_grad):
     image = image.clone().requires_grad_()
     outputs = model(image)
-    loss = sum((out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum() for out in outputs)
+    loss = sum((out * torch.linspace(-1, 1, out.numel(), device=out.device, dtype=out.dtype)
+                .view_as(out)).sum() for out in outputs)
     (grad,) = torch.autograd.grad(loss, image)
     out_error = max(relative_error(out, ref) for out, ref in zip(outputs, expected_out))
     return out_error, relative_error(grad, expected_grad)
@@ -434,7 +435,7 @@ def test_out_of_resources_falls_back_under_auto(monkeypatch, fresh_fallback_warn
         mala_ops._triton_or_fallback(q, k, v, rope, 'auto')
     messages = [str(w.message) for w in caught if 'falls back' in str(w.message)]
     assert len(messages) == 1 and 'do not fit' in messages[0] and 'shared memory' in messages[0]
-    assert torch.equal(out, mala_naive(q, k, v, *rope.tables(q.dtype)))
+    assert torch.equal(out, mala_attention(q, k, v, rope, impl='torch'))
     with pytest.raises(RuntimeError, match="mala_impl='triton'.*do not fit"):
         mala_attention(q, k, v, rope, impl='triton')
 

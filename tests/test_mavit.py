@@ -181,19 +181,26 @@ def test_with_cp_gives_same_outputs_and_gradients():
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_torch_mala_path_builds_rope_tables_once_per_stage(monkeypatch):
+def test_rope_tables_are_built_once_per_stage_and_size(monkeypatch):
     builds = []
-    original = rope2d._build_tables
+    original = rope2d._angles_theta
 
-    def counting_build(angle, height, width, dtype):
+    def counting_theta(angle, height, width):
         builds.append((height, width))
-        return original(angle, height, width, dtype)
+        return original(angle, height, width)
 
-    monkeypatch.setattr(rope2d, '_build_tables', counting_build)
+    monkeypatch.setattr(rope2d, '_angles_theta', counting_theta)
     model = MAViT('t', depths=[2, 2, 2, 2], mala_impl='torch').eval()
     with torch.no_grad():
         model(torch.randn(2, 3, 64, 96))
-    assert builds == [(16, 24), (8, 12), (4, 6), (2, 3)]
+        assert builds == [(16, 24), (8, 12), (4, 6), (2, 3)]
+        model(torch.randn(1, 3, 64, 96))          # same sizes: the cached tables
+        assert len(builds) == 4
+        model(torch.randn(1, 3, 32, 32))          # a new size: built once more per stage
+        assert builds[4:] == [(8, 8), (4, 4), (2, 2), (1, 1)]
+        model.load_state_dict(model.state_dict())  # a load may change the angles
+        model(torch.randn(1, 3, 64, 96))
+        assert builds[8:] == [(16, 24), (8, 12), (4, 6), (2, 3)]
 
 
 def test_softmax_stages_use_sdpa(monkeypatch):

@@ -50,18 +50,20 @@ Kernel functions (``KERNEL_FUNCTIONS``, MALA Table 10): ``'elu'`` is
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
+from .amp import autocast_disabled
 from .mala import check_mala_impl, mala_attention
 from .mala.naive import MALA_EPS
 from .rope2d import RotaryTables, apply_rope
 
 
 def _elu_plus_one(x: torch.Tensor) -> torch.Tensor:
-    return F.elu(x) + 1.0
+    # In place on elu's result: its backward reads the input, not the output.
+    return F.elu(x).add_(1.0)
 
 
 KERNEL_FUNCTIONS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -76,7 +78,8 @@ ATTN_TYPES = ('mala', 'softmax', 'linear', 'inline', 'mala_no_beta', 'mala_no_ga
 # The fused Triton kernels implement exactly this case.
 FUSED_CASE = ('mala', 'elu')
 
-Tables = Optional[Tuple[torch.Tensor, torch.Tensor]]
+# A stage's rotation: its RotaryTables, explicit (cos, signed_sin) tables, or None.
+Rotation = Union[RotaryTables, Tuple[torch.Tensor, torch.Tensor], None]
 
 
 def check_attn_type(attn_type: str, name: str = 'attn_type') -> str:
@@ -111,49 +114,57 @@ def _coefficients(attn_type: str, z: torch.Tensor
                      f'those are {LINEAR_ATTN_TYPES}')
 
 
-def _kernel_z_rope(q: torch.Tensor, k: torch.Tensor, tables: Tables, kernel_function: str):
+def _rotate(x: torch.Tensor, rotation: Rotation) -> torch.Tensor:
+    if rotation is None:
+        return x
+    if isinstance(rotation, RotaryTables):
+        return rotation.rotate(x)
+    return apply_rope(x, *rotation)
+
+
+def _kernel_z_rope(q: torch.Tensor, k: torch.Tensor, rotation: Rotation,
+                   kernel_function: str):
     """phi(q), phi(k) rotated, and z = s * phi(q) . mean(phi(k)) taken before RoPE."""
     phi = KERNEL_FUNCTIONS[kernel_function]
     scale = q.shape[-1] ** -0.5
     q, k = phi(q), phi(k)
     z = scale * (q @ k.mean(dim=-2, keepdim=True).transpose(-1, -2))     # (B, h, N, 1)
-    if tables is not None:
-        q, k = apply_rope(q, *tables), apply_rope(k, *tables)
-    return q, k, z
+    return _rotate(q, rotation), _rotate(k, rotation), z
 
 
-def _softmax_qk(q: torch.Tensor, k: torch.Tensor, tables: Tables, attn_type: str):
+def _softmax_qk(q: torch.Tensor, k: torch.Tensor, rotation: Rotation, attn_type: str):
     if attn_type == 'softmax_qnorm':
         q = F.normalize(q, dim=-1)
-    if tables is not None:
-        q, k = apply_rope(q, *tables), apply_rope(k, *tables)
-    return q, k
+    return _rotate(q, rotation), _rotate(k, rotation)
 
 
-def linear_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: Tables,
-                           attn_type: str = 'mala', kernel_function: str = 'elu') -> torch.Tensor:
+def linear_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           rotation: Rotation, attn_type: str = 'mala',
+                           kernel_function: str = 'elu') -> torch.Tensor:
     """A linear variant in O(N d^2): ``a * (R(q) @ KV) + b * mean(v)``.
 
-    ``tables`` is ``(cos, signed_sin)`` of :class:`~.rope2d.RotaryTables` or
-    ``None``. Half-precision inputs are computed in fp32 (the reductions over N
-    overflow fp16 at high resolution) and the result is cast back; call it
-    outside autocast (:func:`attention` does).
+    ``rotation`` is a stage's :class:`~.rope2d.RotaryTables`, its ``(cos,
+    signed_sin)`` tables, or ``None``. Half-precision inputs are computed in fp32
+    (the reductions over N overflow fp16 at high resolution; the rotation too)
+    and the result is cast back; call it outside autocast (:func:`attention`
+    does).
     """
     out_dtype = q.dtype
     if out_dtype in (torch.float16, torch.bfloat16):
         q, k, v = q.float(), k.float(), v.float()
-        if tables is not None:
-            tables = tuple(t.float() for t in tables)
+        if rotation is not None and not isinstance(rotation, RotaryTables):
+            rotation = tuple(t.float() for t in rotation)
     num_tokens = q.shape[-2]
     scale = q.shape[-1] ** -0.5
-    q, k, z = _kernel_z_rope(q, k, tables, kernel_function)
+    q, k, z = _kernel_z_rope(q, k, rotation, kernel_function)
     a, b = _coefficients(attn_type, z)
     kv = (k.transpose(-1, -2) @ v) * (scale / num_tokens)              # (B, h, d, d)
     out = q @ kv
     if a is not None:
         out = out * a
     if b is not None:
-        out = out + b * v.mean(dim=-2, keepdim=True)
+        # In place: neither q @ kv nor the product with a keeps its result for backward.
+        out = out.addcmul_(b, v.mean(dim=-2, keepdim=True))
     return out.to(out_dtype)
 
 
@@ -175,7 +186,9 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_type: str,
     out_dtype = q.dtype
     if out_dtype in (torch.float16, torch.bfloat16):
         q, k = q.float(), k.float()
-    tables = None if rope is None else rope.tables(q.dtype)
+    # The explicit tables (apply_rope), not rope.rotate: the reference stays the
+    # plain formula, so it also checks the model's complex-multiply rotation.
+    tables = None if rope is None else rope.tables(q.dtype, q.device)
     num_tokens = q.shape[-2]
     scale = q.shape[-1] ** -0.5
     if attn_type in SOFTMAX_ATTN_TYPES:
@@ -227,16 +240,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_type: str,
         raise ValueError(f"mala_impl='triton': the fused kernels cannot run MALA with {reason}; "
                          "use mala_impl='auto' or 'torch'")
     if attn_type in SOFTMAX_ATTN_TYPES:
-        tables = None if rope is None else rope.tables(q.dtype)
-        q, k = _softmax_qk(q, k, tables, attn_type)
+        q, k = _softmax_qk(q, k, rope, attn_type)
         return F.scaled_dot_product_attention(q, k, v)
     # Our own precision policy (fp32 for half inputs); autocast would undo it.
-    compute_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-    tables = None if rope is None else rope.tables(compute_dtype)
-    if torch.is_autocast_enabled(q.device.type):
-        with torch.autocast(q.device.type, enabled=False):
-            return linear_attention_torch(q, k, v, tables, attn_type, kernel_function)
-    return linear_attention_torch(q, k, v, tables, attn_type, kernel_function)
+    with autocast_disabled(q.device.type):
+        return linear_attention_torch(q, k, v, rope, attn_type, kernel_function)
 
 
 def _check_qk(q: torch.Tensor, k: torch.Tensor, rope: Optional[RotaryTables]) -> None:

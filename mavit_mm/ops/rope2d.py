@@ -7,6 +7,7 @@ column index. The per-stage ``angle`` buffer holds ``head_dim // 2`` angles
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Optional, Tuple
 
 import torch
@@ -34,8 +35,12 @@ class RotaryTables:
     """The rotation of one stage at one feature-map size, shared by its blocks.
 
     Holds what the fused kernel needs (``angle``, ``height``, ``width``) and builds
-    the ``(N, head_dim)`` cos / signed-sin tables for the PyTorch paths lazily,
-    once per dtype; they broadcast over batch and heads and are never copied.
+    what the PyTorch paths need lazily, once per (dtype, device): the ``(N,
+    head_dim)`` cos / signed-sin tables of :func:`apply_rope`, and for fp32 /
+    fp64 the ``(N, head_dim / 2)`` complex rotations of :meth:`rotate`. They
+    broadcast over batch and heads and are never copied. Tables follow the
+    device asked for, whatever device ``angle`` is on, and are always computed
+    from the angles in at least fp32.
     """
 
     def __init__(self, angle: torch.Tensor, height: int, width: int,
@@ -45,6 +50,8 @@ class RotaryTables:
         self.width = width
         self._paired = paired
         self._tables = {}
+        self._rotations = {}
+        self._angles = {}
 
     @property
     def paired(self) -> bool:
@@ -54,27 +61,100 @@ class RotaryTables:
             self._paired = angles_repeat_in_pairs(self.angle)
         return self._paired
 
-    def tables(self, dtype: torch.dtype) -> Tuple[torch.Tensor, torch.Tensor]:
-        if dtype not in self._tables:
-            self._tables[dtype] = _build_tables(self.angle, self.height, self.width, dtype)
-        return self._tables[dtype]
+    def angle_on(self, device) -> torch.Tensor:
+        """``angle`` on ``device`` (moved once, then cached), in its own dtype."""
+        device = torch.device(device)
+        if _same_device(self.angle.device, device):
+            return self.angle
+        if device not in self._angles:
+            self._angles[device] = self.angle.to(device)
+        return self._angles[device]
+
+    def tables(self, dtype: torch.dtype, device=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, signed_sin)``, each ``(N, head_dim)``, in ``dtype`` on
+        ``device`` (default: the angles' device)."""
+        angle = self.angle if device is None else self.angle_on(device)
+        key = (dtype, angle.device)
+        if key not in self._tables:
+            self._tables[key] = _build_tables(angle, self.height, self.width, dtype)
+        return self._tables[key]
+
+    def rotate(self, x: torch.Tensor) -> torch.Tensor:
+        """``apply_rope(x, *self.tables(x.dtype, x.device))``, in one pass where
+        it can be.
+
+        For fp32 / fp64 inputs whose channel pairs are adjacent in memory, the
+        rotation of each pair is one complex multiply, ``(x0 + i x1) e^{i
+        theta}``, instead of a swap, two products and a sum over the whole
+        tensor. The result keeps ``x``'s order of dimensions, so channel-
+        contiguous heads stay channel-contiguous. Traced, compiled or exported
+        graphs (ONNX has no complex type) and half inputs take :func:`apply_rope`.
+        """
+        if not _tracing() and x.dtype in _COMPLEX_OF and self.paired and _pairs_adjacent(x):
+            angle = self.angle_on(x.device)
+            key = (x.dtype, angle.device)
+            if key not in self._rotations:
+                self._rotations[key] = _build_rotations(angle, self.height, self.width, x.dtype)
+            pairs = torch.view_as_complex(x.unflatten(-1, (-1, 2)))
+            return torch.view_as_real(pairs * self._rotations[key]).flatten(-2)
+        return apply_rope(x, *self.tables(x.dtype, x.device))
 
 
-def _build_tables(angle: torch.Tensor, height: int, width: int, dtype: torch.dtype):
-    # Angles in at least fp32 even for half models: positions up to ~10^3 times
-    # an angle lose all precision in fp16.
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+_COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """``cuda`` and ``cuda:0`` name the same device when 0 is the current one."""
+    if a.type != b.type:
+        return False
+    if a.index is None or b.index is None:
+        current = torch.cuda.current_device() if a.type == 'cuda' else 0
+        return (a.index if a.index is not None else current) == \
+            (b.index if b.index is not None else current)
+    return a.index == b.index
+
+
+def _pairs_adjacent(x: torch.Tensor) -> bool:
+    """Whether ``x`` (..., d) can be viewed as (..., d / 2) complex numbers."""
+    return (x.shape[-1] % 2 == 0 and x.stride(-1) == 1 and x.storage_offset() % 2 == 0
+            and all(stride % 2 == 0 for size, stride in zip(x.shape[:-1], x.stride()[:-1])
+                    if size > 1))
+
+
+def _tracing() -> bool:
+    return (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+            or torch.compiler.is_compiling())
+
+
+def _angles_theta(angle: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """``(N, head_dim)`` rotation angles: the row index times the first half of
+    the angles, the column index times the second. In fp64 for fp64 angles,
+    else fp32, even for half models: positions up to ~10^3 times an angle lose
+    all precision in half types."""
     compute_dtype = torch.float64 if angle.dtype == torch.float64 else torch.float32
     angle = angle.to(compute_dtype)
     rows = torch.arange(height, device=angle.device, dtype=compute_dtype)
     cols = torch.arange(width, device=angle.device, dtype=compute_dtype)
     theta_rows = (rows[:, None] * angle[None, :])[:, None, :].expand(height, width, -1)
     theta_cols = (cols[:, None] * angle[None, :])[None, :, :].expand(height, width, -1)
-    theta = torch.cat([theta_rows, theta_cols], dim=-1).reshape(height * width, -1)
+    return torch.cat([theta_rows, theta_cols], dim=-1).reshape(height * width, -1)
+
+
+def _build_tables(angle: torch.Tensor, height: int, width: int, dtype: torch.dtype):
+    theta = _angles_theta(angle, height, width)
     cos = theta.cos()
     # rotate((x0, x1)) = (-x1, x0) is a pair swap times (-1, +1): fold the sign into sin.
-    sign = torch.tensor([-1.0, 1.0], device=angle.device, dtype=compute_dtype)
+    sign = torch.tensor([-1.0, 1.0], device=angle.device, dtype=theta.dtype)
     signed_sin = (theta.sin().unflatten(-1, (-1, 2)) * sign).flatten(-2)
     return cos.to(dtype), signed_sin.to(dtype)
+
+
+def _build_rotations(angle: torch.Tensor, height: int, width: int, dtype: torch.dtype):
+    """``e^{i theta}`` per channel pair, ``(N, head_dim / 2)`` complex (paired angles)."""
+    theta = _angles_theta(angle, height, width)[:, 0::2]
+    # The cos and sin of _build_tables (same precision, same functions), then cast.
+    return torch.complex(theta.cos(), theta.sin()).to(_COMPLEX_OF[dtype])
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
@@ -88,18 +168,54 @@ class RoPE2d(nn.Module):
 
     Whether the buffer has the paired layout is checked when it is built and
     after each ``load_state_dict``, so that no forward has to look at its values.
+
+    ``RoPE2d(height, width)`` returns the same :class:`RotaryTables` (and so the
+    same built tables) for the last few feature-map sizes, until ``angle``
+    changes: a load, a move, or an in-place edit.
+
+    ``angle`` stays in fp32 when the module is cast to fp16 / bf16
+    (``model.half()``, ``model.to(torch.bfloat16)``): the phase at column 511 of
+    a bf16 angle is off by up to ~2 rad, so a half model would no longer be the
+    trained one. Both the kernels and the PyTorch paths compute the rotation
+    from fp32 angles.
     """
+
+    CACHED_SIZES = 4
 
     def __init__(self, head_dim: int):
         super().__init__()
         self.head_dim = head_dim
         self.register_buffer('angle', rope_angles(head_dim))
         self.angles_paired = True
+        self._rotary = OrderedDict()
         self.register_load_state_dict_post_hook(RoPE2d._check_loaded_angles)
 
     @staticmethod
     def _check_loaded_angles(module: 'RoPE2d', incompatible_keys) -> None:
         module.angles_paired = angles_repeat_in_pairs(module.angle)
+        module._rotary.clear()
+
+    def _apply(self, fn, recurse=True):
+        angle = self.angle
+        super()._apply(fn, recurse)
+        if self.angle.dtype in _HALF_DTYPES and angle.dtype not in _HALF_DTYPES:
+            self.angle = angle.to(self.angle.device)
+        self._rotary.clear()
+        return self
 
     def forward(self, height: int, width: int) -> RotaryTables:
-        return RotaryTables(self.angle, height, width, paired=self.angles_paired)
+        if _tracing():   # a traced graph computes its tables; no Python-side state
+            return RotaryTables(self.angle, height, width, paired=self.angles_paired)
+        key = (height, width)
+        # A tensor's version counts its in-place edits.
+        angle_state = (self.angle, self.angle._version, self.angles_paired)
+        cached = self._rotary.get(key)
+        if cached is not None and cached[0][0] is angle_state[0] \
+                and cached[0][1:] == angle_state[1:]:
+            self._rotary.move_to_end(key)
+            return cached[1]
+        rotary = RotaryTables(self.angle, height, width, paired=self.angles_paired)
+        self._rotary[key] = (angle_state, rotary)
+        while len(self._rotary) > self.CACHED_SIZES:
+            self._rotary.popitem(last=False)
+        return rotary

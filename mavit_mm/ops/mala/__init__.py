@@ -24,6 +24,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from ..amp import autocast_disabled
 from ..rope2d import RotaryTables
 from .naive import MALA_EPS, mala_naive
 
@@ -161,16 +162,16 @@ def _check_shapes(q, k, v, rope: RotaryTables) -> None:
 
 
 def _torch_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
-    cos, signed_sin = rope.tables(q.dtype)
-    # mala_naive picks its own (fp32) precision; autocast would undo it.
-    if torch.is_autocast_enabled(q.device.type):
-        with torch.autocast(q.device.type, enabled=False):
-            return mala_naive(q, k, v, cos, signed_sin)
-    return mala_naive(q, k, v, cos, signed_sin)
+    # The formula of mala_naive, rotated by the stage's tables in the compute
+    # dtype (one complex multiply in fp32). It picks its own (fp32) precision,
+    # which autocast would undo.
+    from ..attention_variants import linear_attention_torch
+    with autocast_disabled(q.device.type):
+        return linear_attention_torch(q, k, v, rope, 'mala', 'elu')
 
 
 def _triton_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
-    return _function.fused_mala(q, k, v, rope.angle, rope.width)
+    return _function.fused_mala(q, k, v, rope.angle_on(q.device), rope.width)
 
 
 def _triton_unavailable() -> Optional[str]:
