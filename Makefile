@@ -17,6 +17,6 @@ test-slow: setup
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -m slow
 
 # MAViT-T against Swin-T (backbone forward, training step, UperNet), JSON + PNG
-# under benchmarks/results/; then `python benchmarks/speed_table.py --write`.
+# under benchmarks/results/; then `python benchmarks/readme_tables.py --write`.
 bench: setup
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) benchmarks/speed_vs_swin.py

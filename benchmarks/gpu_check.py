@@ -1,33 +1,43 @@
-"""One command for a GPU machine: prove the fused MALA correct there and
-measure its speed, writing every result as JSON plus a short summary.
+"""The GPU check: prove the fused MALA correct on a GPU and measure its speed,
+in two commands of under 10 minutes each (a lent GPU runs one command for at
+most 10 minutes), writing every result as JSON the moment it exists.
 
-Steps (``--steps`` picks some; all by default, about 10-15 minutes on an H100):
+    python benchmarks/gpu_check.py --part 1 --out gpu_results/part1   # about 9 min
+    python benchmarks/gpu_check.py --part 2 --out gpu_results/part2   # about 9 min
 
-``env``       device, driver and library versions; the measured device-to-device
-              copy bandwidth (the yardstick of the kernel targets).
-``tests``     the kernel tests on CUDA (``tests/test_mala_cuda.py``: every dtype,
-              head dims 16-128, both layouts, default and small plans, B*heads
-              1-64, gradients against fp64; the 512x2048 bf16 backbone) and the
-              CUDA cases of ``test_mala_triton.py`` (MAViT-T parity with the
-              golden data in fp32 with ``mala_impl='triton'``).
-``bench``     the ``bench_mala.py`` sweep (both paths, every dtype, fwd and
-              fwd+bwd, N 16384 / 65536, d 64 / 96, B*heads 1 / 16).
-``backbone``  MAViT-T (``triton`` and ``torch`` MALA, fp32 and bf16 autocast)
-              against Swin-T at 512x2048, batch 1 and 2, forward and
-              forward+backward: mmdet's ``SwinTransformer`` where mmdet imports,
-              else timm's Swin-T (``features_only``); the JSON says which.
-``tune``      ``tune_mala.py`` on the issue's target shapes.
+Each step has a time budget of at most 5 minutes, enforced: the tests and the
+sweeps run as child processes killed at their budget, the backbone timing
+stops between rows, and each writes its JSON as it goes, so a step cut short
+still leaves what it measured. ``summary.json`` is rewritten after every step.
+A part writes six files (a GPU command returns at most eight): ``env.json``,
+one JSON per step, ``summary.json`` and ``logs.txt``.
+
+Steps (``--steps`` runs any of them in any order):
+
+``env``           device, driver, library versions and the measured
+                  device-to-device copy bandwidth (the yardstick of the kernel
+                  targets: ``bench_mala.copy_bandwidth_tbps``).
+``kernel-tests``  ``tests/test_mala_cuda.py``: every dtype, head dims 16-128,
+                  both layouts, default and small plans, B*heads 1-64,
+                  gradients against fp64; the 512x2048 bf16 backbone.
+``model-tests``   ``tests/test_mala_triton.py`` on CUDA: dispatch, fallbacks,
+                  MAViT-T parity with the golden data with ``mala_impl='triton'``.
+``bench``         the ``bench_mala.py`` sweep (both paths, every dtype, fwd and
+                  fwd+bwd, N 16384 / 65536, d 64 / 96, B*heads 1 / 16).
+``backbone``      MAViT-T (``triton`` and ``torch`` MALA, fp32 and bf16
+                  autocast) against Swin-T at 512x2048, batch 1 and 2, forward
+                  and forward+backward.
+``tune-bh16``,    ``tune_mala.py`` on the op's target shapes (bf16, N 65536,
+``tune-bh1``      d 64) at B*heads 16 and 1.
 
 The machine needs Python with torch (CUDA), triton, numpy and pytest; mmengine
 and its small pure-Python needs travel as wheels (``scripts/gpu_wheels.sh``
-downloads them; see the README's "On a GPU" section). mmcv, mmdet and mmseg
-are not needed.
+downloads them into ``wheels/``, which git ignores, so it must be named when the
+tree is copied to the GPU machine; see the README's "On a GPU" section). mmcv,
+mmdet and mmseg are not needed.
 
-``--dry-run`` (no GPU) checks the imports and prints the plan; CI runs it.
-
-Example::
-
-    python benchmarks/gpu_check.py --out gpu_results
+``--dry-run`` (no GPU) checks the imports, the parts' budgets and prints the
+plan; CI runs it.
 """
 from __future__ import annotations
 
@@ -38,6 +48,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -48,15 +59,24 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-STEPS = ('env', 'tests', 'bench', 'backbone', 'tune')
-# Rough minutes per step on an H100, for the progress line.
-STEP_MINUTES = {'env': 0.3, 'tests': 4, 'bench': 2, 'backbone': 2, 'tune': 4}
-CUDA_TEST_FILES = ['tests/test_mala_cuda.py', 'tests/test_mala_triton.py']
+# Time budget per step in minutes (enforced), each at most STEP_LIMIT_MIN.
+STEP_BUDGET_MIN = {'env': 0.5, 'kernel-tests': 4.0, 'model-tests': 1.5, 'bench': 3.0,
+                   'backbone': 2.5, 'tune-bh16': 3.0, 'tune-bh1': 3.0}
+STEPS = tuple(STEP_BUDGET_MIN)
+STEP_LIMIT_MIN = 5.0
+# The two commands of the README; each must fit a 10-minute GPU command.
+PARTS = {1: ['env', 'kernel-tests', 'model-tests', 'bench'],
+         2: ['env', 'backbone', 'tune-bh16', 'tune-bh1']}
+PART_LIMIT_MIN = 9.5     # budgets, plus start-up, stay under 10 minutes
+TEST_FILES = {'kernel-tests': 'tests/test_mala_cuda.py',
+              'model-tests': 'tests/test_mala_triton.py'}
 BENCH_ARGS = ['--tokens', '65536', '16384', '--head-dims', '64', '96',
               '--batch-heads', '1', '16', '--dtypes', 'bf16', 'fp16', 'fp32']
-TUNE_ARGS = ['--dtypes', 'bf16', '--head-dims', '64', '96', '--batch-heads', '16', '1',
-             '--tokens', '65536']
+TUNE_ARGS = ['--dtypes', 'bf16', '--head-dims', '64', '--tokens', '65536']
+TUNE_BATCH_HEADS = {'tune-bh16': 16, 'tune-bh1': 1}
 BACKBONE_SIZE = (512, 2048)
+# The child processes' output, all steps in one file.
+LOG_NAME = 'logs.txt'
 BACKBONE_BATCHES = (1, 2)
 
 
@@ -64,34 +84,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--out', type=Path, default=Path('gpu_results'),
-                        help='folder for the JSON files and summary.txt (default gpu_results)')
-    parser.add_argument('--steps', nargs='+', choices=STEPS, default=list(STEPS),
-                        help='which steps to run, in this order (default: all)')
+                        help='folder for the JSON files, logs and summary.json '
+                             '(default gpu_results)')
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument('--part', type=int, choices=sorted(PARTS),
+                       help='one of the two commands: ' + '; '.join(
+                           f'{number}: {" ".join(steps)}' for number, steps in PARTS.items()))
+    which.add_argument('--steps', nargs='+', choices=STEPS,
+                       help='these steps, in this order')
     parser.add_argument('--dry-run', action='store_true',
-                        help='no GPU needed: check imports and arguments, print the plan')
+                        help='no GPU needed: check imports and budgets, print the plan')
     parser.add_argument('--pytest-workers', type=int, default=8,
-                        help='pytest-xdist workers for the tests step (kernel compiles run in '
+                        help='pytest-xdist workers for the test steps (kernel compiles run in '
                              'parallel); 0 runs in one process')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.steps = PARTS[args.part] if args.part else (args.steps or PARTS[1])
+    return args
 
 
 # --------------------------------------------------------------------------
-# Steps
+# Steps: each gets its budget in seconds and writes its results at once
 # --------------------------------------------------------------------------
-def step_env(out: Path) -> Dict:
+def step_env(out: Path, budget_s: float) -> Dict:
     import triton
-    import triton.testing
+
+    from benchmarks.bench_mala import COPY_METHOD, copy_bandwidth_tbps
     device = torch.device('cuda')
     props = torch.cuda.get_device_properties(device)
     driver = _command_output(['nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader'])
-    # Device-to-device copy of 1 GiB: bytes read + written per second.
-    src = torch.empty(2 ** 30, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    copy_ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200,
-                                      return_mode='median')
-    copy_tbps = 2 * src.numel() / (copy_ms * 1e-3) / 1e12
-    del src, dst
-    torch.cuda.empty_cache()
     env = dict(device=torch.cuda.get_device_name(device), driver=driver,
                capability='.'.join(map(str, torch.cuda.get_device_capability(device))),
                multiprocessors=props.multi_processor_count,
@@ -99,45 +119,47 @@ def step_env(out: Path) -> Dict:
                l2_cache_mib=round(getattr(props, 'L2_cache_size', 0) / 2 ** 20, 1),
                torch=torch.__version__, cuda=torch.version.cuda, triton=triton.__version__,
                python=platform.python_version(),
-               copy_bandwidth_tbps=round(copy_tbps, 3),
-               copy_bandwidth_note='torch copy_ of 1 GiB, (read + write) / median time',
+               copy_bandwidth_tbps=round(copy_bandwidth_tbps(device), 3),
+               copy_bandwidth_method=COPY_METHOD,
                date=datetime.datetime.now().isoformat(timespec='seconds'))
     _write(out / 'env.json', env)
     return env
 
 
-def step_tests(out: Path, workers: int) -> Dict:
-    junit = out / 'tests_junit.xml'
-    command = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
-               f'--junitxml={junit}', *CUDA_TEST_FILES]
+def step_tests(name: str, out: Path, budget_s: float, workers: int) -> Dict:
+    junit = Path(tempfile.mkdtemp()) / f'{name}.xml'   # summarised into {name}.json
+    command = [sys.executable, '-m', 'pytest', '-q', '-rfE', '-p', 'no:cacheprovider',
+               f'--junitxml={junit}', TEST_FILES[name]]
     if workers > 0 and _has_module('xdist'):
         command[3:3] = ['-n', str(workers)]
-    started = time.time()
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
-    (out / 'tests_log.txt').write_text(result.stdout + result.stderr)
-    summary = _junit_summary(junit)
-    summary.update(command=' '.join(command[1:]), returncode=result.returncode,
-                   seconds=round(time.time() - started, 1))
-    print(result.stdout[-3000:])
-    _write(out / 'tests.json', summary)
+    run = _run_child(command, budget_s, out / LOG_NAME)
+    summary = _junit_summary(junit) if not run['timed_out'] else _log_summary(run['output'])
+    summary.update(command=' '.join(command[1:]), **{k: v for k, v in run.items()
+                                                      if k != 'output'})
+    print(run['output'][-3000:])
+    _write(out / f'{name}.json', summary)
     return summary
 
 
-def step_bench(out: Path) -> Dict:
-    from benchmarks import bench_mala
+def step_bench(out: Path, budget_s: float) -> Dict:
     output = out / 'bench_mala.json'
-    bench_mala.main(BENCH_ARGS + ['--output', str(output)])
-    return {'file': output.name}
+    run = _run_child([sys.executable, 'benchmarks/bench_mala.py', *BENCH_ARGS,
+                      '--output', str(output)], budget_s, out / LOG_NAME)
+    return {'file': output.name, **{k: v for k, v in run.items() if k != 'output'}}
 
 
-def step_tune(out: Path) -> Dict:
-    from benchmarks import tune_mala
-    output = out / 'tune_mala.json'
-    tune_mala.main(TUNE_ARGS + ['--output', str(output)])
-    return {'file': output.name}
+def step_tune(name: str, out: Path, budget_s: float) -> Dict:
+    output = out / f'{name}.json'
+    # The sweep stops itself at 90% of the budget (keeping its JSON); the kill
+    # at the budget is the backstop.
+    run = _run_child([sys.executable, 'benchmarks/tune_mala.py', *TUNE_ARGS,
+                      '--batch-heads', str(TUNE_BATCH_HEADS[name]),
+                      '--budget-s', str(round(0.9 * budget_s)), '--output', str(output)],
+                     budget_s, out / LOG_NAME)
+    return {'file': output.name, **{k: v for k, v in run.items() if k != 'output'}}
 
 
-def step_backbone(out: Path) -> Dict:
+def step_backbone(out: Path, budget_s: float) -> Dict:
     import triton.testing
 
     from mavit_mm.utils.device import cuda_peak_extra_bytes
@@ -148,11 +170,21 @@ def step_backbone(out: Path) -> Dict:
               ('MAViT-T torch', lambda: _mavit('torch')),
               (f'Swin-T ({swin_source})', swin_builder)]
     height, width = BACKBONE_SIZE
+    deadline = time.time() + budget_s
+    report = dict(input_size=list(BACKBONE_SIZE), swin_source=swin_source,
+                  note='backbones alone (no neck or head); bf16 means torch.autocast bf16; '
+                       'fwd in eval mode under no_grad, fwd+bwd in train mode with the '
+                       'sum of the four outputs\' means as the loss',
+                  complete=False, results=rows)
     for name, build in models:
         model = build().to(device)
         for precision in ('fp32', 'bf16'):
             for batch in BACKBONE_BATCHES:
                 for pass_name in ('fwd', 'fwd+bwd'):
+                    if time.time() > deadline:
+                        rows.append(dict(model=name, precision=precision, batch=batch,
+                                         pass_name=pass_name, skipped='time budget spent'))
+                        continue
                     images = torch.randn(batch, 3, height, width, device=device)
                     step = _backbone_step(model, images, precision, pass_name)
                     try:
@@ -170,18 +202,15 @@ def step_backbone(out: Path) -> Dict:
                                peak_memory_mib=None if memory is None else memory / 2 ** 20,
                                error=error)
                     rows.append(row)
+                    _write(out / 'backbone.json', report)
                     print(f'  {name:24} {precision:4} batch {batch} {pass_name:8} '
                           f'{"failed " + error if error else f"{ms:8.2f} ms"}', flush=True)
                     torch.cuda.empty_cache()
         del model
         torch.cuda.empty_cache()
-    report = dict(input_size=list(BACKBONE_SIZE), swin_source=swin_source,
-                  note='backbones alone (no neck or head); bf16 means torch.autocast bf16; '
-                       'fwd in eval mode under no_grad, fwd+bwd in train mode with the '
-                       'sum of the four outputs\' means as the loss',
-                  results=rows)
+    report['complete'] = not any('skipped' in row for row in rows)
     _write(out / 'backbone.json', report)
-    return report
+    return {'rows': len(rows), 'complete': report['complete']}
 
 
 # --------------------------------------------------------------------------
@@ -243,6 +272,40 @@ def _backbone_step(model, images, precision: str, pass_name: str) -> Callable:
     return forward_backward
 
 
+def _run_child(command: List[str], budget_s: float, log: Path) -> Dict:
+    """Run ``command`` in the repository, killed at ``budget_s``; its output is
+    appended to ``log`` either way."""
+    started = time.time()
+    try:
+        result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
+                                timeout=budget_s)
+        output, returncode, timed_out = result.stdout + result.stderr, result.returncode, False
+    except subprocess.TimeoutExpired as exc:
+        output = _text(exc.stdout) + _text(exc.stderr)
+        returncode, timed_out = None, True
+        output += f'\n[gpu_check] killed at its budget of {budget_s:.0f} s\n'
+    with log.open('a') as handle:   # one log for all steps: few files come back from a GPU
+        handle.write(f'\n===== {" ".join(command)}\n{output}')
+    return dict(returncode=returncode, timed_out=timed_out, output=output,
+                seconds=round(time.time() - started, 1), log=log.name)
+
+
+def _text(data) -> str:
+    if data is None:
+        return ''
+    return data.decode(errors='replace') if isinstance(data, bytes) else data
+
+
+def _log_summary(output: str) -> Dict:
+    """Counts from pytest's progress output, for a run killed before its junit file."""
+    lines = [line for line in output.splitlines() if line and set(line.split(' ')[0]) <= set('.FEsx')]
+    marks = ''.join(line.split(' ')[0] for line in lines)
+    return dict(passed=marks.count('.'), failed=marks.count('F'), errors=marks.count('E'),
+                skipped=marks.count('s'), failures=[line for line in output.splitlines()
+                                                    if line.startswith(('FAILED', 'ERROR'))],
+                note='killed at its budget: counts of the tests that had finished')
+
+
 def _junit_summary(path: Path) -> Dict:
     if not path.exists():
         return dict(passed=0, failed=0, errors=1, skipped=0, failures=['no junit file'])
@@ -288,19 +351,42 @@ def dry_run(args) -> int:
     for module in ('triton', 'mmengine', 'pytest', 'numpy'):
         if not _has_module(module):
             problems.append(f'{module} is not importable')
-    for name in CUDA_TEST_FILES:
+    for name in TEST_FILES.values():
         if not (REPO_ROOT / name).is_file():
             problems.append(f'{name} is missing')
+    for step, minutes in STEP_BUDGET_MIN.items():
+        if minutes > STEP_LIMIT_MIN:
+            problems.append(f'step {step} has a budget of {minutes} min (limit {STEP_LIMIT_MIN})')
+    for part, steps in PARTS.items():
+        minutes = sum(STEP_BUDGET_MIN[s] for s in steps)
+        if minutes > PART_LIMIT_MIN:
+            problems.append(f'part {part} needs {minutes} min (limit {PART_LIMIT_MIN})')
     from benchmarks import bench_mala, tune_mala
     bench_mala.parse_args(BENCH_ARGS)
-    tune_mala.main(TUNE_ARGS + ['--dry-run'])
+    tune_mala.main(TUNE_ARGS + ['--batch-heads', '16', '--dry-run'])
     import mavit_mm  # noqa: F401  (the backbone and the op import)
     from mavit_mm.ops.mala import function  # noqa: F401  (the Triton launches import)
-    total = sum(STEP_MINUTES[s] for s in args.steps)
-    print(f'plan: {", ".join(args.steps)} into {args.out}/ (about {total:.0f} min on an H100)')
+    total = sum(STEP_BUDGET_MIN[s] for s in args.steps)
+    print(f'plan: {", ".join(args.steps)} into {args.out}/ (at most {total:.1f} min)')
+    for part, steps in PARTS.items():
+        print(f'part {part}: {" ".join(steps)} '
+              f'(at most {sum(STEP_BUDGET_MIN[s] for s in steps):.1f} min)')
     for problem in problems:
         print(f'problem: {problem}')
     return 1 if problems else 0
+
+
+def run_step(name: str, out: Path, args) -> Dict:
+    budget_s = 60 * STEP_BUDGET_MIN[name]
+    if name == 'env':
+        return step_env(out, budget_s)
+    if name in TEST_FILES:
+        return step_tests(name, out, budget_s, args.pytest_workers)
+    if name == 'bench':
+        return step_bench(out, budget_s)
+    if name == 'backbone':
+        return step_backbone(out, budget_s)
+    return step_tune(name, out, budget_s)
 
 
 def main(argv=None) -> int:
@@ -312,37 +398,29 @@ def main(argv=None) -> int:
         return 2
     os.environ.pop('TRITON_INTERPRET', None)
     args.out.mkdir(parents=True, exist_ok=True)
-    total = sum(STEP_MINUTES[s] for s in args.steps)
+    total = sum(STEP_BUDGET_MIN[s] for s in args.steps)
     started = time.time()
-    summary = {}
+    summary = {'steps': args.steps, 'started': datetime.datetime.now().isoformat(timespec='seconds')}
     for index, name in enumerate(args.steps):
         elapsed = (time.time() - started) / 60
-        left = sum(STEP_MINUTES[s] for s in args.steps[index:])
+        left = sum(STEP_BUDGET_MIN[s] for s in args.steps[index:])
         print(f'[gpu_check] step {index + 1}/{len(args.steps)}: {name} '
-              f'({elapsed:.1f} min so far, about {left:.0f} of {total:.0f} min left)', flush=True)
+              f'({elapsed:.1f} min so far, at most {left:.1f} of {total:.1f} min left)',
+              flush=True)
         step_started = time.time()
         try:
-            if name == 'env':
-                result = step_env(args.out)
-            elif name == 'tests':
-                result = step_tests(args.out, args.pytest_workers)
-            elif name == 'bench':
-                result = step_bench(args.out)
-            elif name == 'backbone':
-                result = step_backbone(args.out)
-            else:
-                result = step_tune(args.out)
-            summary[name] = {'ok': True, 'seconds': round(time.time() - step_started, 1)}
-            if name in ('env', 'tests'):
-                summary[name]['result'] = result
+            result = run_step(name, args.out, args)
+            ok = not (result.get('timed_out') or result.get('failed') or result.get('errors')
+                      or result.get('returncode') not in (0, None))
+            summary[name] = {'ok': ok, 'seconds': round(time.time() - step_started, 1),
+                             'result': result}
         except Exception as exc:  # keep going: later steps still produce results
             import traceback
             traceback.print_exc()
             summary[name] = {'ok': False, 'error': f'{type(exc).__name__}: {exc}'}
-    _write(args.out / 'summary.json', summary)
+        _write(args.out / 'summary.json', summary)
     print(json.dumps(summary, indent=1, default=str)[:4000])
-    tests = summary.get('tests', {}).get('result', {})
-    return 1 if tests.get('failed') or tests.get('errors') else 0
+    return 0 if all(summary[name].get('ok') for name in args.steps) else 1
 
 
 if __name__ == '__main__':

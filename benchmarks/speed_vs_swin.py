@@ -16,7 +16,7 @@ and the ratio MAViT-T / Swin-T of the medians (below 1: MAViT-T is faster).
 Ratios are comparable within one run only: machines differ.
 
 Writes JSON (device, versions, shapes, times, medians, ratios) and a PNG of the
-ratio against input pixels; ``benchmarks/speed_table.py`` turns the newest
+ratio against input pixels; ``benchmarks/readme_tables.py`` turns the newest
 committed JSON into the README's speed table.
 
 Examples:
@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -78,28 +76,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.repeats < 1 or args.warmup < 0:
         parser.error('--repeats must be at least 1 and --warmup at least 0')
     return args
-
-
-def versions() -> Dict[str, str]:
-    import importlib
-    found = dict(python=platform.python_version())
-    for name in ('torch', 'mmengine', 'mmcv', 'mmdet', 'mmseg', 'triton'):
-        try:
-            found[name] = importlib.import_module(name).__version__
-        except ImportError:
-            pass
-    return found
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO_ROOT,
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
-                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() + ('+changes' if dirty.stdout.strip() else '') or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 class Contender:
@@ -156,7 +132,7 @@ def timed(run: Callable[[], None], device) -> float:
 
 def measure(args) -> dict:
     import torch
-    from mavit_mm.utils.device import device_name
+    from mavit_mm.utils.device import device_name, git_commit, library_versions
 
     device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
     if args.dtype != 'fp32' and device.type != 'cuda':
@@ -203,7 +179,7 @@ def measure(args) -> dict:
                 cpu_threads=torch.get_num_threads(), dtype=args.dtype,
                 mala_impl=args.mala_impl, batch_size=1, warmup=args.warmup,
                 repeats=args.repeats, configs=dict(mavit=MAVIT_CONFIG, swin=SWIN_CONFIG),
-                commit=git_commit(), versions=versions(),
+                commit=git_commit(), versions=library_versions(),
                 date=datetime.now(timezone.utc).isoformat(timespec='seconds'),
                 targets=dict(size=list(TARGET_SIZE), ratio_at_most=TARGETS),
                 results=rows)

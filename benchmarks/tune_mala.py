@@ -52,6 +52,9 @@ def parse_args(argv=None):
     parser.add_argument('--rep', type=int, default=25, help='do_bench measuring time in ms')
     parser.add_argument('--output', type=Path, required=False,
                         help='JSON file to write (default: print only)')
+    parser.add_argument('--budget-s', type=float, default=None,
+                        help='stop timing candidates once this many seconds have passed; what '
+                             'was measured stays in the JSON, marked incomplete')
     parser.add_argument('--dry-run', action='store_true',
                         help='list the candidates per kernel and exit (no GPU needed)')
     return parser.parse_args(argv)
@@ -114,29 +117,72 @@ class Case:
         return step
 
 
-def bench(step: Callable, rep: int) -> Optional[float]:
+class BudgetSpent(Exception):
+    """The ``--budget-s`` time is up."""
+
+
+_deadline: Optional[float] = None
+
+
+def bench(make_step: Callable[[], Callable], rep: int) -> Optional[float]:
+    """Median ms of the step that ``make_step`` builds; ``None`` when building,
+    compiling or running it fails (a tile that does not fit, say): the failure
+    is printed and the sweep goes on. Raises :class:`BudgetSpent` once the
+    ``--budget-s`` time has passed."""
     import triton.testing
+    if _deadline is not None and time.time() > _deadline:
+        raise BudgetSpent()
     try:
-        return triton.testing.do_bench(step, warmup=10, rep=rep, return_mode='median')
+        return triton.testing.do_bench(make_step(), warmup=10, rep=rep, return_mode='median')
     except Exception as exc:  # out of resources, compile failure: record and go on
         print(f'      failed: {type(exc).__name__}: {str(exc)[:160]}')
         return None
 
 
-def tune_shape(case: Case, kernels: List[str], rep: int) -> Dict:
+class Results:
+    """The JSON file, rewritten after every measurement: a crash or a time-out
+    keeps everything measured before it."""
+
+    def __init__(self, path: Optional[Path], environment: Dict):
+        self.path = path
+        self.document = {'environment': environment, 'complete': False, 'results': []}
+
+    def start(self, record: Dict) -> Dict:
+        self.document['results'].append(record)
+        self.save()
+        return record
+
+    def save(self, complete: bool = False) -> None:
+        if self.path is None:
+            return
+        self.document['complete'] = complete
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(self.path.name + '.partial')
+        partial.write_text(json.dumps(self.document, indent=1) + '\n')
+        partial.replace(self.path)
+
+
+def tune_shape(case: Case, kernels: List[str], rep: int, record: Dict,
+               save: Callable[[], None]) -> Dict:
     batch_heads, num_tokens, head_dim = case.shape
     default = case.plan()
-    record = {'default_plan': _plan_dict(default), 'kernels': {}}
+    record.update(default_plan=_plan_dict(default), kernels={})
     best_tiles = {}
     for kernel in kernels:
         default_tile = getattr(default, kernel)
         default_tuple = (default_tile.block_n, default_tile.num_warps, default_tile.num_stages)
         timings = []
         started = time.time()
+        record['kernels'][kernel] = {'timings': timings}
         for tile in tile_candidates(kernel, head_dim):
-            ms = bench(case.kernel_step(kernel, case.plan(tiles={kernel: tile})), rep)
+            ms = bench(lambda: case.kernel_step(kernel, case.plan(tiles={kernel: tile})), rep)
             timings.append({'tile': list(tile), 'ms': ms})
+            save()
         valid = [t for t in timings if t['ms'] is not None]
+        if not valid:
+            print(f'    {kernel:9} every candidate failed; keeping the default tile')
+            record['kernels'][kernel]['best'] = None
+            continue
         best = min(valid, key=lambda t: t['ms'])
         default_ms = next((t['ms'] for t in timings if tuple(t['tile']) == default_tuple), None)
         best_tiles[kernel] = tuple(best['tile'])
@@ -157,36 +203,44 @@ def tune_shape(case: Case, kernels: List[str], rep: int) -> Dict:
         if tokens_per_chunk < reduce_block:
             continue
         plan = case.plan(tiles=best_tiles, tokens_per_chunk=tokens_per_chunk)
-        forward, backward = case.launches(plan)
-        fwd_ms = bench(lambda f=forward: (f.partials(), f.combine()), rep)
-        bwd_ms = bench(lambda b=backward: (b.query(), b.chunk_sum()), rep)
+        fwd_ms = bench(lambda: _reduce_step(case, plan, 'forward'), rep)
+        bwd_ms = bench(lambda: _reduce_step(case, plan, 'backward'), rep)
         chunk_timings.append({'chunks': plan.num_chunks, 'tokens_per_chunk': tokens_per_chunk,
                               'forward_reduce_ms': fwd_ms, 'backward_reduce_ms': bwd_ms})
+        record['chunking'] = chunk_timings
+        save()
         print(f'    chunks {plan.num_chunks:4} ({tokens_per_chunk:6} tokens): forward reduce '
               f'{_us(fwd_ms)}, backward reduce {_us(bwd_ms)}')
-    record['chunking'] = chunk_timings
 
     program_timings = []
     for tiles_per_program in TILES_PER_PROGRAM:
         block = best_tiles.get('output', (default.output.block_n,))[0]
         plan = case.plan(tiles=best_tiles, tokens_per_program=tiles_per_program * block)
-        forward, backward = case.launches(plan)
-        out_ms = bench(forward.output, rep)
-        key_ms = bench(backward.key, rep)
+        out_ms = bench(lambda: case.launches(plan)[0].output, rep)
+        key_ms = bench(lambda: case.launches(plan)[1].key, rep)
         program_timings.append({'tiles_per_program': tiles_per_program, 'output_ms': out_ms,
                                 'key_ms': key_ms})
+        record['tokens_per_program'] = program_timings
+        save()
         print(f'    {tiles_per_program:3} tiles per program: output {_us(out_ms)}, '
               f'key {_us(key_ms)}')
-    record['tokens_per_program'] = program_timings
 
     record['best_tiles'] = {name: list(tile) for name, tile in best_tiles.items()}
     tuned = case.plan(tiles=best_tiles)
     for name, plan in (('default', default), ('tuned_tiles', tuned)):
-        record[f'{name}_fwd_ms'] = bench(case.pass_step(plan, False), rep)
-        record[f'{name}_fwd_bwd_ms'] = bench(case.pass_step(plan, True), rep)
+        record[f'{name}_fwd_ms'] = bench(lambda: case.pass_step(plan, False), rep)
+        record[f'{name}_fwd_bwd_ms'] = bench(lambda: case.pass_step(plan, True), rep)
+        save()
         print(f'    {name:11} plan: fwd {_us(record[f"{name}_fwd_ms"])}, '
               f'fwd+bwd {_us(record[f"{name}_fwd_bwd_ms"])}')
     return record
+
+
+def _reduce_step(case: Case, plan, direction: str) -> Callable:
+    forward, backward = case.launches(plan)
+    if direction == 'forward':
+        return lambda: (forward.partials(), forward.combine())
+    return lambda: (backward.query(), backward.chunk_sum())
 
 
 def _us(ms):
@@ -209,23 +263,33 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print('tune_mala.py needs a CUDA GPU (use --dry-run to list the candidates)')
         return 2
+    global _deadline
+    _deadline = None if args.budget_s is None else time.time() + args.budget_s
     device = torch.device('cuda')
     name = torch.cuda.get_device_name(device)
-    results = []
+    results = Results(args.output, environment(name, device, None))
     for dtype_name, batch_heads, num_tokens, head_dim in itertools.product(
             args.dtypes, args.batch_heads, args.tokens, args.head_dims):
         print(f'{dtype_name} BH={batch_heads} N={num_tokens} d={head_dim}', flush=True)
-        case = Case(DTYPES[dtype_name], batch_heads, num_tokens, head_dim, device)
-        record = tune_shape(case, args.kernels, args.rep)
-        record.update(dtype=dtype_name, batch_heads=batch_heads, tokens=num_tokens,
-                      head_dim=head_dim)
-        results.append(record)
-        del case
+        record = results.start(dict(dtype=dtype_name, batch_heads=batch_heads,
+                                    tokens=num_tokens, head_dim=head_dim))
+        try:
+            case = Case(DTYPES[dtype_name], batch_heads, num_tokens, head_dim, device)
+            tune_shape(case, args.kernels, args.rep, record, results.save)
+            del case
+        except BudgetSpent:
+            record['stopped'] = f'time budget of {args.budget_s:.0f} s spent'
+            print(f'    stopped: {record["stopped"]}; the JSON keeps what was measured')
+            results.save()
+            break
+        except Exception as exc:  # keep the other shapes (and what this one measured)
+            record['error'] = f'{type(exc).__name__}: {str(exc)[:300]}'
+            print(f'    failed: {record["error"]}')
+        results.save()
         torch.cuda.empty_cache()
+    results.save(complete=not any('stopped' in r or 'error' in r
+                                  for r in results.document['results']))
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({'environment': environment(name, device, None),
-                                           'results': results}, indent=1) + '\n')
         print(f'wrote {args.output}')
     return 0
 

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 pytest.importorskip('triton')
 
@@ -18,7 +19,9 @@ def run_script(*args, timeout=600):
 def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     result = run_script('benchmarks/gpu_check.py', '--dry-run', '--out', str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert 'plan: env, tests, bench, backbone, tune' in result.stdout
+    assert 'plan: env, kernel-tests, model-tests, bench' in result.stdout
+    assert 'part 1: env kernel-tests model-tests bench' in result.stdout
+    assert 'part 2: env backbone tune-bh16 tune-bh1' in result.stdout
     assert 'problem:' not in result.stdout
     # The tuning candidates it would time, per kernel.
     assert 'd=64 output:' in result.stdout
@@ -44,6 +47,9 @@ def test_bench_mala_times_the_torch_path_on_cpu(tmp_path):
     rows = report['results']
     assert rows and all(row['impl'] == 'torch' for row in rows)
     assert all(row['time_ms'] > 0 and row['bandwidth_gbps'] > 0 for row in rows)
+    # The yardstick is the copy bandwidth measured in the same run (CUDA only).
+    assert report['complete'] and report['environment']['copy_bandwidth_tbps'] is None
+    assert all(row['percent_of_copy'] is None for row in rows)
 
 
 def test_speed_vs_swin_writes_json_and_plot(tmp_path):
@@ -61,3 +67,69 @@ def test_speed_vs_swin_writes_json_and_plot(tmp_path):
         assert row['ratio'] > 0
     assert output.with_suffix('.png').stat().st_size > 10_000
     assert 'about' in result.stdout and 's left' in result.stdout   # progress with an estimate
+
+
+def test_gpu_check_parts_fit_a_gpu_command():
+    """A lent GPU runs one command for at most 10 minutes: every step's budget is
+    at most 5 minutes and each of the two parts stays under 10."""
+    from benchmarks import gpu_check
+    assert set(sum(gpu_check.PARTS.values(), [])) == set(gpu_check.STEPS)
+    assert max(gpu_check.STEP_BUDGET_MIN.values()) <= 5
+    for steps in gpu_check.PARTS.values():
+        assert sum(gpu_check.STEP_BUDGET_MIN[step] for step in steps) <= 9.5
+
+
+def test_gpu_check_kills_a_step_at_its_budget_and_keeps_its_output(tmp_path):
+    from benchmarks import gpu_check
+    log = tmp_path / 'step.log'
+    run = gpu_check._run_child(
+        [sys.executable, '-c', "print('measured so far', flush=True); import time; time.sleep(60)"],
+        budget_s=3, log=log)
+    assert run['timed_out'] and run['returncode'] is None and run['seconds'] < 30
+    assert 'measured so far' in log.read_text() and 'killed at its budget' in log.read_text()
+    counts = gpu_check._log_summary('..F.s [ 50%]\n.. [100%]\nFAILED tests/x.py::t - boom\n')
+    assert (counts['passed'], counts['failed'], counts['skipped']) == (5, 1, 1)
+    assert counts['failures'] == ['FAILED tests/x.py::t - boom']
+
+
+def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, monkeypatch):
+    """A tile that does not fit fails while its launches are built: the sweep
+    records it and goes on, and the JSON on disk is valid after every candidate."""
+    import triton.testing
+
+    from benchmarks import tune_mala
+    case = tune_mala.Case(torch.float32, 2, 256, 32, torch.device('cpu'))
+    built = []
+
+    def kernel_step(kernel, plan):
+        tile = getattr(plan, kernel)
+        built.append((kernel, tile.block_n))
+        if tile.block_n == 64:
+            raise RuntimeError('out of resource: shared memory')
+        return lambda: None
+    monkeypatch.setattr(case, 'kernel_step', kernel_step)
+    monkeypatch.setattr(case, 'launches', lambda plan: (_Stub(), _Stub()))
+    monkeypatch.setattr(case, 'pass_step', lambda plan, backward: (lambda: None))
+    monkeypatch.setattr(triton.testing, 'do_bench',
+                        lambda step, **kwargs: (step(), 0.01 * (1 + len(built) % 3))[1])
+    output = tmp_path / 'tune.json'
+    results = tune_mala.Results(output, {'device': 'cpu'})
+    record = results.start({'dtype': 'fp32'})
+    snapshots = []
+
+    def save():
+        results.save()
+        snapshots.append(json.loads(output.read_text()))
+    tune_mala.tune_shape(case, ['partials'], 1, record, save)
+    timings = record['kernels']['partials']['timings']
+    assert len(timings) == len(tune_mala.tile_candidates('partials', 32))
+    assert all((t['ms'] is None) == (t['tile'][0] == 64) for t in timings)
+    assert record['kernels']['partials']['best']['tile'][0] != 64
+    assert len(snapshots) >= len(timings)
+    assert len(snapshots[0]['results'][0]['kernels']['partials']['timings']) == 1
+    assert not snapshots[-1]['complete']
+
+
+class _Stub:
+    def __getattr__(self, name):
+        return lambda: None

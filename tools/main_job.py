@@ -58,8 +58,9 @@ VALIDATIONS_DURING_TRAINING = 3
 # Validation images drawn (ground truth beside prediction) per model.
 PICTURED_IMAGES = 4
 # Minutes each model took on this project's 2-core CPU (train with its
-# validations + test + pictures; README, 2026-11-23): the estimates printed.
-REFERENCE_MINUTES = {'mask_rcnn': 9.0, 'upernet': 4.0}
+# validations + test + pictures; benchmarks/results/main-job-cpu-2026-11-25.json,
+# rounded up): the estimates printed.
+REFERENCE_MINUTES = {'mask_rcnn': 5.5, 'upernet': 2.5}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,6 +76,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--max-iters', type=int, default=None,
                         help="training iterations per model (default: the demo config's); "
                              'the lr schedule is stretched to match')
+    parser.add_argument('--record', type=Path, default=None, metavar='JSON',
+                        help='also write the summary with the machine, versions and commit '
+                             'to JSON (benchmarks/results/main-job-cpu-DATE.json is what '
+                             'benchmarks/readme_tables.py puts into the README)')
     parser.add_argument('--regenerate-data', action='store_true',
                         help='write the synthetic datasets again even if present')
     return parser.parse_args(argv)
@@ -218,6 +223,21 @@ def check_results(results: dict, bars=BARS) -> dict:
     return dict(bars=checked, failures=failures, passed=not failures)
 
 
+def job_record(summary: dict) -> dict:
+    """``summary`` with what a reader of a results file needs: the machine, the
+    versions, the commit and the date."""
+    import datetime
+
+    import torch
+
+    from mavit_mm.utils.device import device_name, git_commit, library_versions
+    return dict(benchmark='main-job', device=device_name(torch.device('cpu')), device_type='cpu',
+                cpu_threads=torch.get_num_threads(), versions=library_versions(),
+                commit=git_commit(),
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+                summary=summary)
+
+
 def _fmt(value) -> str:
     return 'missing' if value is None else f'{value:.3f}'
 
@@ -298,6 +318,10 @@ def main(argv=None) -> int:
                    data=dict(root=DEMO_DATA_ROOT, **DEMO_DATA_SETTINGS))
     args.work_dir.mkdir(parents=True, exist_ok=True)
     (args.work_dir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
+    if args.record:
+        args.record.parent.mkdir(parents=True, exist_ok=True)
+        args.record.write_text(json.dumps(job_record(summary), indent=1) + '\n')
+        log(f'record written to {args.record}')
     print('\nMAViT-T on the synthetic shapes data (validation split): untrained (freshly '
           'initialised) vs trained from scratch\n' + table)
     print('\nPictures (PNG):\n' + picture_lines(results))

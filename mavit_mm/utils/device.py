@@ -1,11 +1,15 @@
 """What the benchmarks record about the machine they ran on, and measure on it."""
 from __future__ import annotations
 
+import importlib
 import platform
+import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Dict, Optional
 
 import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def device_name(device: torch.device) -> str:
@@ -13,6 +17,29 @@ def device_name(device: torch.device) -> str:
     if device.type == 'cuda':
         return torch.cuda.get_device_name(device)
     return f'cpu {cpu_model() or platform.machine()}'
+
+
+def library_versions() -> Dict[str, str]:
+    """Python's and the stack's versions, for results files."""
+    found = dict(python=platform.python_version())
+    for name in ('torch', 'mmengine', 'mmcv', 'mmdet', 'mmseg', 'triton'):
+        try:
+            found[name] = importlib.import_module(name).__version__
+        except ImportError:
+            pass
+    return found
+
+
+def git_commit(repo_root: Path = REPO_ROOT) -> Optional[str]:
+    """The checkout's short commit, ``+changes`` when tracked files differ from it."""
+    try:
+        out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=repo_root,
+                             capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
+                               cwd=repo_root, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() + ('+changes' if dirty.stdout.strip() else '') or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def cpu_model() -> str | None:

@@ -78,6 +78,9 @@ def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:
     """The fused kernels; a launch the GPU cannot hold (Triton's out-of-resources
     error, judged from the compiled kernel's own registers and shared memory)
     falls back under 'auto' and is a clear error under 'triton'."""
+    import_error = _triton_unavailable()   # explicit: callers may come straight here
+    if import_error is not None:
+        raise RuntimeError(f'the fused MALA kernels cannot run: {import_error}')
     try:
         return _triton_mala(q, k, v, rope)
     except _function.OutOfResources as exc:

@@ -412,6 +412,10 @@ class BackwardLaunches(_Launches):
         return self.dq, self.dk, self.dv
 
 
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == 'cuda' else str(device)
+
+
 def _on_device(device: torch.device):
     """Triton launches on the current CUDA device: make it the tensors' one."""
     return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
@@ -478,15 +482,21 @@ def _specialisation(arg):
     return arg
 
 
+class CompileFailure(RuntimeError):
+    """Triton could not compile a kernel for this GPU (the case falls back under
+    ``'auto'``; ``'triton'`` says why)."""
+
+
 def compiled_resources(launches: _Launches, name: str) -> Optional[KernelResources]:
     """Registers and shared memory of the kernel that ``launches`` runs as
     ``name``, compiled for the current GPU (or taken from Triton's caches: the
     launch then reuses the very binary) and loaded, as a launch would load it,
     without running it.
 
-    Raises Triton's ``OutOfResources`` when this GPU cannot hold the kernel;
-    ``None`` where this Triton release lacks the loading internals used here
-    (the plan then keeps its default, and the launch does Triton's checks).
+    Raises Triton's ``OutOfResources`` when this GPU cannot hold the kernel,
+    :class:`CompileFailure` when the compiler fails on it; ``None`` where this
+    Triton release lacks the loading internals used here (the plan then keeps
+    its default, and the launch does Triton's checks).
     """
     kernel, meta = launches.table[name]
     grid, args = launches.arguments(name)
@@ -502,8 +512,13 @@ def compiled_resources(launches: _Launches, name: str) -> Optional[KernelResourc
             compiled._init_handles()
             resources = KernelResources(compiled.n_regs, compiled.metadata.shared,
                                         compiled.metadata.num_warps)
+        except OutOfResources:
+            raise
         except (AttributeError, TypeError):   # internals this Triton release lacks
             resources = None
+        except Exception as exc:   # the compiler itself failed (ptxas, a lowering error)
+            raise CompileFailure(f'the {name} kernel failed to compile: '
+                                 f'{type(exc).__name__}: {str(exc)[:500]}') from exc
         _compiled_resources[key] = resources
     return _compiled_resources[key]
 
@@ -556,6 +571,11 @@ def resource_shortfall(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, width:
     """
     if q.device.type != 'cuda':
         return None
+    return _compiled_shortfall(q, k, v, width, backward)
+
+
+def _compiled_shortfall(q, k, v, width: int, backward: bool) -> Optional[str]:
+    """:func:`resource_shortfall` past its device check."""
     key = (q.device, q.dtype, q.shape, q.stride(), k.stride(), v.stride(), width, backward)
     if key in _shortfalls:
         return _shortfalls[key]
@@ -578,7 +598,9 @@ def resource_shortfall(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, width:
         reason = None
     except OutOfResources as exc:
         reason = (f'the {name} kernel for head dim {q.shape[-1]} does not fit '
-                  f'{torch.cuda.get_device_name(q.device)}: {exc}')
+                  f'{_device_name(q.device)}: {exc}')
+    except CompileFailure as exc:
+        reason = f'{exc} (head dim {q.shape[-1]}, {q.dtype}, {_device_name(q.device)})'
     _shortfalls[key] = reason
     return reason
 

@@ -1,0 +1,251 @@
+"""Host (Python) time per fused-MALA call, with the kernel launches stubbed out.
+
+What one ``mala_attention(q, k, v, rope, impl='triton')`` call costs the CPU
+before any GPU work is queued: the dispatch checks, the ``mavit_mm::mala``
+custom op (and, for training, autograd and ``mavit_mm::mala_backward``), the
+launch plan, the output and workspace allocations and the argument tuples of
+the kernel launches. It runs on the CPU with Triton's interpreter *off*: the
+five ``@triton.jit`` kernels are replaced by stubs whose ``kernel[grid](*args,
+**meta)`` only counts the launch, so nothing is computed and the results are
+uninitialised memory. Not measured: Triton's own launch path (its argument
+binder, kernel-cache lookup and the driver launch; it needs a GPU) and, on a
+GPU, the CUDA-only part of planning (the compiled kernel's occupancy) and the
+``torch.cuda.device`` switch.
+
+The dispatch refuses CPU tensors without the interpreter, so the check of the
+interpreter is patched to say yes; everything else in the dispatch runs as is.
+
+Shapes: the MALA layers of MAViT-T (head dim 64; 1, 2, 4, 8 heads at strides
+4, 8, 16, 32) at ``--batch`` and ``--image`` size, q, k, v as the backbone
+passes them (channel-contiguous views of a channels_last qkv map). Each case is
+called ``--calls`` times per round, ``--rounds`` rounds after ``--warmup``
+calls; the median over rounds of the time per call is reported, plus the sum
+over one MAViT-T forward (2 + 2 + 6 + 2 layers).
+
+To compare against another version of ``mavit_mm/ops/mala/function.py`` (for
+example the one before a change), pass it as ``--function-module``: it is
+loaded in place of the package's own (one per process).
+
+Examples::
+
+    python benchmarks/mala_host_overhead.py
+    python benchmarks/mala_host_overhead.py --function-module /tmp/old_function.py \\
+        --output benchmarks/results/mala-host-overhead-before.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# The kernels must be compiled-mode JITFunctions (then stubbed), not the
+# interpreter's: decided when kernels.py is imported.
+os.environ['TRITON_INTERPRET'] = '0'
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+
+# (heads, stride, depth) of the MALA stages of MAViT-T (head dim 64).
+TINY_STAGES = ((1, 4, 2), (2, 8, 2), (4, 16, 6), (8, 32, 2))
+HEAD_DIM = 64
+DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Host time per fused-MALA call (mala_attention(impl='triton') on the "
+                    'CPU, Triton interpreter off, kernel launches stubbed): dispatch, custom '
+                    'op, plan, buffers and launch arguments, without any kernel work.')
+    parser.add_argument('--batch', type=int, default=1, help='batch size (default 1)')
+    parser.add_argument('--image', type=int, nargs=2, default=(512, 512),
+                        metavar=('H', 'W'), help='input image size (default 512 512)')
+    parser.add_argument('--dtype', choices=sorted(DTYPES), default='bf16',
+                        help='q, k, v dtype (default bf16)')
+    parser.add_argument('--modes', nargs='+', choices=('forward', 'train', 'plan'),
+                        default=['forward', 'train', 'plan'],
+                        help="forward: inference call under no_grad; train: forward + "
+                             "torch.autograd.grad (both ops); plan: plan_for alone")
+    parser.add_argument('--calls', type=int, default=200, help='calls per round (default 200)')
+    parser.add_argument('--rounds', type=int, default=15, help='rounds (default 15)')
+    parser.add_argument('--warmup', type=int, default=50, help='warm-up calls (default 50)')
+    parser.add_argument('--function-module', type=Path, default=None,
+                        help='load this file as mavit_mm.ops.mala.function instead of the '
+                             "package's own (to measure another version)")
+    parser.add_argument('--label', default=None,
+                        help='a name for this run in the JSON (default: the module path)')
+    parser.add_argument('--output', type=Path, default=None,
+                        help='write the results as JSON here (default: print only)')
+    return parser.parse_args(argv)
+
+
+class StubKernel:
+    """Stands in for a ``@triton.jit`` kernel: ``kernel[grid](*args, **meta)``
+    counts the launch and does nothing else."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.launches = 0
+
+    def __getitem__(self, grid):
+        return self._launch
+
+    def _launch(self, *args, **meta):
+        self.launches += 1
+
+
+def load_function_module(path):
+    """The Triton launch module, the package's own or ``path`` in its place."""
+    from mavit_mm.ops import mala as mala_ops
+    if path is not None:
+        name = 'mavit_mm.ops.mala.function'
+        if name in sys.modules:
+            raise RuntimeError(f'{name} is already imported; one version per process')
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        mala_ops._function, mala_ops._triton_import_tried = module, True
+    error = mala_ops._triton_unavailable()
+    if error is not None:
+        raise SystemExit(f'the Triton path is unavailable: {error}')
+    return mala_ops, mala_ops._function
+
+
+def install_stubs(kernels_module):
+    import triton
+    stubs = {}
+    for name, value in list(vars(kernels_module).items()):
+        if name.endswith('_kernel') and isinstance(value, triton.runtime.jit.JITFunction):
+            stubs[name] = StubKernel(name)
+            setattr(kernels_module, name, stubs[name])
+    interpreted = [name for name, value in vars(kernels_module).items()
+                   if name.endswith('_kernel') and type(value).__name__ == 'InterpretedFunction']
+    if interpreted or not stubs:
+        raise SystemExit(f'expected compiled-mode kernels to stub, found {interpreted or "none"}')
+    return stubs
+
+
+def stage_qkv(batch, heads, height, width, dtype, requires_grad):
+    """q, k, v as GatedAttention passes them: (B, heads, N, d) views of the
+    channel blocks of a channels_last (B, 3C, H, W) map."""
+    channels = heads * HEAD_DIM
+    x = torch.randn(batch, 3 * channels, height, width).to(dtype=dtype,
+                                                             memory_format=torch.channels_last)
+    x.requires_grad_(requires_grad)
+    return [t.reshape(batch, heads, HEAD_DIM, height * width).transpose(-1, -2)
+            for t in x.chunk(3, dim=1)]
+
+
+def time_per_call(call, calls, rounds, warmup):
+    for _ in range(warmup):
+        call()
+    per_call = []
+    for _ in range(rounds):
+        start = time.perf_counter_ns()
+        for _ in range(calls):
+            call()
+        per_call.append((time.perf_counter_ns() - start) / calls / 1e3)
+    return dict(median_us=statistics.median(per_call), min_us=min(per_call),
+                max_us=max(per_call))
+
+
+def make_call(mode, mala_ops, function, q, k, v, rope):
+    if mode == 'forward':
+        def call():
+            with torch.no_grad():
+                mala_ops.mala_attention(q, k, v, rope, impl='triton')
+    elif mode == 'train':
+        dout = torch.randn(q.shape, dtype=q.dtype)
+
+        def call():
+            out = mala_ops.mala_attention(q, k, v, rope, impl='triton')
+            torch.autograd.grad(out, (q, k, v), dout)
+    else:
+        angle = rope.angle.float().contiguous()
+
+        def call():
+            function.plan_for(q, k, v, angle, rope.width)
+    return call
+
+
+def git_commit():
+    try:
+        return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    mala_ops, function = load_function_module(args.function_module)
+    stubs = install_stubs(function.kernels)
+    mala_ops.triton_interpreter_enabled = lambda: True   # CPU tensors pass the dispatch
+    from mavit_mm.ops.rope2d import RoPE2d
+
+    dtype = DTYPES[args.dtype]
+    image_h, image_w = args.image
+    results = {}
+    for mode in args.modes:
+        stages = []
+        for heads, stride, depth in TINY_STAGES:
+            height, width = image_h // stride, image_w // stride
+            q, k, v = stage_qkv(args.batch, heads, height, width, dtype, mode == 'train')
+            rope = RoPE2d(HEAD_DIM)(height, width)
+            call = make_call(mode, mala_ops, function, q, k, v, rope)
+            before = {name: stub.launches for name, stub in stubs.items()}
+            call()
+            launched = sum(stub.launches - before[name] for name, stub in stubs.items())
+            expected = {'forward': 3, 'train': 5, 'plan': 0}[mode]
+            if launched != expected:
+                raise SystemExit(f'{mode}: {launched} kernel launches per call, expected '
+                                 f'{expected}')
+            timing = time_per_call(call, args.calls, args.rounds, args.warmup)
+            stages.append(dict(shape=[args.batch, heads, height * width, HEAD_DIM],
+                               layers=depth, **timing))
+            print(f'{mode:8s} B={args.batch} heads={heads} N={height * width:6d} '
+                  f'd={HEAD_DIM}: median {timing["median_us"]:7.1f} us/call '
+                  f'(min {timing["min_us"]:.1f}, max {timing["max_us"]:.1f})')
+        per_forward = sum(stage['median_us'] * stage['layers'] for stage in stages)
+        mean = per_forward / sum(stage['layers'] for stage in stages)
+        print(f'{mode:8s} mean {mean:7.1f} us/call, {per_forward / 1e3:.2f} ms per MAViT-T '
+              f'pass (12 MALA layers)')
+        results[mode] = dict(stages=stages, mean_us_per_call=mean,
+                             ms_per_mavit_t_pass=per_forward / 1e3)
+
+    report = dict(
+        benchmark='mala_host_overhead',
+        label=args.label or str(args.function_module or 'mavit_mm/ops/mala/function.py'),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+        commit=git_commit(),
+        function_module=str(args.function_module) if args.function_module else None,
+        measures=("mala_attention(impl='triton') on the CPU, Triton interpreter off, the "
+                  'kernel launches stubbed (kernel[grid](...) only counts); excludes '
+                  "Triton's launch path and the CUDA-only planning"),
+        config=dict(batch=args.batch, image=list(args.image), dtype=args.dtype,
+                    head_dim=HEAD_DIM, calls=args.calls, rounds=args.rounds,
+                    warmup=args.warmup, torch_threads=1),
+        environment=dict(python=platform.python_version(), torch=torch.__version__,
+                         triton=__import__('triton').__version__,
+                         platform=platform.platform(), processor=platform.processor()),
+        results=results)
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=2) + '\n')
+        print(f'wrote {args.output}')
+    return report
+
+
+if __name__ == '__main__':
+    main()
