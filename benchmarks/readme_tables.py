@@ -1,19 +1,20 @@
-"""The README's measured figures, generated from committed results files.
+"""The measured figures of README.md and docs/, generated from committed
+results files.
 
-Each block sits in README.md between ``<!-- NAME:begin -->`` and
-``<!-- NAME:end -->``; nothing between the markers is typed by hand. Each is
-rendered from the newest file (by its ``date``) of its kind in
-``benchmarks/results/``:
+Each block sits between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in
+its file; nothing between the markers is typed by hand. Each is rendered from
+the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
 
-  speed-table      speed-vs-swin-*.json (CPU)  benchmarks/speed_vs_swin.py (make bench)
-  main-job         main-job-*.json             tools/main_job.py --record (make demo)
-  demo-train-step  demo-train-step-*.json      benchmarks/demo_train_step.py
+  speed-table        README.md           speed-vs-swin-*.json (CPU)   make bench
+  main-job           README.md           main-job-*.json              tools/main_job.py --record
+  demo-train-step    README.md           demo-train-step-*.json       benchmarks/demo_train_step.py
+  onnxruntime-speed  docs/deployment.md  onnxruntime-speed-*.json     benchmarks/onnxruntime_speed.py
 
   python benchmarks/readme_tables.py            # print the blocks
-  python benchmarks/readme_tables.py --write    # put them into README.md
-  python benchmarks/readme_tables.py --check    # exit 1 if README.md differs
+  python benchmarks/readme_tables.py --write    # put them into their files
+  python benchmarks/readme_tables.py --check    # exit 1 if a file differs
 
-``tests/test_readme_tables.py`` runs the check, so a README whose figures
+``tests/test_readme_tables.py`` runs the check, so a page whose figures
 differ from the newest results files fails the tests.
 """
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import Callable, Dict, NamedTuple, Optional
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / 'benchmarks' / 'results'
 README = REPO_ROOT / 'README.md'
+# The files the blocks live in, by name (tests point these elsewhere).
+TARGET_FILES = {'README.md': README, 'docs/deployment.md': REPO_ROOT / 'docs' / 'deployment.md'}
 TASK_NAMES = {'backbone-forward': 'backbone forward',
               'backbone-train': 'backbone training step (fwd + bwd + AdamW)',
               'upernet-forward': 'UperNet forward'}
@@ -39,6 +42,7 @@ class Block(NamedTuple):
     pattern: str                       # results files of this kind
     render: Callable[[dict, str], str]
     device_type: Optional[str] = None  # only files of this device type
+    target: str = 'README.md'          # a key of TARGET_FILES
 
 
 def markers(name: str):
@@ -110,6 +114,22 @@ def render_demo_train_step(report: dict, source: str) -> str:
         f"| ResNet-18 | {medians['ResNet-18']:.0f} | 1.00 |"])
 
 
+def render_onnxruntime_speed(report: dict, source: str) -> str:
+    """ONNX Runtime against PyTorch eager, per input size."""
+    lines = [_source_line(report, source, 'Measured') +
+             f" {report['model']}, {report['dtype']}, batch {report['batch_size']}, median of "
+             f"{report['repeats']} alternating runs after {report['warmup']} warm-up; "
+             f"{report['exported_with']}.",
+             '',
+             '| size | PyTorch ms | ONNX Runtime ms | speed-up | labels agree |',
+             '| --- | ---: | ---: | ---: | ---: |']
+    for row in report['results']:
+        lines.append(f"| {row['shape'][0]}x{row['shape'][1]} | "
+                     f"{row['median_ms']['PyTorch']:.0f} | {row['median_ms']['ONNX Runtime']:.0f} | "
+                     f"{row['speedup']:.2f} | {100 * row['label_agreement']:.2f}% |")
+    return '\n'.join(lines)
+
+
 def _metric(value) -> str:
     return 'n/a' if value is None else f'{value:.3f}' if abs(value) < 2 else f'{value:.2f}'
 
@@ -118,6 +138,8 @@ BLOCKS: Dict[str, Block] = {
     'speed-table': Block('speed-vs-swin-*.json', render_speed, device_type='cpu'),
     'main-job': Block('main-job-*.json', render_main_job),
     'demo-train-step': Block('demo-train-step-*.json', render_demo_train_step),
+    'onnxruntime-speed': Block('onnxruntime-speed-*.json', render_onnxruntime_speed,
+                               target='docs/deployment.md'),
 }
 
 
@@ -163,27 +185,30 @@ def main(argv=None) -> int:
     mode.add_argument('--check', action='store_true',
                       help='exit 1 when README.md does not hold the newest blocks')
     args = parser.parse_args(argv)
-    text = README.read_text()
+    texts = {}
     stale = []
     for name in args.blocks:
+        target = BLOCKS[name].target
+        text = texts.setdefault(target, TARGET_FILES[target].read_text())
         path = newest_results(name)
         block = block_for(name, path)
         if args.write:
-            text = with_block(text, name, block)
-            print(f'README.md: {name} from {path.name}')
+            texts[target] = with_block(text, name, block)
+            print(f'{target}: {name} from {path.name}')
         elif args.check:
             if readme_block(text, name) != block:
-                stale.append(f'{name} (newest: {path.name})')
+                stale.append(f'{name} in {target} (newest: {path.name})')
         else:
-            print(f'--- {name} ({path.name})\n{block}\n')
+            print(f'--- {name} ({path.name}, for {target})\n{block}\n')
     if args.write:
-        README.write_text(text)
+        for target, text in texts.items():
+            TARGET_FILES[target].write_text(text)
     if stale:
-        print('README.md differs from the newest results in: ' + ', '.join(stale) +
+        print('Blocks differ from the newest results: ' + ', '.join(stale) +
               '; run python benchmarks/readme_tables.py --write', file=sys.stderr)
         return 1
     if args.check:
-        print('README.md blocks match the newest results files')
+        print('every block matches the newest results files')
     return 0
 
 

@@ -4,7 +4,8 @@
 #   torch 2.13.0 first (or the torch already in .venv, e.g. a CUDA build: kept),
 #   then mmengine 0.10.7, mmcv 2.1.0 with C++ ops (built from source once; the
 #   wheel is cached under $MAVIT_CACHE_DIR, default ~/.cache/mavit-mm), mmdet
-#   3.3.0, mmsegmentation 1.2.2, triton, pycocotools, and mavit_mm (editable).
+#   3.3.0, mmsegmentation 1.2.2, triton, pycocotools, mmdeploy 1.3.1 with onnx and
+#   onnxruntime (requirements/deploy.txt), and mavit_mm (editable).
 #
 # Every pip call runs under one constraints file: the torch pin plus
 # requirements/constraints.txt (setuptools>=77,<82, for pkg_resources).
@@ -31,7 +32,7 @@ fingerprint() {
 
 stack_imports() {
     "$PY" - <<'PY' 2>/dev/null
-import pkg_resources, torch, mmengine, mmcv, mmcv.ops, mmdet, mmseg, pycocotools, triton, pytest, mavit_mm
+import pkg_resources, torch, mmengine, mmcv, mmcv.ops, mmdet, mmseg, pycocotools, triton, pytest, onnx, onnxruntime, onnxscript, mmdeploy.apis, mavit_mm
 PY
 }
 
@@ -68,7 +69,8 @@ fi
 TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
 log "installing runtime requirements"
-pip_c -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
+pip_c -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
+    -r "$ROOT/requirements/deploy.txt"
 # A CUDA torch brings its own matching triton; only the CPU build needs one.
 "$PY" -c "import triton" 2>/dev/null || pip_c triton
 "$PY" -c "import pkg_resources" 2>/dev/null || {
@@ -130,13 +132,14 @@ else
     pip_c --no-deps "$WHEEL_DIR"/mmcv-*.whl
 fi
 
-log "installing mmdet 3.3.0, mmsegmentation 1.2.2 and mavit_mm (editable)"
-pip_c --no-deps mmdet==3.3.0 mmsegmentation==1.2.2
+log "installing mmdet 3.3.0, mmsegmentation 1.2.2, mmdeploy 1.3.1 and mavit_mm (editable)"
+# mmdeploy without its protobuf<=3.20.2 pin (requirements/deploy.txt says why).
+pip_c --no-deps mmdet==3.3.0 mmsegmentation==1.2.2 mmdeploy==1.3.1
 pip_c --no-deps --no-build-isolation -e "$ROOT"
 
 if ! stack_imports; then
     log "the environment does not import cleanly:"
-    "$PY" -c "import pkg_resources, torch, mmengine, mmcv.ops, mmdet, mmseg, triton, mavit_mm"
+    "$PY" -c "import pkg_resources, torch, mmengine, mmcv.ops, mmdet, mmseg, triton, onnx, onnxruntime, mmdeploy.apis, mavit_mm"
     exit 1
 fi
 fingerprint > "$STAMP"

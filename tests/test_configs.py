@@ -108,7 +108,8 @@ def test_config_keeps_published_recipe(pipe, size):
     dims = EMBED_DIMS[size]
 
     assert cfg.default_scope == recipe['scope']
-    assert cfg.custom_imports == dict(imports=['mavit_mm'], allow_failed_imports=False)
+    assert cfg.custom_imports == dict(imports=['mavit_mm', 'mavit_mm.deploy'],
+                                      allow_failed_imports=False)
 
     # Model: MAViT of the right size, SyncBN, ImageNet weights, neck/head widths.
     assert cfg.model.type == recipe['model']

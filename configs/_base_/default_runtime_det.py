@@ -1,7 +1,7 @@
 # Runtime of the detection configs (mmdet 3.x).
 default_scope = 'mmdet'
 # Registers MAViT in mmdet's MODELS registry.
-custom_imports = dict(imports=['mavit_mm'], allow_failed_imports=False)
+custom_imports = dict(imports=['mavit_mm', 'mavit_mm.deploy'], allow_failed_imports=False)
 
 default_hooks = dict(
     timer=dict(type='IterTimerHook'),

@@ -1,7 +1,7 @@
 # Runtime of the segmentation configs (mmseg 1.x).
 default_scope = 'mmseg'
 # Registers MAViT in mmseg's MODELS registry.
-custom_imports = dict(imports=['mavit_mm'], allow_failed_imports=False)
+custom_imports = dict(imports=['mavit_mm', 'mavit_mm.deploy'], allow_failed_imports=False)
 
 env_cfg = dict(
     cudnn_benchmark=True,

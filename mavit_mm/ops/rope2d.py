@@ -146,7 +146,7 @@ def _build_tables(angle: torch.Tensor, height: int, width: int, dtype: torch.dty
     cos = theta.cos()
     # rotate((x0, x1)) = (-x1, x0) is a pair swap times (-1, +1): fold the sign into sin.
     sign = torch.tensor([-1.0, 1.0], device=angle.device, dtype=theta.dtype)
-    signed_sin = (theta.sin().unflatten(-1, (-1, 2)) * sign).flatten(-2)
+    signed_sin = (_pairs(theta.sin()) * sign).flatten(-2)
     return cos.to(dtype), signed_sin.to(dtype)
 
 
@@ -159,8 +159,15 @@ def _build_rotations(angle: torch.Tensor, height: int, width: int, dtype: torch.
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` (..., N, head_dim) by the tables of :class:`RotaryTables`."""
-    swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    swapped = _pairs(x).flip(-1).flatten(-2)
     return x * cos + swapped * signed_sin
+
+
+def _pairs(x: torch.Tensor) -> torch.Tensor:
+    """(..., d) -> (..., d / 2, 2), a view. ``reshape`` rather than ``unflatten``:
+    the TorchScript ONNX exporter has ``unflatten`` only from opset 13, and
+    mmdeploy's detectors export at opset 11."""
+    return x.reshape(*x.shape[:-1], -1, 2)
 
 
 class RoPE2d(nn.Module):

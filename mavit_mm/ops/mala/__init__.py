@@ -11,6 +11,8 @@ PyTorch path (``'torch'``, :mod:`.naive`), the fused Triton kernels
   distinct reason.
 * ``'triton'``: the fused kernels or a clear error saying why not. On CPU it
   runs in Triton's interpreter when ``TRITON_INTERPRET=1`` (how CI tests them).
+* Exporting (ONNX, TorchScript tracing, ``torch.export``): the PyTorch path,
+  whatever ``impl`` says.
 
 The Triton modules are imported on first use only: ``import mavit_mm`` works
 without triton installed.
@@ -63,7 +65,10 @@ def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     check_mala_impl(impl)
     _check_shapes(q, k, v, rope)
     # 'auto' off CUDA: the PyTorch path is the best there is, nothing to warn about.
-    if impl == 'torch' or q.numel() == 0 or (impl == 'auto' and q.device.type != 'cuda'):
+    # An exported graph (ONNX, TorchScript, torch.export) gets the PyTorch path
+    # whatever ``impl`` says: the fused op is a CUDA kernel no exported format holds.
+    if (impl == 'torch' or q.numel() == 0 or (impl == 'auto' and q.device.type != 'cuda')
+            or _exporting()):
         return _torch_mala(q, k, v, rope)
     unsupported = triton_unsupported(q, k, v, rope, allow_interpreter=impl == 'triton')
     if unsupported is None:
@@ -72,6 +77,11 @@ def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise unsupported.error(f"mala_impl='triton' cannot run this case: {unsupported.reason}")
     _warn_fallback_once(unsupported.reason)
     return _torch_mala(q, k, v, rope)
+
+
+def _exporting() -> bool:
+    return (torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
+            or torch.compiler.is_exporting())
 
 
 def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:

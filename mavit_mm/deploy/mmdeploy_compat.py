@@ -1,0 +1,251 @@
+"""mmdeploy 1.3.1 on torch 2.13, and exact exports of MAViT pipelines.
+
+Each fix names what it answers; all are applied once, by :func:`activate`:
+
+* **The exporter.** torch 2.13's ``torch.onnx.export`` defaults to the dynamo
+  exporter, which ignores mmdeploy's TorchScript symbolics and rewriters.
+  When mmdeploy calls it without choosing, it gets the TorchScript exporter
+  (``dynamo=False``); every other caller keeps torch's default.
+* **fx wrap bookkeeping.** torch keeps ``torch.fx._symbolic_trace.
+  _wrapped_fns_to_patch`` as a dict; mmdeploy's rewriter context pops
+  ``[-1]`` from it on exit as from a list (``KeyError: -1`` once anything
+  registered an fx wrap during the export, as importing dynamo does). The
+  context now removes exactly the entries added while it was open.
+* **``_cast_Long``.** mmdeploy's RoIAlign symbolic imports
+  ``torch.onnx.symbolic_opset9._cast_Long``, which torch 2.13 no longer has:
+  it is provided (a Cast to int64).
+* **Exact adaptive average pooling.** mmdeploy rewrites
+  ``adaptive_avg_pool2d`` as ``avg_pool2d`` with kernel = stride =
+  ``int(size / out)``, which is not adaptive pooling unless the size divides
+  (UperNet's pool scales 3 and 6 on a 16x16 map: 5x5 bins over 15 rows, and
+  an 8x8 output instead of 6x6). For ONNX it is replaced by
+  :func:`exact_adaptive_avg_pool2d`: the bins of adaptive pooling, from
+  cumulative sums, for static and dynamic shapes alike.
+
+MAViT's own ops need no rewrite: the fused Triton MALA never runs off CUDA or
+under tracing (its PyTorch path is exported), the rotation takes its real
+formula under tracing (ONNX has no complex type) and avoids ``unflatten``
+(no symbolic before opset 13), and mmdeploy's default rewrite of
+``scaled_dot_product_attention`` covers the softmax stages at opset 11.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import sys
+from typing import Sequence, Union
+
+import torch
+
+_ACTIVE = False
+
+
+def exact_adaptive_avg_pool2d(x: torch.Tensor,
+                              output_size: Union[int, Sequence[int]]) -> torch.Tensor:
+    """``F.adaptive_avg_pool2d(x, output_size)`` from ops every ONNX opset has.
+
+    Bin ``i`` of ``n`` inputs into ``o`` outputs spans ``[floor(i n / o),
+    ceil((i + 1) n / o))``, as in PyTorch; its mean is a difference of
+    cumulative sums divided by its length. The sizes may be traced (dynamic
+    shapes): nothing here is fixed at export time but ``output_size``.
+    """
+    if isinstance(output_size, int):
+        output_size = (output_size, output_size)
+    out = x
+    for dim, size in zip((2, 3), output_size):
+        if size is None:
+            continue
+        out = _adaptive_mean(out, dim, int(size))
+    return out
+
+
+def _adaptive_mean(x: torch.Tensor, dim: int, out_size: int) -> torch.Tensor:
+    length = x.shape[dim]
+    index = torch.arange(out_size, device=x.device)
+    start = torch.div(index * length, out_size, rounding_mode='floor')
+    end = torch.div((index + 1) * length + out_size - 1, out_size, rounding_mode='floor')
+    # Sums in fp32 at least; a leading zero so that a bin is end - start.
+    sums = torch.cumsum(x.float(), dim)
+    zero = torch.zeros_like(sums.narrow(dim, 0, 1))
+    sums = torch.cat([zero, sums], dim)
+    shape = [1] * x.dim()
+    shape[dim] = out_size
+    counts = (end - start).to(sums.dtype).reshape(shape)
+    means = (sums.index_select(dim, end) - sums.index_select(dim, start)) / counts
+    return means.to(x.dtype)
+
+
+def _cast_long(g, input, non_blocking):
+    """The symbolic torch 2.13 dropped from ``symbolic_opset9``."""
+    from torch.onnx import _C_onnx
+    return g.op('Cast', input, to_i=_C_onnx.TensorProtoDataType.INT64)
+
+
+def _torchscript_for_mmdeploy(export):
+    @functools.wraps(export)
+    def wrapper(*args, **kwargs):
+        if 'dynamo' not in kwargs and _called_from_mmdeploy():
+            kwargs['dynamo'] = False
+        return export(*args, **kwargs)
+    wrapper.__mavit_mm_compat__ = True
+    return wrapper
+
+
+def _called_from_mmdeploy() -> bool:
+    caller = sys._getframe(2).f_globals.get('__name__', '')
+    return caller == 'mmdeploy' or caller.startswith('mmdeploy.')
+
+
+def _fix_fx_wrap_bookkeeping() -> None:
+    from mmdeploy.core.rewriters import function_rewriter
+    rewriter = function_rewriter.FunctionRewriter
+    if getattr(rewriter.exit, '__mavit_mm_compat__', False):
+        return
+    wrapped = function_rewriter._wrapped_fns_to_patch
+    if not isinstance(wrapped, dict):       # a torch whose bookkeeping is a list
+        return
+    original_enter, original_exit = rewriter.enter, rewriter.exit
+
+    @functools.wraps(original_enter)
+    def enter(self, *args, **kwargs):
+        self._mavit_mm_fx_wrap_keys = set(wrapped)
+        return original_enter(self, *args, **kwargs)
+
+    @functools.wraps(original_exit)
+    def exit(self):
+        for key in set(wrapped) - getattr(self, '_mavit_mm_fx_wrap_keys', set(wrapped)):
+            del wrapped[key]
+        self._ori_fx_wrap_num = len(wrapped)   # nothing left for mmdeploy to pop
+        return original_exit(self)
+
+    exit.__mavit_mm_compat__ = True
+    rewriter.enter, rewriter.exit = enter, exit
+
+
+def _register_rewriters() -> None:
+    from mmdeploy.core import FUNCTION_REWRITER
+    from mmdeploy.utils import IR
+
+    # For every ONNX backend; a rewriter with a checker wins over mmdeploy's
+    # default (non-adaptive) one.
+    @FUNCTION_REWRITER.register_rewriter(
+        func_name='torch.nn.functional.adaptive_avg_pool2d', ir=IR.ONNX)
+    def adaptive_avg_pool2d__exact(input, output_size):
+        return exact_adaptive_avg_pool2d(input, output_size)
+
+
+def _register_rpn_rewriter() -> None:
+    """mmdet's RPN post-processing in the ONNX graph, exactly.
+
+    mmdeploy's own rewrite runs one NMS over the proposals of all FPN levels
+    and drops proposals scoring under its 0.05 default; mmdet applies NMS per
+    level (``batched_nms`` with level ids) and keeps every score. Different
+    proposals change the detections after them. Here NMS per level is
+    ONNX's per-class NMS with one score column per level.
+    """
+    import torch.nn.functional as F
+    from mmdeploy.codebase.mmdet.deploy import gather_topk, pad_with_value_if_necessary
+    from mmdeploy.core import FUNCTION_REWRITER
+    from mmdeploy.mmcv.ops import multiclass_nms
+    from mmdeploy.utils import IR, is_dynamic_shape
+
+    @FUNCTION_REWRITER.register_rewriter(
+        func_name='mmdet.models.dense_heads.rpn_head.RPNHead.predict_by_feat', ir=IR.ONNX)
+    def rpn_head__predict_by_feat__per_level(self, cls_scores, bbox_preds, score_factors=None,
+                                             batch_img_metas=None, cfg=None, rescale=False,
+                                             with_nms=True, **kwargs):
+        ctx = FUNCTION_REWRITER.get_context()
+        cfg = self.test_cfg if cfg is None else cfg
+        batch = cls_scores[0].shape[0]
+        priors = self.prior_generator.grid_priors(
+            [score.shape[-2:] for score in cls_scores], device=cls_scores[0].device)
+        static = not is_dynamic_shape(ctx.cfg)
+        pre_topk = cfg.get('nms_pre', -1)
+        level_boxes, level_scores, level_ids = [], [], []
+        for level, (score, delta, prior) in enumerate(zip(cls_scores, bbox_preds, priors)):
+            score = score.detach().permute(0, 2, 3, 1)
+            if self.use_sigmoid_cls:
+                score = score.reshape(batch, -1, 1).sigmoid()
+            else:
+                score = score.reshape(batch, -1, 2).softmax(-1)[..., :1]
+            delta = delta.detach().permute(0, 2, 3, 1).reshape(batch, -1,
+                                                               self.bbox_coder.encode_size)
+            prior = (prior.data if static else prior).unsqueeze(0)
+            if pre_topk > 0:
+                # topk needs at least k entries: pad (scores 0) as mmdeploy does.
+                score = pad_with_value_if_necessary(score, 1, pre_topk, 0.)
+                delta = pad_with_value_if_necessary(delta, 1, pre_topk)
+                prior = pad_with_value_if_necessary(prior, 1, pre_topk)
+                _, index = score.squeeze(2).topk(pre_topk)
+                delta, score = gather_topk(delta, score, inds=index, batch_size=batch,
+                                           is_batched=True)
+                prior = gather_topk(prior, inds=index, batch_size=batch, is_batched=False)
+            level_boxes.append(self.bbox_coder.decode(
+                prior, delta, max_shape=batch_img_metas[0]['img_shape']))
+            level_scores.append(score)
+            level_ids.append(torch.full_like(score[..., 0], level, dtype=torch.long))
+        boxes = torch.cat(level_boxes, dim=1)
+        scores = torch.cat(level_scores, dim=1)
+        if not with_nms:
+            return boxes, scores
+        levels = torch.cat(level_ids, dim=1)
+        # One score column per level, -1 (never kept) elsewhere.
+        per_level = torch.where(F.one_hot(levels, len(cls_scores)).bool(), scores,
+                                scores.new_tensor(-1.0))
+        min_size = cfg.get('min_bbox_size', -1)
+        if min_size >= 0:
+            valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & \
+                ((boxes[..., 3] - boxes[..., 1]) > min_size)
+            per_level = torch.where(valid.unsqueeze(-1), per_level, per_level.new_tensor(-1.0))
+        keep = cfg.max_per_img
+        return multiclass_nms(boxes, per_level, keep, nms_type=cfg.nms.get('type'),
+                              iou_threshold=cfg.nms.iou_threshold, score_threshold=0.0,
+                              pre_top_k=-1, keep_top_k=keep)
+
+
+def activate() -> None:
+    """Apply the fixes above (once); needs mmdeploy importable."""
+    global _ACTIVE
+    if _ACTIVE:
+        return
+    import torch.onnx.symbolic_opset9 as opset9
+    if not hasattr(opset9, '_cast_Long'):
+        opset9._cast_Long = _cast_long
+    if not getattr(torch.onnx.export, '__mavit_mm_compat__', False):
+        torch.onnx.export = _torchscript_for_mmdeploy(torch.onnx.export)
+    _fix_fx_wrap_bookkeeping()
+    _register_rewriters()
+    _register_rpn_rewriter()
+    _ACTIVE = True
+
+
+def activate_if_mmdeploy() -> bool:
+    """:func:`activate` now if mmdeploy has been imported, else right after it
+    is (a model config loaded before ``import mmdeploy`` in the same process);
+    nothing at all for a process that never imports mmdeploy."""
+    if 'mmdeploy' in sys.modules:
+        activate()
+    elif not any(isinstance(finder, _ActivateAfterMmdeploy) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ActivateAfterMmdeploy())
+    return _ACTIVE
+
+
+class _ActivateAfterMmdeploy(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of the real ``mmdeploy`` package
+    so that :func:`activate` runs once the package has been executed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != 'mmdeploy':
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_activate(module):
+            exec_module(module)
+            activate()
+        spec.loader.exec_module = exec_and_activate
+        return spec
