@@ -1,9 +1,14 @@
 """The GPU check: prove the fused MALA correct on a GPU and measure its speed,
-in two commands of under 10 minutes each (a lent GPU runs one command for at
-most 10 minutes), writing every result as JSON the moment it exists.
+in commands of under 10 minutes each (a lent GPU runs one command for at most
+10 minutes), writing every result as JSON the moment it exists.
 
     python benchmarks/gpu_check.py --part 1 --out gpu_results/part1   # about 9 min
     python benchmarks/gpu_check.py --part 2 --out gpu_results/part2   # about 9 min
+    python benchmarks/gpu_check.py --part 3 --out gpu_results/part3   # about 6 min
+
+Parts 1 and 2 are the op (correctness, speed, tuning); part 3 is the model
+(SDPA kernels, the resolution sweep against Swin-T, a training step) and the
+op's host / kernel time split.
 
 Each step has a time budget of at most 5 minutes, enforced: the tests and the
 sweeps run as child processes killed at their budget, the backbone timing
@@ -29,6 +34,17 @@ Steps (``--steps`` runs any of them in any order):
                   and forward+backward.
 ``tune-bh16``,    ``tune_mala.py`` on the op's target shapes (bf16, N 65536,
 ``tune-bh1``      d 64) at B*heads 16 and 1.
+``sdpa``          MAViT-T forward+backward at 512x2048 and 1024x2048 (fp32 and
+                  bf16 autocast) with SDPA restricted to its flash and
+                  memory-efficient kernels, and the SDPA kernels a profiled
+                  forward ran (the softmax stages must not take the math path).
+``sweep``         MAViT-T (both MALA paths) against Swin-T over resolutions
+                  512x512 to 1024x2048, fp32 and bf16, batch 1 forward; then
+                  a training step (forward, backward, AdamW) at 512x512,
+                  batch 8, with its peak memory.
+``profile``       the op at the target shapes (bf16, N 65536, d 64, B*heads 1
+                  and 16) under the profiler: GPU kernel time per call against
+                  the wall time per call, and the host's launch time per call.
 
 The machine needs Python with torch (CUDA), triton, numpy and pytest; mmengine
 and its small pure-Python needs travel as wheels (``scripts/gpu_wheels.sh``
@@ -61,12 +77,14 @@ sys.path.insert(0, str(REPO_ROOT))
 
 # Time budget per step in minutes (enforced), each at most STEP_LIMIT_MIN.
 STEP_BUDGET_MIN = {'env': 0.5, 'kernel-tests': 4.0, 'model-tests': 1.5, 'bench': 3.0,
-                   'backbone': 2.5, 'tune-bh16': 3.0, 'tune-bh1': 3.0}
+                   'backbone': 2.5, 'tune-bh16': 3.0, 'tune-bh1': 3.0,
+                   'sdpa': 1.5, 'sweep': 3.5, 'profile': 1.0}
 STEPS = tuple(STEP_BUDGET_MIN)
 STEP_LIMIT_MIN = 5.0
 # The two commands of the README; each must fit a 10-minute GPU command.
 PARTS = {1: ['env', 'kernel-tests', 'model-tests', 'bench'],
-         2: ['env', 'backbone', 'tune-bh16', 'tune-bh1']}
+         2: ['env', 'backbone', 'tune-bh16', 'tune-bh1'],
+         3: ['env', 'sdpa', 'sweep', 'profile']}
 PART_LIMIT_MIN = 9.5     # budgets, plus start-up, stay under 10 minutes
 TEST_FILES = {'kernel-tests': 'tests/test_mala_cuda.py',
               'model-tests': 'tests/test_mala_triton.py'}
@@ -78,6 +96,11 @@ BACKBONE_SIZE = (512, 2048)
 # The child processes' output, all steps in one file.
 LOG_NAME = 'logs.txt'
 BACKBONE_BATCHES = (1, 2)
+SDPA_SIZES = ((512, 2048), (1024, 2048))
+SWEEP_SIZES = ((512, 512), (512, 1024), (1024, 1024), (512, 2048), (1024, 2048))
+TRAIN_SIZE, TRAIN_BATCH = (512, 512), 8
+PROFILE_SHAPES = (dict(batch_heads=1, tokens=65536, head_dim=64),
+                  dict(batch_heads=16, tokens=65536, head_dim=64))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -92,6 +115,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                            f'{number}: {" ".join(steps)}' for number, steps in PARTS.items()))
     which.add_argument('--steps', nargs='+', choices=STEPS,
                        help='these steps, in this order')
+    parser.add_argument('--sweep-batch', type=int, default=1,
+                        help='batch of the sweep step\'s forward rows (default 1; at batch 1 '
+                             'a small backbone is bound by the host\'s kernel launches)')
     parser.add_argument('--dry-run', action='store_true',
                         help='no GPU needed: check imports and budgets, print the plan')
     parser.add_argument('--pytest-workers', type=int, default=8,
@@ -213,6 +239,226 @@ def step_backbone(out: Path, budget_s: float) -> Dict:
     return {'rows': len(rows), 'complete': report['complete']}
 
 
+def step_sdpa(out: Path, budget_s: float, device: str = 'cuda',
+              sizes=SDPA_SIZES) -> Dict:
+    """The softmax stages on SDPA's fast kernels: forward+backward with only
+    flash / memory-efficient allowed (the math fallback would raise), and the
+    SDPA ops a profiled forward ran."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    device = torch.device(device)
+    fast = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    rows = []
+    report = dict(note='MAViT-T (mala_impl triton where CUDA, else torch), train mode, batch 1; '
+                       'allowed: the SDPA backends the forward+backward ran under '
+                       '(sdpa_kernel); sdpa_ops: the aten SDPA ops a profiled forward ran',
+                  complete=False, results=rows)
+    deadline = time.time() + budget_s
+    model = _mavit('triton' if device.type == 'cuda' else 'torch').to(device).train()
+    for height, width in sizes:
+        for precision in ('fp32', 'bf16'):
+            for name, backends in (('flash+efficient', fast), ('flash', fast[:1])):
+                if precision == 'fp32' and name == 'flash':
+                    continue    # flash has no fp32 kernel on CUDA
+                row = dict(height=height, width=width, precision=precision, allowed=name)
+                if time.time() > deadline:
+                    rows.append(dict(row, skipped='time budget spent'))
+                    continue
+                images = torch.randn(1, 3, height, width, device=device)
+                step = _backbone_step(model, images, precision, 'fwd+bwd', device.type)
+                try:
+                    with sdpa_kernel(backends):
+                        step()
+                    row.update(ok=True, sdpa_ops=_sdpa_ops(model, images, precision, device))
+                except Exception as exc:
+                    row.update(ok=False, error=f'{type(exc).__name__}: {str(exc)[:300]}')
+                rows.append(row)
+                _write(out / 'sdpa.json', report)
+                print(f'  {height}x{width} {precision} {name:16} '
+                      f'{"ok " + str(row.get("sdpa_ops")) if row.get("ok") else row.get("error", "")}',
+                      flush=True)
+                _empty_cache(device)
+    report['complete'] = not any('skipped' in row for row in rows)
+    report['math_path_seen'] = any('math' in op for row in rows for op in row.get('sdpa_ops', []))
+    _write(out / 'sdpa.json', report)
+    return {'rows': len(rows), 'failed': sum(not row.get('ok', True) for row in rows),
+            'math_path_seen': report['math_path_seen'], 'complete': report['complete']}
+
+
+def _sdpa_ops(model, images, precision: str, device: torch.device) -> List[str]:
+    from torch.profiler import ProfilerActivity, profile
+    step = _backbone_step(model, images, precision, 'fwd', device.type)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    model.train()
+    return sorted({event.key for event in prof.key_averages()
+                   if 'scaled_dot_product' in event.key})
+
+
+def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZES,
+               train_size=TRAIN_SIZE, train_batch=TRAIN_BATCH, rep: int = 200,
+               batch: int = 1, name: str = 'sweep') -> Dict:
+    """MAViT-T against Swin-T over resolutions (forward at ``batch``), then one
+    training step (forward, backward, AdamW) at train_size x train_batch (none
+    when train_batch is 0). Writes ``<name>.json``."""
+    from mavit_mm.utils.device import cuda_peak_extra_bytes
+    device = torch.device(device)
+    rows = []
+    report = dict(note=f'backbones alone (no neck or head), batch {batch} forward in eval mode under '
+                       'no_grad; bf16 = torch.autocast bf16; training step: train mode, loss = '
+                       'sum of the four outputs\' means, backward, AdamW step; '
+                       'peak_memory_mib = peak allocated beyond the model and optimizer state',
+                  complete=False, forward=rows, training=[])
+    deadline = time.time() + budget_s
+    impls = ('triton', 'torch') if device.type == 'cuda' else ('torch',)
+    builders = [(f'MAViT-T {impl}', lambda size, impl=impl: _mavit(impl)) for impl in impls]
+    builders.append(('Swin-T', lambda size: swin_tiny_builder(size)))
+
+    def measure(rows_out, model_name, size, precision, batch, pass_name, build):
+        row = dict(model=model_name, height=size[0], width=size[1], precision=precision, batch=batch,
+                   pass_name=pass_name)
+        if time.time() > deadline:
+            rows_out.append(dict(row, skipped='time budget spent'))
+            return
+        try:
+            model = build(size)
+            if isinstance(model, tuple):      # swin_tiny_builder: (build, source)
+                builder, source = model
+                row['model'] = f'Swin-T ({source})'
+                model = builder()
+            model = model.to(device)
+            images = torch.randn(batch, 3, *size, device=device)
+            step = _backbone_step(model, images, precision, pass_name, device.type,
+                                  optimizer=pass_name == 'train step')
+            step()
+            ms = bench_mala_time_ms(step, device, rep)
+            memory = (cuda_peak_extra_bytes(step, device) / 2 ** 20
+                      if device.type == 'cuda' else None)
+            row.update(time_ms=ms, images_per_s=batch / (ms * 1e-3), peak_memory_mib=memory)
+        except Exception as exc:   # e.g. out of memory, a size Swin cannot tile: record it
+            row.update(error=f'{type(exc).__name__}: {str(exc)[:300]}')
+        rows_out.append(row)
+        _write(out / f'{name}.json', report)
+        print(f'  {row["model"][:28]:28} {size[0]}x{size[1]} {precision} batch {batch} '
+              f'{pass_name:10} ' + (f'{row["time_ms"]:8.2f} ms' if 'time_ms' in row
+                                    else row['error']), flush=True)
+        _empty_cache(device)
+
+    for size in sizes:
+        for precision in ('fp32', 'bf16'):
+            for model_name, build in builders:
+                measure(rows, model_name, size, precision, batch, 'fwd', build)
+    for precision in ('fp32', 'bf16') if train_batch else ():
+        for model_name, build in builders:
+            measure(report['training'], model_name, train_size, precision, train_batch,
+                    'train step', build)
+    _add_ratios(rows + report['training'])
+    report['complete'] = not any('skipped' in row for row in rows + report['training'])
+    _write(out / f'{name}.json', report)
+    return {'rows': len(rows) + len(report['training']), 'complete': report['complete'],
+            'errors_recorded': sum('error' in row for row in rows + report['training'])}
+
+
+def _add_ratios(rows: List[Dict]) -> None:
+    """time / Swin-T's time at the same size, precision, batch and pass."""
+    def key(row):
+        return row['height'], row['width'], row['precision'], row['batch'], row['pass_name']
+    swin = {key(row): row.get('time_ms') for row in rows if row['model'].startswith('Swin-T')}
+    for row in rows:
+        base = swin.get(key(row))
+        if row.get('time_ms') and base and not row['model'].startswith('Swin-T'):
+            row['time_vs_swin'] = row['time_ms'] / base
+
+
+def step_profile(out: Path, budget_s: float, device: str = 'cuda',
+                 shapes=PROFILE_SHAPES) -> Dict:
+    """Kernel time against host time per call of the fused op (bf16 where
+    CUDA): the profiler's GPU kernel time, the wall time of a synchronised call,
+    and the host's time to issue a call (un-synchronised calls)."""
+    from benchmarks.bench_mala import backbone_inputs, make_step
+    from torch.profiler import ProfilerActivity, profile
+    device = torch.device(device)
+    on_cuda = device.type == 'cuda'
+    dtype = torch.bfloat16 if on_cuda else torch.float32
+    impl = 'triton' if on_cuda else 'torch'
+    rows = []
+    report = dict(note='kernel_us: the GPU kernels\' time per call from torch.profiler; '
+                       'wall_us: median of synchronised calls (triton.testing.do_bench); '
+                       'host_issue_us: host time per call over un-synchronised calls, i.e. what '
+                       'the CPU spends launching; host-bound when host_issue_us > kernel_us',
+                  dtype=str(dtype).replace('torch.', ''), impl=impl, complete=False,
+                  results=rows)
+    deadline = time.time() + budget_s
+    calls = 20
+    for shape in shapes:
+        for pass_name in ('fwd', 'fwd+bwd'):
+            row = dict(shape, pass_name=pass_name)
+            if time.time() > deadline:
+                rows.append(dict(row, skipped='time budget spent'))
+                continue
+            views, rope = backbone_inputs(shape['batch_heads'], shape['tokens'],
+                                          shape['head_dim'], dtype, device,
+                                          requires_grad=pass_name != 'fwd')
+            step = make_step(impl, pass_name, views, rope)
+            step()
+            _synchronize(device)
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+            with profile(activities=activities) as prof:
+                for _ in range(calls):
+                    step()
+                _synchronize(device)
+            kernels = {}
+            for event in prof.key_averages():
+                device_us = _device_time_us(event)
+                if on_cuda and device_us and getattr(event, 'device_type', None) is not None \
+                        and 'CUDA' in str(event.device_type):
+                    kernels[event.key] = round(device_us / calls, 2)
+            wall_us = bench_mala_time_ms(step, device, 100) * 1e3
+            _synchronize(device)
+            started = time.perf_counter()
+            for _ in range(calls):
+                step()
+            host_us = (time.perf_counter() - started) / calls * 1e6
+            _synchronize(device)
+            kernel_us = sum(kernels.values())
+            row.update(wall_us=round(wall_us, 2), kernel_us=round(kernel_us, 2),
+                       host_issue_us=round(host_us, 2), kernels=kernels,
+                       host_bound=bool(on_cuda and host_us > kernel_us))
+            rows.append(row)
+            _write(out / 'profile.json', report)
+            print(f'  BH={shape["batch_heads"]:3} N={shape["tokens"]} d={shape["head_dim"]} '
+                  f'{pass_name:8} wall {wall_us:8.1f} us, kernels {kernel_us:8.1f} us, '
+                  f'host issue {host_us:8.1f} us', flush=True)
+    report['complete'] = not any('skipped' in row for row in rows)
+    _write(out / 'profile.json', report)
+    return {'rows': len(rows), 'complete': report['complete']}
+
+
+def _device_time_us(event) -> float:
+    """The event's own device time (renamed from ``self_cuda_time_total``)."""
+    for name in ('self_device_time_total', 'self_cuda_time_total'):
+        value = getattr(event, name, None)
+        if value:
+            return float(value)
+    return 0.0
+
+
+def bench_mala_time_ms(step: Callable, device: torch.device, rep: int) -> float:
+    from benchmarks.bench_mala import time_ms
+    if device.type == 'cuda':
+        return time_ms(step, device, 25, rep)
+    return time_ms(step, device, 1, 3)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def _empty_cache(device: torch.device) -> None:
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
+
+
 # --------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------
@@ -221,8 +467,9 @@ def _mavit(impl: str):
     return MAViT(arch='tiny', mala_impl=impl)
 
 
-def swin_tiny_builder():
-    """Swin-T as the baseline: mmdet's where it imports, else timm's."""
+def swin_tiny_builder(size=BACKBONE_SIZE):
+    """Swin-T as the baseline: mmdet's where it imports, else timm's (built
+    for ``size``: timm's Swin fixes its input size)."""
     try:
         from mmdet.models.backbones import SwinTransformer
 
@@ -236,7 +483,7 @@ def swin_tiny_builder():
 
     def build_timm():
         return timm.create_model('swin_tiny_patch4_window7_224', pretrained=False,
-                                 features_only=True, img_size=BACKBONE_SIZE,
+                                 features_only=True, img_size=size,
                                  strict_img_size=False)
     try:
         build_timm()
@@ -248,12 +495,13 @@ def swin_tiny_builder():
         # Older timm cannot pad 128x512 patches to windows of 7: use 8, which tiles
         # every stage; the attention cost per token barely changes.
         return timm.create_model('swin_tiny_patch4_window7_224', pretrained=False,
-                                 features_only=True, img_size=BACKBONE_SIZE, window_size=8)
+                                 features_only=True, img_size=size, window_size=8)
     return build_timm_window8, f'timm {timm.__version__} swin_tiny, window 8 (7 cannot tile)'
 
 
-def _backbone_step(model, images, precision: str, pass_name: str) -> Callable:
-    autocast = torch.autocast('cuda', dtype=torch.bfloat16, enabled=precision == 'bf16')
+def _backbone_step(model, images, precision: str, pass_name: str,
+                   device_type: str = 'cuda', optimizer: bool = False) -> Callable:
+    autocast = torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == 'bf16')
     if pass_name == 'fwd':
         model.eval()
 
@@ -262,12 +510,15 @@ def _backbone_step(model, images, precision: str, pass_name: str) -> Callable:
                 return model(images)
         return forward
     model.train()
+    adamw = torch.optim.AdamW(model.parameters(), lr=1e-4) if optimizer else None
 
     def forward_backward():
         with autocast:
             outputs = model(images)
         loss = sum(o.float().mean() for o in outputs)
         loss.backward()
+        if adamw is not None:
+            adamw.step()
         model.zero_grad(set_to_none=True)
     return forward_backward
 
@@ -386,6 +637,13 @@ def run_step(name: str, out: Path, args) -> Dict:
         return step_bench(out, budget_s)
     if name == 'backbone':
         return step_backbone(out, budget_s)
+    if name == 'sdpa':
+        return step_sdpa(out, budget_s)
+    if name == 'sweep':
+        return step_sweep(out, budget_s, batch=args.sweep_batch,
+                          name='sweep' if args.sweep_batch == 1 else f'sweep-b{args.sweep_batch}')
+    if name == 'profile':
+        return step_profile(out, budget_s)
     return step_tune(name, out, budget_s)
 
 

@@ -23,14 +23,16 @@ calls; the median over rounds of the time per call is reported, plus the sum
 over one MAViT-T forward (2 + 2 + 6 + 2 layers).
 
 To compare against another version of ``mavit_mm/ops/mala/function.py`` (for
-example the one before a change), pass it as ``--function-module``: it is
-loaded in place of the package's own (one per process).
+example the one before a change), pass it as ``--function-module`` (loaded in
+place of the package's own, one version per process) or as ``--baseline``
+(measured first in a subprocess, both written to one JSON with the ratios).
 
 Examples::
 
     python benchmarks/mala_host_overhead.py
-    python benchmarks/mala_host_overhead.py --function-module /tmp/old_function.py \\
-        --output benchmarks/results/mala-host-overhead-before.json
+    git show HEAD~1:mavit_mm/ops/mala/function.py > /tmp/old_function.py
+    python benchmarks/mala_host_overhead.py --baseline /tmp/old_function.py \\
+        --output benchmarks/results/mala-host-overhead-cpu.json
 """
 from __future__ import annotations
 
@@ -81,6 +83,9 @@ def parse_args(argv=None):
     parser.add_argument('--function-module', type=Path, default=None,
                         help='load this file as mavit_mm.ops.mala.function instead of the '
                              "package's own (to measure another version)")
+    parser.add_argument('--baseline', type=Path, default=None,
+                        help='also measure this version of function.py (in a subprocess, '
+                             'first) and report both with the ratios')
     parser.add_argument('--label', default=None,
                         help='a name for this run in the JSON (default: the module path)')
     parser.add_argument('--output', type=Path, default=None,
@@ -186,8 +191,24 @@ def git_commit():
         return None
 
 
+def measure_baseline(args):
+    """The same measurement of ``args.baseline``, in a fresh process (one
+    version of the module per process)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Path(tmp) / 'baseline.json'
+        command = [sys.executable, str(Path(__file__).resolve()), '--function-module',
+                   str(args.baseline), '--label', 'baseline', '--output', str(output),
+                   '--batch', str(args.batch), '--image', *map(str, args.image),
+                   '--dtype', args.dtype, '--modes', *args.modes, '--calls', str(args.calls),
+                   '--rounds', str(args.rounds), '--warmup', str(args.warmup)]
+        subprocess.run(command, check=True)
+        return json.loads(output.read_text())
+
+
 def main(argv=None):
     args = parse_args(argv)
+    baseline = measure_baseline(args) if args.baseline is not None else None
     torch.set_num_threads(1)
     mala_ops, function = load_function_module(args.function_module)
     stubs = install_stubs(function.kernels)
@@ -240,6 +261,16 @@ def main(argv=None):
                          triton=__import__('triton').__version__,
                          platform=platform.platform(), processor=platform.processor()),
         results=results)
+    if baseline is not None:
+        report['baseline'] = dict(function_module=str(args.baseline),
+                                  results=baseline['results'])
+        report['speedup'] = {
+            mode: baseline['results'][mode]['mean_us_per_call'] / results[mode][
+                'mean_us_per_call'] for mode in results}
+        for mode, speedup in report['speedup'].items():
+            print(f"{mode:8s} baseline {baseline['results'][mode]['mean_us_per_call']:7.1f} "
+                  f"us/call -> {results[mode]['mean_us_per_call']:7.1f} us/call "
+                  f'({speedup:.2f}x)')
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(report, indent=2) + '\n')

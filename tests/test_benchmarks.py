@@ -133,3 +133,54 @@ def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, mo
 class _Stub:
     def __getattr__(self, name):
         return lambda: None
+
+
+def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
+    """Part 3's steps (SDPA kernels, the sweep against Swin-T, the host/kernel
+    split), run on the CPU at small sizes: what they write a GPU run writes."""
+    from benchmarks import gpu_check
+    result = gpu_check.step_sdpa(tmp_path, 600, device='cpu', sizes=((64, 96),))
+    sdpa = json.loads((tmp_path / 'sdpa.json').read_text())
+    assert result['failed'] == 0 and sdpa['complete'] and not sdpa['math_path_seen']
+    assert [(row['precision'], row['allowed']) for row in sdpa['results']] == [
+        ('fp32', 'flash+efficient'), ('bf16', 'flash+efficient'), ('bf16', 'flash')]
+    # Each forward ran SDPA's flash op (the CPU's fast kernel), never the math one.
+    assert all(row['ok'] and any('flash' in op for op in row['sdpa_ops'])
+               for row in sdpa['results'])
+
+    gpu_check.step_sweep(tmp_path, 600, device='cpu', sizes=((64, 96),), train_size=(64, 64),
+                         train_batch=2)
+    sweep = json.loads((tmp_path / 'sweep.json').read_text())
+    assert sweep['complete']
+    assert [(row['model'][:7], row['precision']) for row in sweep['forward']] == [
+        ('MAViT-T', 'fp32'), ('Swin-T ', 'fp32'), ('MAViT-T', 'bf16'), ('Swin-T ', 'bf16')]
+    for row in sweep['forward'] + sweep['training']:
+        assert 'error' not in row, row
+        assert row['time_ms'] > 0
+        if row['model'].startswith('MAViT'):
+            assert row['time_vs_swin'] > 0
+    assert {row['batch'] for row in sweep['training']} == {2}
+
+    gpu_check.step_profile(tmp_path, 600, device='cpu',
+                           shapes=(dict(batch_heads=2, tokens=256, head_dim=32),))
+    profile = json.loads((tmp_path / 'profile.json').read_text())
+    assert profile['complete'] and profile['impl'] == 'torch'
+    assert [row['pass_name'] for row in profile['results']] == ['fwd', 'fwd+bwd']
+    assert all(row['wall_us'] > 0 and row['host_issue_us'] > 0 for row in profile['results'])
+
+
+def test_gpu_check_sdpa_step_reports_a_math_fallback(tmp_path, monkeypatch):
+    # Break the layout the flash kernel needs (the bug of the layout issue):
+    # the restricted forward+backward must then fail, and the step say so.
+    from benchmarks import gpu_check
+    from mavit_mm.models import mavit
+    original = mavit.GatedAttention.split_heads
+
+    def strided_heads(self, x):
+        heads = original(self, x)
+        return heads.transpose(-1, -2).contiguous().transpose(-1, -2)   # last stride != 1
+    monkeypatch.setattr(mavit.GatedAttention, 'split_heads', strided_heads)
+    result = gpu_check.step_sdpa(tmp_path, 600, device='cpu', sizes=((64, 96),))
+    assert result['failed'] == 3
+    rows = json.loads((tmp_path / 'sdpa.json').read_text())['results']
+    assert all(not row['ok'] and 'No available kernel' in row['error'] for row in rows)

@@ -593,3 +593,299 @@ def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
     del Loaded.n_regs         # a release without it
     monkeypatch.setattr(mala_function, '_compiled_resources', {})
     assert mala_function.compiled_resources(launches, 'partials') is None
+
+
+# --------------------------------------------------------------------------
+# The host path: plans made once per case, the cache bounded
+# --------------------------------------------------------------------------
+@pytest.fixture
+def counted_plans(monkeypatch):
+    """A fresh plan cache, and the plans made (make_launch_plan calls) since."""
+    monkeypatch.setattr(mala_function, '_plans',
+                        mala_function._LRUCache(mala_function.PLAN_CACHE_SIZE))
+    made = []
+    make = mala_function.make_launch_plan
+
+    def counting(*args, **kwargs):
+        made.append(args[:4])
+        return make(*args, **kwargs)
+    monkeypatch.setattr(mala_function, 'make_launch_plan', counting)
+    return made
+
+
+def plan_of(q, k=None, v=None, angle=None, width=WIDTH, **overrides):
+    angle = RoPE2d(q.shape[-1]).angle.to(q.device) if angle is None else angle
+    return mala_function.plan_for(q, q if k is None else k, q if v is None else v, angle, width,
+                                  **overrides)
+
+
+def test_a_layer_plans_once_and_stays_exact(counted_plans):
+    # New tensors (new addresses, new values) of the same case: the forward and
+    # backward plans are made on the first call only, and results stay exact.
+    rope = RoPE2d(32)(HEIGHT, WIDTH)
+    made = []
+    for seed in range(3):
+        q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32, seed=seed)
+        check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
+        made.append(len(counted_plans))
+    assert made[0] >= 2 and made == [made[0]] * 3, made   # forward + backward, once
+    if DEVICE.type == 'cpu':
+        assert made[0] == 2
+    assert len(mala_function._plans) == 2
+
+
+def test_another_case_makes_another_plan(monkeypatch, counted_plans):
+    q = torch.randn(1, 2, HEIGHT * WIDTH, 32, device=DEVICE)
+    first = plan_of(q)
+    made = len(counted_plans)
+    assert plan_of(torch.randn_like(q)) is first and len(counted_plans) == made
+    misaligned = torch.randn(q.numel() + 1, device=DEVICE)[1:].view(q.shape)
+    assert misaligned.data_ptr() % 16 != 0
+    stats = torch.empty(2, 32 + 3, 32, device=DEVICE)
+    cases = {
+        'strides': lambda: plan_of(q.transpose(-1, -2).contiguous().transpose(-1, -2)),
+        'k strides': lambda: plan_of(q, k=q.transpose(1, 2).contiguous().transpose(1, 2)),
+        'shape': lambda: plan_of(torch.randn(2, 2, HEIGHT * WIDTH, 32, device=DEVICE)),
+        'tokens': lambda: plan_of(torch.randn(1, 2, 48, 32, device=DEVICE)),
+        'dtype': lambda: plan_of(q.half()),
+        'alignment': lambda: plan_of(misaligned),
+        'width': lambda: plan_of(q, width=5),
+        'overrides': lambda: plan_of(q, block_n=16),
+        'backward': lambda: plan_of(q, dout=q, stats=stats),
+    }
+    for name, plan in cases.items():
+        made = len(counted_plans)
+        plan()
+        assert len(counted_plans) > made, name        # a new case: planned
+        made = len(counted_plans)
+        plan()
+        assert len(counted_plans) == made, name       # and then cached
+    assert plan_of(q, block_n=16).output.block_n == 16
+    assert plan_of(q.half()).dot_precision == 'tf32' and first.dot_precision == 'ieee'
+    # What the plan is computed from (the SM count) is part of the case too.
+    monkeypatch.setattr(mala_function, '_sm_count', lambda device: 8)
+    made = len(counted_plans)
+    plan_of(q)
+    assert len(counted_plans) > made
+
+
+def test_a_failed_plan_is_not_cached(counted_plans):
+    q = torch.randn(1, 2, HEIGHT * WIDTH, 32, device=DEVICE)
+    for _ in range(2):
+        with pytest.raises(ValueError, match='block_n'):
+            plan_of(q, block_n=24)
+    assert len(counted_plans) == 2 and len(mala_function._plans) == 0
+
+
+def test_plan_cache_is_bounded_and_drops_the_least_recent(monkeypatch, counted_plans):
+    monkeypatch.setattr(mala_function, '_plans', mala_function._LRUCache(3))
+    qs = [torch.randn(1, 2, num_tokens, 32, device=DEVICE) for num_tokens in (16, 32, 48, 64)]
+    for q in qs[:3]:
+        plan_of(q)
+    plan_of(qs[0])                 # now the most recently used
+    plan_of(qs[3])                 # a fourth case: qs[1] goes
+    assert len(mala_function._plans) == 3
+    made = len(counted_plans)
+    for q in (qs[0], qs[2], qs[3]):
+        plan_of(q)
+    assert len(counted_plans) == made
+    plan_of(qs[1])
+    assert len(counted_plans) > made
+    # The default bound holds too.
+    size = mala_function.PLAN_CACHE_SIZE
+    monkeypatch.setattr(mala_function, '_plans', mala_function._LRUCache(size))
+    for num_tokens in range(1, size + 21):
+        plan_of(torch.empty(1, 1, num_tokens, 32, device=DEVICE))
+    assert len(mala_function._plans) == size
+    assert isinstance(mala_function._shortfalls, mala_function._LRUCache)
+    assert mala_function._shortfalls.maxsize == size
+
+
+def test_shortfall_verdicts_are_cached_and_bounded(monkeypatch):
+    # The GPU's verdict without a GPU: the kernels "compiled" are counted.
+    compiled = []
+    monkeypatch.setattr(mala_function, 'compiled_resources',
+                        lambda launches, name: compiled.append(name))
+    monkeypatch.setattr(mala_function, '_shortfalls', mala_function._LRUCache(2))
+    qs = [torch.randn(1, 2, num_tokens, 32) for num_tokens in (16, 32, 48)]
+    for q in qs + [qs[2], qs[1]]:
+        assert mala_function._compiled_shortfall(q, q, q, 4, backward=False) is None
+    per_case = len(mala_function.ForwardLaunches.KERNELS)
+    assert len(compiled) == 3 * per_case and len(mala_function._shortfalls) == 2
+    mala_function._compiled_shortfall(qs[0], qs[0], qs[0], 4, backward=False)
+    assert len(compiled) == 4 * per_case                  # dropped as the least recent, redone
+
+
+@pytest.mark.parametrize('shape', [(2, 3, 5, 4), (1, 2, 5, 4), (2, 1, 1, 4), (2, 3, 0, 4)])
+def test_output_layouts_follow_the_input_stride_order(shape):
+    # The cached dense strides are what permuting a buffer laid out in the
+    # inputs' stride order gives (the rule before the cache), for every order.
+    import itertools
+    for order in itertools.permutations(range(4)):
+        x = torch.empty([shape[dim] for dim in order]).permute([order.index(d) for d in range(4)])
+        expected_order = sorted(range(4), key=lambda dim: (-x.stride(dim), dim))
+        expected = x.new_empty([x.shape[dim] for dim in expected_order]).permute(
+            [expected_order.index(dim) for dim in range(4)])
+        out = mala_function._empty_like_layout(x)
+        assert (out.shape, out.stride()) == (expected.shape, expected.stride()), order
+
+
+def test_dynamic_shapes_compile_the_op_with_symbolic_layouts(monkeypatch):
+    # Under torch.compile(dynamic=True) the fake op sees symbolic sizes, which
+    # the layout cache cannot hash: the rule is applied uncached, and the
+    # compiled graph gives the eager results and layouts for two token counts.
+    symbolic = []
+    memory_order = mala_function._memory_order
+
+    def recording(strides):
+        symbolic.append(any(isinstance(s, torch.SymInt) for s in strides))
+        return memory_order(strides)
+    monkeypatch.setattr(mala_function, '_memory_order', recording)
+    angle = RoPE2d(32).angle.to(DEVICE)
+
+    def mala(x):
+        q, k, v = x.unbind(0)
+        return mala_function.fused_mala(q, k, v, angle, WIDTH, **SMALL_BLOCKS) * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(mala, dynamic=True, fullgraph=True, backend='aot_eager')
+    for height in (HEIGHT, HEIGHT + 1):
+        # (3, B, heads, N, d): q, k, v channel-contiguous, as the backbone's
+        x = torch.randn(3, 1, height * WIDTH, 2, 32, device=DEVICE).transpose(2, 3)
+        out, expected = compiled(x), mala(x)
+        assert out.stride() == expected.stride() and torch.allclose(out, expected)
+    assert any(symbolic)
+
+
+def test_host_overhead_benchmark_runs_the_whole_path_with_stub_launches(tmp_path):
+    # The host-time benchmark (interpreter off, launches stubbed) checks the
+    # launches a call makes: 3 for a forward, 5 for forward + backward.
+    env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
+    output = tmp_path / 'host.json'
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'mala_host_overhead.py'), '--calls', '2',
+         '--rounds', '1', '--warmup', '1', '--image', '64', '64', '--output', str(output)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    import json
+    report = json.loads(output.read_text())
+    assert set(report['results']) == {'forward', 'train', 'plan'}
+    assert all(stage['median_us'] > 0 for mode in report['results'].values()
+               for stage in mode['stages'])
+
+
+# --------------------------------------------------------------------------
+# The combine kernel: chunks summed a block at a time (tl.sum over the block)
+# --------------------------------------------------------------------------
+# name: (height, width, head_dim, tokens per chunk, combine tile or None for the
+# default). With the default narrow tile (2 rows, 4 warps) and d = 32, a block
+# is 128 chunks for the means and 64 for the KV rows.
+COMBINE_CASES = {
+    # 225 chunks of one token: 2 mean blocks (128 + 97), 4 KV blocks (64 x 3 + 33).
+    'many chunks': (15, 15, 32, 1, None),
+    'one chunk': (HEIGHT, WIDTH, 16, 64, None),
+    # odd N = 35 in 18 chunks, the last of 1 token; tiny tiles: 2 rows x 64
+    # channels (d = 48 padded), 1 warp: mean blocks of 16 (16 + 2), KV blocks of
+    # 8 (8 + 8 + 2), 24 programs per head.
+    'odd N, tiny tiles': (HEIGHT, WIDTH, 48, 2, (2, 1, 1)),
+    # 12 chunks, a KV block of 1 chunk and 32 rows: the second row block is half past d.
+    'rows past d': (HEIGHT, WIDTH, 48, 3, (32, 1, 1)),
+}
+COMBINE_BLOCKS = {'many chunks': (225, 128, 64), 'one chunk': (1, 1, 1),
+                  'odd N, tiny tiles': (18, 16, 8), 'rows past d': (12, 16, 1)}
+
+
+def combine_case_plan(name):
+    height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
+    return mala_function.make_launch_plan(
+        height * width, 1, head_dim, torch.float32, DEVICE, block_n=16,
+        tokens_per_chunk=tokens_per_chunk, tiles=None if tile is None else {'combine': tile})
+
+
+@pytest.fixture
+def combine_tile(monkeypatch):
+    """Sets the default combine tile of the case's head width (fused_mala takes
+    no tile overrides), with a fresh plan cache so no other test sees it."""
+    monkeypatch.setattr(mala_function, '_plans',
+                        mala_function._LRUCache(mala_function.PLAN_CACHE_SIZE))
+
+    def use(head_dim, tile):
+        if tile is not None:
+            family = mala_function.tile_family(head_dim)
+            tiles = {name: dict(table) for name, table in mala_function.KERNEL_TILES.items()}
+            tiles[family]['combine'] = tile
+            monkeypatch.setattr(mala_function, 'KERNEL_TILES', tiles)
+    return use
+
+
+@pytest.mark.parametrize('name', list(COMBINE_CASES))
+def test_combine_chunk_blocks_cover_the_cases(name):
+    plan = combine_case_plan(name)
+    meta = mala_function.launch_table(plan)['combine'][1]
+    num_chunks, mean_chunks, kv_chunks = COMBINE_BLOCKS[name]
+    assert (plan.num_chunks, meta['MEAN_CHUNKS'], meta['KV_CHUNKS']) == COMBINE_BLOCKS[name]
+    assert mala_function.combine_chunk_blocks(plan) == (mean_chunks, kv_chunks)
+    budget = mala_function.COMBINE_VALUES_PER_THREAD * plan.combine.num_warps * 32
+    for chunks, values in ((mean_chunks, plan.block_d),
+                           (kv_chunks, plan.combine.block_n * plan.block_d)):
+        assert chunks & (chunks - 1) == 0                     # a power of two
+        assert chunks == 1 or chunks * values <= budget        # the register budget
+        assert chunks < 2 * num_chunks                         # no block of mostly padding
+
+
+def test_combine_chunk_blocks_of_the_default_tiles():
+    # The issue's case, B*heads = 1 and 256 chunks: 8 KV rounds for d = 64
+    # (32 chunks a block, 32 programs of 2 rows), 32 for d = 96 (8 a block, 24
+    # programs of 4 rows).
+    for head_dim, blocks, programs in ((64, (64, 32), 32), (96, (32, 8), 24)):
+        plan = mala_function.make_launch_plan(256 * 512, 1, head_dim, torch.bfloat16, DEVICE,
+                                              tokens_per_chunk=512)
+        assert plan.num_chunks == 256
+        assert mala_function.combine_chunk_blocks(plan) == blocks
+        assert -(-head_dim // plan.combine.block_n) == programs
+
+
+def reference_stats(k, v, rope):
+    """The forward's saved stats in float64, (B*heads, d + 3, d): the centred
+    KVc = (s/N) kr^T (v - vm), then mean ka, mean kr, mean v."""
+    k64, v64 = k.detach().double(), v.detach().double()
+    num_tokens, head_dim = k.shape[-2:]
+    ka = torch.nn.functional.elu(k64) + 1
+    kr = rope.rotate(ka.contiguous())
+    vm = v64.mean(-2, keepdim=True)
+    kv = (head_dim ** -0.5 / num_tokens) * kr.transpose(-1, -2) @ (v64 - vm)
+    means = torch.stack([ka.mean(-2), kr.mean(-2), vm.squeeze(-2)], dim=-2)
+    return torch.cat([kv, means], dim=-2).flatten(0, 1)
+
+
+@pytest.mark.parametrize('name', list(COMBINE_CASES))
+def test_combine_stats_match_float64(name):
+    # The stats the combine kernel writes, each part against float64 (errors
+    # ~1e-7 here). v has a mean 50x its spread and k one of 3: uncentred, the
+    # sums are 100-240x KVc and their fp32 rounding alone would be ~1e-5 of it,
+    # so the centring must survive the blocked sums.
+    height, width, head_dim, _, _ = COMBINE_CASES[name]
+    plan = combine_case_plan(name)
+    q, k, v = (t.detach() for t in feature_map_qkv(1, 1, head_dim, height, width, 'backbone',
+                                                     torch.float32, seed=4))
+    k, v = k + 3.0, v + 50.0
+    rope = RoPE2d(head_dim)(height, width)
+    _, stats = mala_function.ForwardLaunches(q, k, v, rope.angle_on(DEVICE), width, plan).run()
+    expected = reference_stats(k, v, rope)
+    for part, rows in (('KVc', slice(0, head_dim)), ('km', head_dim), ('krm', head_dim + 1),
+                       ('vm', head_dim + 2)):
+        assert relative_error(stats[:, rows], expected[:, rows]) <= 2e-6, part
+
+
+@pytest.mark.parametrize('name', list(COMBINE_CASES))
+def test_combine_blocks_give_reference_outputs_and_grads(name, combine_tile):
+    height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
+    combine_tile(head_dim, tile)
+    plan = mala_function.make_launch_plan(height * width, 1, head_dim, torch.float32, DEVICE,
+                                          block_n=16, tokens_per_chunk=tokens_per_chunk)
+    assert (plan.num_chunks, *mala_function.combine_chunk_blocks(plan)) == COMBINE_BLOCKS[name]
+    # B * heads = 1, the case the blocked combine is for.
+    q, k, v = feature_map_qkv(1, 1, head_dim, height, width, 'backbone', torch.float32, seed=5)
+    rope = RoPE2d(head_dim)(height, width)
+    check_against_reference(q, k, v, rope, tolerance=1e-4, block_n=16,
+                            tokens_per_chunk=tokens_per_chunk)

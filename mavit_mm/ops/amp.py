@@ -5,10 +5,17 @@ import contextlib
 
 import torch
 
+# Device types that always have autocast. For these the availability check is
+# skipped: ``torch.amp.is_autocast_available`` calls a builtin that Dynamo
+# cannot trace in some torch releases (2.11), which broke fullgraph compiles.
+_AUTOCAST_DEVICE_TYPES = ('cuda', 'cpu')
+
 
 def autocast_disabled(device_type: str) -> contextlib.AbstractContextManager:
     """Autocast off on ``device_type`` where it is on; a no-op elsewhere,
     including device types that have no autocast (``meta``)."""
-    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+    available = (device_type in _AUTOCAST_DEVICE_TYPES
+                 or torch.amp.is_autocast_available(device_type))
+    if available and torch.is_autocast_enabled(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -64,21 +66,27 @@ TOKEN_PROGRAMS_PER_SM = 4
 MAX_TILES_PER_PROGRAM = 16
 # (tokens per tile, warps, software-pipeline stages) per kernel, for heads up
 # to 64 channels and wider ones; 'combine' is (rows of KVc per program, warps,
-# stages). Chosen from ahead-of-time sm_80/sm_90 compiles (registers, spills,
-# shared memory: ``bench_mala.py --compile-report``), not from GPU timings.
-# Wide heads pad d = 96 to 128 channels, 1.78x the dot work. 32-channel blocks
-# were considered and not built: for half inputs the padded KV update is ~43
-# multiply-adds per byte of k and v read, under the ~74 at which tf32 tensor
-# cores on an H100 stop keeping up with HBM, so the pass stays bound by memory
-# traffic; splitting d would re-read each token tile once per block. GPU timing
-# (benchmarks/tune_mala.py) is what would overturn this.
+# stages). The narrow table is timed on an H100 (benchmarks/tune_mala.py, bf16,
+# N = 65536, d = 64, B*heads 16 and 1: benchmarks/results/gpu-h100-2026-11-25/
+# 2-tune/): per kernel, the candidate with the smallest
+# sum of its slowdowns against the best of each case. The tuned plan took the
+# forward+backward at B*heads 16 from 3.04 to about 1.95 ms, mostly the query
+# kernel (2.08 -> 1.14 ms with 16-token tiles). The wide table (d = 96 padded to
+# 128, 1.78x the dot work) is not timed yet: it comes from ahead-of-time
+# sm_80/sm_90 compiles (registers, spills, shared memory:
+# ``bench_mala.py --compile-report``). 'combine' sums a block of chunks per step
+# (tl.sum over the block); two rows per program (narrow) made it 15.9 us where
+# four took 23.4 at B*heads 1 and 128 chunks, and cost nothing at 16.
 KERNEL_TILES = {
-    'narrow': dict(output=(64, 4, 3), partials=(32, 8, 3), query=(32, 8, 3), key=(32, 4, 3),
-                   combine=(16, 4, 1)),
+    'narrow': dict(output=(64, 4, 1), partials=(32, 8, 3), query=(16, 4, 3), key=(64, 4, 3),
+                   combine=(2, 4, 1)),
     'wide': dict(output=(32, 8, 3), partials=(16, 8, 3), query=(16, 8, 3), key=(16, 8, 3),
-                 combine=(16, 4, 1)),
+                 combine=(4, 4, 1)),
 }
 KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
+# The combine kernel sums a block of chunks per step (tl.sum over the block):
+# its blocks hold up to this many fp32 values per thread (combine_chunk_blocks).
+COMBINE_VALUES_PER_THREAD = 32
 # Shared memory is not tabulated here: whether a GPU holds the kernels is
 # judged from the kernels compiled for it (resource_shortfall). For the record,
 # with these tiles the sm_80/sm_90 compiles (Triton 3.9, benchmarks/results/
@@ -111,6 +119,12 @@ class LaunchPlan:
     output_tokens_per_program: int  # tokens one output program writes
     key_tokens_per_program: int     # tokens one key program writes
     dot_precision: str
+
+
+def _cdiv(a: int, b: int) -> int:
+    """``triton.cdiv`` for host code on every call: Triton's is a constexpr
+    function whose wrapper costs ~2 us a call on the host (Triton 3.9)."""
+    return -(-a // b)
 
 
 @functools.lru_cache(maxsize=None)
@@ -221,10 +235,32 @@ def _empty_like_layout(x: torch.Tensor) -> torch.Tensor:
     results. (``torch.empty_like`` keeps the strides of dense tensors only, and
     these views are slices of a wider map.)
     """
-    # Outermost first; ties (size-1 dimensions) keep the logical order.
-    order = sorted(range(4), key=lambda dim: (-x.stride(dim), dim))
-    buffer = x.new_empty([x.shape[dim] for dim in order])
-    return buffer.permute([order.index(dim) for dim in range(4)])
+    shape, strides = tuple(x.shape), x.stride()
+    try:   # the same few layouts on every call: their strides worked out once each
+        dense = _dense_strides(shape, strides)
+    except TypeError:   # symbolic sizes (torch.compile, dynamic shapes) do not hash
+        order = _memory_order(strides)
+        buffer = x.new_empty([shape[dim] for dim in order])
+        return buffer.permute([order.index(dim) for dim in range(4)])
+    return x.new_empty_strided(shape, dense)
+
+
+def _memory_order(strides) -> list:
+    """The dimensions, outermost first; ties (size-1 dimensions) keep the
+    logical order."""
+    return sorted(range(4), key=lambda dim: (-strides[dim], dim))
+
+
+@functools.lru_cache(maxsize=256)
+def _dense_strides(shape: tuple, strides: tuple) -> tuple:
+    """The strides of a dense ``shape`` laid out in ``_memory_order(strides)``:
+    what permuting a contiguous buffer of the dimensions in that order gives
+    (torch counts a size-0 dimension as 1 there)."""
+    dense, step = [0] * 4, 1
+    for dim in reversed(_memory_order(strides)):
+        dense[dim] = step
+        step *= max(shape[dim], 1)
+    return tuple(dense)
 
 
 def _tile_meta(plan: LaunchPlan, tile: KernelTile) -> dict:
@@ -233,10 +269,27 @@ def _tile_meta(plan: LaunchPlan, tile: KernelTile) -> dict:
                 num_stages=tile.num_stages)
 
 
+def _floor_power_of_2(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def combine_chunk_blocks(plan: LaunchPlan) -> Tuple[int, int]:
+    """Chunks the combine kernel reduces at once: (for the means, for the KV
+    rows). As many as fill ``COMBINE_VALUES_PER_THREAD`` fp32 values per thread
+    in its widest tile ((chunks, d) and (chunks, rows, d)), powers of two, and
+    no more than the plan's chunks (rounded up to a power of two)."""
+    tile = plan.combine
+    budget = COMBINE_VALUES_PER_THREAD * tile.num_warps * 32
+    most = 1 << max(plan.num_chunks - 1, 0).bit_length()   # next power of two
+    return (min(most, _floor_power_of_2(budget // plan.block_d)),
+            min(most, _floor_power_of_2(budget // (tile.block_n * plan.block_d))))
+
+
 def _combine_meta(plan: LaunchPlan) -> dict:
     tile = plan.combine
-    return dict(ROWS=tile.block_n, BLOCK_D=plan.block_d, num_warps=tile.num_warps,
-                num_stages=tile.num_stages)
+    mean_chunks, kv_chunks = combine_chunk_blocks(plan)
+    return dict(ROWS=tile.block_n, BLOCK_D=plan.block_d, MEAN_CHUNKS=mean_chunks,
+                KV_CHUNKS=kv_chunks, num_warps=tile.num_warps, num_stages=tile.num_stages)
 
 
 def launch_table(plan: LaunchPlan) -> Dict[str, Tuple[object, dict]]:
@@ -326,12 +379,12 @@ class ForwardLaunches(_Launches):
                 k, v, self.angle, self.workspace, *k.stride(), *v.stride(),
                 self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk)
         if name == 'combine':
-            return (triton.cdiv(self.head_dim, plan.combine.block_n), self.batch_heads), (
+            return (_cdiv(self.head_dim, plan.combine.block_n), self.batch_heads), (
                 self.workspace, self.stats, plan.num_chunks, self.num_tokens,
                 plan.tokens_per_chunk, self.head_dim, self.scale / self.num_tokens)
         if name == 'output':
             per_program = plan.output_tokens_per_program
-            return (triton.cdiv(self.num_tokens, per_program), self.batch_heads), (
+            return (_cdiv(self.num_tokens, per_program), self.batch_heads), (
                 q, self.stats, self.angle, out, *q.stride(), *out.stride(),
                 self.heads, self.num_tokens, self.width, self.head_dim, self.scale, per_program)
         raise KeyError(f'{name!r} is not a forward kernel; choose from {self.KERNELS}')
@@ -386,7 +439,7 @@ class BackwardLaunches(_Launches):
         if name == 'key':
             dk, dv = self.dk, self.dv
             per_program = plan.key_tokens_per_program
-            return (triton.cdiv(self.num_tokens, per_program), self.batch_heads), (
+            return (_cdiv(self.num_tokens, per_program), self.batch_heads), (
                 k, v, self.stats, self.key_grads, self.angle, dk, dv,
                 *k.stride(), *v.stride(), *dk.stride(), *dv.stride(),
                 self.heads, self.num_tokens, self.width, self.head_dim, per_program)
@@ -523,6 +576,64 @@ def compiled_resources(launches: _Launches, name: str) -> Optional[KernelResourc
     return _compiled_resources[key]
 
 
+# -- Per-call host work, done once per case ---------------------------------------
+_MISSING = object()
+
+
+class _LRUCache:
+    """A map of at most ``maxsize`` entries that drops the least recently used
+    one when full. Locked: DataParallel replicas call the op from threads."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key, default=None):
+        with self._lock:
+            value = self._entries.get(key, _MISSING)
+            if value is _MISSING:
+                return default
+            self._entries.move_to_end(key)
+            return value
+
+    def __setitem__(self, key, value) -> None:
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            if len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+
+    def __contains__(self, key) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+# A layer calls the op with the same shapes, strides and dtype on every step,
+# so its plans (on a GPU: meta-tensor launches, the compiled kernel's
+# specialisation key and occupancy) are made once: 2 per layer size (forward,
+# backward), 8 per input size for MAViT's 4 stages. Evicting only costs a replan.
+# The module's constants (KERNEL_TILES, RESIDENT_PROGRAMS_PER_SM, ...) are not
+# part of the key: code that changes them at run time calls ``_plans.clear()``.
+PLAN_CACHE_SIZE = 256
+_plans = _LRUCache(PLAN_CACHE_SIZE)
+
+
+def _argument_key(t: Optional[torch.Tensor]):
+    """What a plan can depend on of a tensor argument besides the shape: its
+    dtype, strides and whether Triton sees its address as 16-byte aligned (the
+    specialisation :func:`compiled_resources` compiles for). Never the address."""
+    if t is None:
+        return None
+    return t.dtype, t.stride(), t.data_ptr() % 16 == 0
+
+
 def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: int,
              block_n: int = 0, tokens_per_chunk: int = 0, tokens_per_program: int = 0,
              dout: Optional[torch.Tensor] = None, stats=None) -> LaunchPlan:
@@ -532,7 +643,25 @@ def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: in
     On a GPU, the split-N chunking fills whole waves by the split kernel's own
     occupancy on that GPU: the kernel is compiled for these very arguments and
     asked for its registers and shared memory. Call it on the tensors' device.
+
+    Cached (``_plans``, least recently used out) per device, shape, SM count,
+    width, overrides and each tensor's dtype, strides and alignment: everything
+    the plan depends on. A failure (a kernel this GPU cannot hold) is not cached.
     """
+    key = (q.device, q.shape, _sm_count(q.device), width, block_n, tokens_per_chunk,
+           tokens_per_program, _argument_key(q), _argument_key(k), _argument_key(v),
+           _argument_key(angle), _argument_key(dout), _argument_key(stats))
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plan_for(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program,
+                         dout, stats)
+        _plans[key] = plan
+    return plan
+
+
+def _plan_for(q, k, v, angle, width: int, block_n: int, tokens_per_chunk: int,
+              tokens_per_program: int, dout, stats) -> LaunchPlan:
+    """:func:`plan_for` past its cache."""
     batch, heads, num_tokens, head_dim = q.shape
 
     def plan(resident_per_sm=None) -> LaunchPlan:
@@ -557,7 +686,7 @@ def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: in
     return first if resident == RESIDENT_PROGRAMS_PER_SM else plan(resident)
 
 
-_shortfalls: Dict[tuple, Optional[str]] = {}
+_shortfalls = _LRUCache(PLAN_CACHE_SIZE)   # verdicts per shape and layout
 
 
 def resource_shortfall(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, width: int,
@@ -577,8 +706,9 @@ def resource_shortfall(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, width:
 def _compiled_shortfall(q, k, v, width: int, backward: bool) -> Optional[str]:
     """:func:`resource_shortfall` past its device check."""
     key = (q.device, q.dtype, q.shape, q.stride(), k.stride(), v.stride(), width, backward)
-    if key in _shortfalls:
-        return _shortfalls[key]
+    cached = _shortfalls.get(key, _MISSING)
+    if cached is not _MISSING:
+        return cached
     angle = torch.empty(1, device='meta')
     name = 'partials'
     try:

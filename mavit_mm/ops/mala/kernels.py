@@ -21,7 +21,8 @@ forward
      the chunk's first block.
   2. ``_forward_combine_kernel`` merges the chunks into the per-head stats:
      ``km``, ``krm = mean kr``, ``vm`` and the *centred* ``KVc = (s/N) sum_j
-     kr_j^T (v_j - vm)``.
+     kr_j^T (v_j - vm)``, a block of chunks at a time (``tl.sum`` over the
+     block), grid (row blocks of KVc, batch * heads).
   3. ``_forward_output_kernel`` reads q once, writes out once:
      ``out = g * (qr @ KVc) + (g * s * (qr . krm) - z) * vm`` with
      ``g = 1 + 1/(z + eps)``, which equals ``g * (qr @ KV) - z * vm``.
@@ -343,26 +344,45 @@ def _forward_partials_kernel(
 
 
 @triton.jit
-def _load_row(base, row, head_dim, index, mask):
-    """Entries ``index`` of row ``row`` of a row-major (rows, d) fp32 buffer."""
-    return tl.load(base + row * head_dim + index, mask=mask, other=0.0)
-
-
-@triton.jit
 def _chunk_token_count(chunk, tokens_per_chunk, num_tokens):
     return tl.minimum(tokens_per_chunk, num_tokens - chunk * tokens_per_chunk).to(tl.float32)
 
 
 @triton.jit
+def _chunk_block(first, CHUNKS: tl.constexpr, num_chunks, tokens_per_chunk, num_tokens,
+                 chunk_size, head_dim):
+    """Chunks ``first .. first + CHUNKS`` of a head: which exist, their token
+    counts (0 past the last chunk) and the offsets of their extra rows."""
+    chunks = first + tl.arange(0, CHUNKS)
+    chunk_ok = chunks < num_chunks
+    count = tl.where(chunk_ok, _chunk_token_count(chunks, tokens_per_chunk, num_tokens), 0.0)
+    return chunks, chunk_ok, count, chunks * chunk_size + head_dim * head_dim
+
+
+@triton.jit
+def _load_chunk_rows(ws_head, extra_offsets, chunk_ok, row, head_dim, index, index_ok):
+    """Entries ``index`` of extra row ``row`` of a block of chunks: (chunks, index)."""
+    offsets = (extra_offsets + row * head_dim)[:, None] + index[None, :]
+    return tl.load(ws_head + offsets, mask=chunk_ok[:, None] & index_ok[None, :], other=0.0)
+
+
+@triton.jit
 def _forward_combine_kernel(
         ws_ptr, stats_ptr, num_chunks, num_tokens, tokens_per_chunk, head_dim, kv_scale,
-        ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+        ROWS: tl.constexpr, BLOCK_D: tl.constexpr, MEAN_CHUNKS: tl.constexpr,
+        KV_CHUNKS: tl.constexpr):
     """Per-head stats from the chunk partials; one program per ROWS rows of KVc.
 
     Each chunk's shifted sums are re-centred on the global means with exact
     fp32 outer products of small (deviation-sized) vectors:
     sum_j (kr_j - krm)^T (v_j - vm) = P + dk^T Dv + Dk^T dv + n dk^T dv with
     dk = kr_shift - krm, dv = v_shift - vm, Dk / Dv the summed deviations.
+
+    Chunks are taken a block at a time (``MEAN_CHUNKS`` for the means,
+    ``KV_CHUNKS`` for the matrix: a (chunks, ROWS, d) tile of partials) and
+    summed over the block with ``tl.sum``, so a head's hundreds of chunks cost
+    a few rounds of independent loads rather than one L2 round trip each.
+    Every program writes the mean-k entries of its own rows; program 0 writes vm.
     """
     row_block = tl.program_id(0)
     bh = tl.program_id(1)
@@ -373,45 +393,57 @@ def _forward_combine_kernel(
     chunk_size = (head_dim + FWD_EXTRA_ROWS) * head_dim
     ws_head = ws_ptr + bh.to(tl.int64) * num_chunks * chunk_size
 
-    k_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    kr_sum_cols = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    kr_sum_rows = tl.zeros((ROWS,), dtype=tl.float32)
+    # Pass 1: the means (this program's rows of the k ones, all of vm).
+    k_sum = tl.zeros((ROWS,), dtype=tl.float32)
+    kr_sum = tl.zeros((ROWS,), dtype=tl.float32)
     v_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for chunk in range(0, num_chunks):
-        count = _chunk_token_count(chunk, tokens_per_chunk, num_tokens)
-        extra = ws_head + chunk * chunk_size + head_dim * head_dim
-        k_sum += _load_row(extra, FWD_ROW_K_SUM, head_dim, cols, col_ok)
-        kr_sum_cols += (count * _load_row(extra, FWD_ROW_KR_SHIFT, head_dim, cols, col_ok)
-                        + _load_row(extra, FWD_ROW_KR_DEV, head_dim, cols, col_ok))
-        kr_sum_rows += (count * _load_row(extra, FWD_ROW_KR_SHIFT, head_dim, rows, row_ok)
-                        + _load_row(extra, FWD_ROW_KR_DEV, head_dim, rows, row_ok))
-        v_sum += (count * _load_row(extra, FWD_ROW_V_SHIFT, head_dim, cols, col_ok)
-                  + _load_row(extra, FWD_ROW_V_DEV, head_dim, cols, col_ok))
-    krm_rows = kr_sum_rows / num_tokens
+    for first in range(0, num_chunks, MEAN_CHUNKS):
+        _, chunk_ok, count, extra = _chunk_block(first, MEAN_CHUNKS, num_chunks,
+                                                 tokens_per_chunk, num_tokens, chunk_size,
+                                                 head_dim)
+        k_sum += tl.sum(_load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_K_SUM, head_dim,
+                                         rows, row_ok), axis=0)
+        kr_sum += tl.sum(
+            count[:, None] * _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_SHIFT,
+                                              head_dim, rows, row_ok)
+            + _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_DEV, head_dim, rows, row_ok),
+            axis=0)
+        v_sum += tl.sum(
+            count[:, None] * _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_SHIFT,
+                                              head_dim, cols, col_ok)
+            + _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_DEV, head_dim, cols, col_ok),
+            axis=0)
+    krm = kr_sum / num_tokens
     vm = v_sum / num_tokens
 
+    # Pass 2: the centred KV rows.
     kv = tl.zeros((ROWS, BLOCK_D), dtype=tl.float32)
-    matrix_mask = row_ok[:, None] & col_ok[None, :]
-    for chunk in range(0, num_chunks):
-        count = _chunk_token_count(chunk, tokens_per_chunk, num_tokens)
-        ws_chunk = ws_head + chunk * chunk_size
-        extra = ws_chunk + head_dim * head_dim
-        partial = tl.load(ws_chunk + rows[:, None] * head_dim + cols[None, :],
-                          mask=matrix_mask, other=0.0)
-        k_offset = _load_row(extra, FWD_ROW_KR_SHIFT, head_dim, rows, row_ok) - krm_rows
-        k_dev = _load_row(extra, FWD_ROW_KR_DEV, head_dim, rows, row_ok)
-        v_offset = _load_row(extra, FWD_ROW_V_SHIFT, head_dim, cols, col_ok) - vm
-        v_dev = _load_row(extra, FWD_ROW_V_DEV, head_dim, cols, col_ok)
-        kv += (partial + k_offset[:, None] * v_dev[None, :] + k_dev[:, None] * v_offset[None, :]
-               + count * k_offset[:, None] * v_offset[None, :])
+    matrix_ok = row_ok[:, None] & col_ok[None, :]
+    matrix_offsets = rows[:, None] * head_dim + cols[None, :]
+    for first in range(0, num_chunks, KV_CHUNKS):
+        chunks, chunk_ok, count, extra = _chunk_block(first, KV_CHUNKS, num_chunks,
+                                                      tokens_per_chunk, num_tokens, chunk_size,
+                                                      head_dim)
+        partial = tl.load(ws_head + (chunks * chunk_size)[:, None, None] + matrix_offsets[None],
+                          mask=chunk_ok[:, None, None] & matrix_ok[None], other=0.0)
+        row_mask = chunk_ok[:, None] & row_ok[None, :]
+        col_mask = chunk_ok[:, None] & col_ok[None, :]
+        k_offset = tl.where(row_mask, _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_SHIFT,
+                                                       head_dim, rows, row_ok) - krm[None, :], 0.0)
+        k_dev = _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_DEV, head_dim, rows, row_ok)
+        v_offset = tl.where(col_mask, _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_SHIFT,
+                                                       head_dim, cols, col_ok) - vm[None, :], 0.0)
+        v_dev = _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_DEV, head_dim, cols, col_ok)
+        kv += tl.sum(partial + k_offset[:, :, None] * v_dev[:, None, :]
+                     + k_dev[:, :, None] * v_offset[:, None, :]
+                     + (count[:, None] * k_offset)[:, :, None] * v_offset[:, None, :], axis=0)
 
     stats_head = _matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
-    tl.store(stats_head + rows[:, None] * head_dim + cols[None, :], kv * kv_scale, mask=matrix_mask)
-    if row_block == 0:  # the mean vectors are written once
-        stats_extra = stats_head + head_dim * head_dim
-        tl.store(stats_extra + STATS_ROW_KM * head_dim + cols, k_sum / num_tokens, mask=col_ok)
-        tl.store(stats_extra + STATS_ROW_KRM * head_dim + cols, kr_sum_cols / num_tokens,
-                 mask=col_ok)
+    tl.store(stats_head + matrix_offsets, kv * kv_scale, mask=matrix_ok)
+    stats_extra = stats_head + head_dim * head_dim
+    tl.store(stats_extra + STATS_ROW_KM * head_dim + rows, k_sum / num_tokens, mask=row_ok)
+    tl.store(stats_extra + STATS_ROW_KRM * head_dim + rows, krm, mask=row_ok)
+    if row_block == 0:  # vm is written once
         tl.store(stats_extra + STATS_ROW_VM * head_dim + cols, vm, mask=col_ok)
 
 
