@@ -9,6 +9,14 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
   main-job           README.md           main-job-*.json              tools/main_job.py --record
   demo-train-step    README.md           demo-train-step-*.json       benchmarks/demo_train_step.py
   onnxruntime-speed  docs/deployment.md  onnxruntime-speed-*.json     benchmarks/onnxruntime_speed.py
+  gpu-op             docs/gpu.md         gpu-*/*/bench_mala.json      benchmarks/gpu_check.py
+  gpu-model          docs/gpu.md         gpu-*/*/sweep.json           benchmarks/gpu_check.py
+  gpu-model-batch8   docs/gpu.md         gpu-*/*/sweep-b8.json        gpu_check.py --sweep-batch 8
+  gpu-checks         docs/gpu.md         gpu-*/*/sdpa.json            benchmarks/gpu_check.py
+
+A GPU run is one folder ``benchmarks/results/gpu-<device>-<date>/``, one
+subfolder per ``gpu_check.py`` command (its ``--out``), each with the
+``env.json`` that names the GPU, driver and versions of the files beside it.
 
   python benchmarks/readme_tables.py            # print the blocks
   python benchmarks/readme_tables.py --write    # put them into their files
@@ -29,7 +37,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / 'benchmarks' / 'results'
 README = REPO_ROOT / 'README.md'
 # The files the blocks live in, by name (tests point these elsewhere).
-TARGET_FILES = {'README.md': README, 'docs/deployment.md': REPO_ROOT / 'docs' / 'deployment.md'}
+TARGET_FILES = {'README.md': README, 'docs/deployment.md': REPO_ROOT / 'docs' / 'deployment.md',
+                'docs/gpu.md': REPO_ROOT / 'docs' / 'gpu.md'}
+# The fused op's targets (the GPU issue): bf16, N = 65536, d = 64.
+OP_TARGETS = (
+    # (B*heads, pass, minimum % of the copy bandwidth, minimum speed-up, maximum memory ratio)
+    (16, 'fwd', 70, 10, None),
+    (16, 'fwd+bwd', 50, 8, 0.3),
+    (1, 'fwd', 50, None, None),
+)
 TASK_NAMES = {'backbone-forward': 'backbone forward',
               'backbone-train': 'backbone training step (fwd + bwd + AdamW)',
               'upernet-forward': 'UperNet forward'}
@@ -130,6 +146,115 @@ def render_onnxruntime_speed(report: dict, source: str) -> str:
     return '\n'.join(lines)
 
 
+def _gpu_env(source: str) -> dict:
+    """The env.json written beside a GPU result (device, driver, versions)."""
+    return json.loads((REPO_ROOT / source).parent.joinpath('env.json').read_text())
+
+
+def _gpu_source_line(source: str, what: str) -> str:
+    env = _gpu_env(source)
+    return (f"{what} on an {env['device']} (driver {env['driver']}, CUDA {env['cuda']}), torch "
+            f"{env['torch']}, Triton {env['triton']}, {env['date'][:10]}; device-to-device copy "
+            f"measured in the same run: {env['copy_bandwidth_tbps']:.2f} TB/s; raw: "
+            f"`{Path(source).parent.as_posix()}/`.")
+
+
+def _check(value, minimum=None, maximum=None) -> str:
+    if value is None:
+        return 'not measured'
+    ok = (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    return 'met' if ok else '**missed**'
+
+
+def render_gpu_op(report: dict, source: str) -> str:
+    """The fused op against its targets (bf16, N = 65536, d = 64)."""
+    rows = {(row['batch_heads'], row['pass'], row['impl']): row for row in report['results']
+            if row['dtype'] == 'bf16' and row['tokens'] == 65536 and row['head_dim'] == 64}
+    lines = [_gpu_source_line(source, 'Measured') + ' bf16, N = 65,536 tokens, d = 64, '
+             'median of `triton.testing.do_bench`; "% copy": the byte model of '
+             '`benchmarks/bench_mala.py` over the time, against the copy bandwidth.',
+             '',
+             '| B·heads | pass | fused ms | PyTorch ms | % copy (target) | speed-up (target) '
+             '| memory vs PyTorch (target) |',
+             '| ---: | --- | ---: | ---: | --- | --- | --- |']
+    for batch_heads, pass_name, copy_min, speedup_min, memory_max in OP_TARGETS:
+        fused = rows[(batch_heads, pass_name, 'triton')]
+        torch_row = rows[(batch_heads, pass_name, 'torch')]
+
+        def cell(value, fmt, minimum=None, maximum=None, bound=None):
+            if bound is None:
+                return f'{value:{fmt}}'
+            return f'{value:{fmt}} (≥ {bound}: {_check(value, minimum, maximum)})' if \
+                maximum is None else f'{value:{fmt}} (≤ {bound}: {_check(value, minimum, maximum)})'
+        lines.append(
+            f"| {batch_heads} | {pass_name} | {fused['time_ms']:.3f} | {torch_row['time_ms']:.3f} "
+            f"| {cell(fused['percent_of_copy'], '.1f', copy_min, bound=copy_min)} "
+            f"| {cell(fused['speedup_vs_torch'], '.2f', speedup_min, bound=speedup_min)} "
+            f"| {cell(fused['memory_vs_torch'], '.3f', maximum=memory_max, bound=memory_max)} |")
+    return '\n'.join(lines)
+
+
+def render_gpu_model(report: dict, source: str) -> str:
+    """MAViT-T (fused and PyTorch MALA) against Swin-T over resolutions."""
+    env = _gpu_env(source)
+    lines = [_gpu_source_line(source, 'Measured') + ' ' + report['note'] + '.',
+             '',
+             '| size | precision | batch | MAViT-T fused ms | MAViT-T PyTorch ms | Swin-T ms '
+             '| fused / Swin-T | PyTorch / Swin-T |',
+             '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |']
+    by_key = {}
+    for row in report['forward'] + report['training']:
+        key = (row['height'], row['width'], row['precision'], row['batch'], row['pass_name'])
+        kind = ('swin' if row['model'].startswith('Swin-T') else
+                'fused' if row['model'].endswith('triton') else 'torch')
+        by_key.setdefault(key, {})[kind] = row
+    for (height, width, precision, batch, pass_name), models in by_key.items():
+        size = f'{height}x{width}' + ('' if pass_name == 'fwd' else f', {pass_name}')
+
+        def ms(kind):
+            row = models.get(kind, {})
+            return f"{row['time_ms']:.1f}" if row.get('time_ms') else 'n/a'
+
+        def ratio(kind):
+            row = models.get(kind, {})
+            return f"{row['time_vs_swin']:.2f}" if row.get('time_vs_swin') else 'n/a'
+        lines.append(f'| {size} | {precision} | {batch} | {ms("fused")} | {ms("torch")} | '
+                     f'{ms("swin")} | {ratio("fused")} | {ratio("torch")} |')
+    del env
+    return '\n'.join(lines)
+
+
+def render_gpu_checks(report: dict, source: str) -> str:
+    """What the GPU run checked: the kernel and model tests, SDPA's kernels and
+    the op's host time against its kernel time."""
+    folder = (REPO_ROOT / source).parent
+    lines = [_gpu_source_line(source, 'Checked'), '']
+    for name in ('kernel-tests', 'model-tests'):
+        path = folder / f'{name}.json'
+        if path.exists():
+            tests = json.loads(path.read_text())
+            lines.append(f"- `{name}` ({tests['command'].split()[-1]}): {tests['passed']} passed, "
+                         f"{tests['failed']} failed, {tests['skipped']} skipped"
+                         + ''.join(f"; failed: `{failure.split(': ')[0].split('::')[-1]}`"
+                                   for failure in tests['failures']) + '.')
+    for row in report['results']:
+        ops = ', '.join(f'`{op.split("::")[-1]}`' for op in row.get('sdpa_ops', [])
+                        if not op.endswith('::scaled_dot_product_attention'))
+        lines.append(f"- SDPA, MAViT-T forward+backward at {row['height']}x{row['width']} "
+                     f"{row['precision']} with only {row['allowed']} allowed: "
+                     + (f'ran; unrestricted, the forward picks {ops}' if row.get('ok')
+                        else f"failed: {row.get('error')}") + '.')
+    profile_path = folder / 'profile.json'
+    if profile_path.exists():
+        lines += ['', '| op call (bf16, N = 65,536, d = 64) | wall µs | GPU kernels µs '
+                      '| host issue µs |', '| --- | ---: | ---: | ---: |']
+        for row in json.loads(profile_path.read_text())['results']:
+            lines.append(f"| B·heads {row['batch_heads']}, {row['pass_name']} | "
+                         f"{row['wall_us']:.1f} | {row['kernel_us']:.1f} | "
+                         f"{row['host_issue_us']:.1f} |")
+    return '\n'.join(lines)
+
+
 def _metric(value) -> str:
     return 'n/a' if value is None else f'{value:.3f}' if abs(value) < 2 else f'{value:.2f}'
 
@@ -140,7 +265,20 @@ BLOCKS: Dict[str, Block] = {
     'demo-train-step': Block('demo-train-step-*.json', render_demo_train_step),
     'onnxruntime-speed': Block('onnxruntime-speed-*.json', render_onnxruntime_speed,
                                target='docs/deployment.md'),
+    'gpu-op': Block('gpu-*/*/bench_mala.json', render_gpu_op, target='docs/gpu.md'),
+    'gpu-model': Block('gpu-*/*/sweep.json', render_gpu_model, target='docs/gpu.md'),
+    'gpu-model-batch8': Block('gpu-*/*/sweep-b8.json', render_gpu_model, target='docs/gpu.md'),
+    'gpu-checks': Block('gpu-*/*/sdpa.json', render_gpu_checks, target='docs/gpu.md'),
 }
+
+
+def _report_date(path: Path, report: dict) -> str:
+    """A results file's date: its own, its environment's, or (GPU runs) that
+    of the env.json beside it."""
+    date = report.get('date') or (report.get('environment') or {}).get('date')
+    if date is None and (path.parent / 'env.json').exists():
+        date = json.loads((path.parent / 'env.json').read_text())['date']
+    return date
 
 
 def newest_results(name: str, results_dir: Path = RESULTS_DIR) -> Path:
@@ -150,7 +288,7 @@ def newest_results(name: str, results_dir: Path = RESULTS_DIR) -> Path:
     for path in results_dir.glob(block.pattern):
         report = json.loads(path.read_text())
         if block.device_type is None or report.get('device_type', 'cpu') == block.device_type:
-            reports.append((report['date'], path))
+            reports.append((_report_date(path, report), path))
     if not reports:
         raise FileNotFoundError(f'no {block.pattern} in {results_dir}')
     return max(reports)[1]
