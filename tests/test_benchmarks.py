@@ -184,3 +184,11 @@ def test_gpu_check_sdpa_step_reports_a_math_fallback(tmp_path, monkeypatch):
     assert result['failed'] == 3
     rows = json.loads((tmp_path / 'sdpa.json').read_text())['results']
     assert all(not row['ok'] and 'No available kernel' in row['error'] for row in rows)
+
+
+def test_ncu_mala_needs_a_gpu_and_says_so():
+    result = run_script('benchmarks/ncu_mala.py', '--batch-heads', '1')
+    if result.returncode == 0:
+        pytest.skip('a CUDA GPU is present')
+    assert result.returncode == 2 and 'needs a CUDA GPU' in result.stdout
+    assert 'cudaProfilerStart' in run_script('benchmarks/ncu_mala.py', '--help').stdout
