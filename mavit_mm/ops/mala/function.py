@@ -44,6 +44,9 @@ except ImportError:  # pragma: no cover - older layouts
 # fp32 inputs get exact fp32 dots. Half inputs use tf32 tensor cores on fp32
 # operands: fp32 range (a half KV would overflow at large activations) and,
 # thanks to the centring in the kernels, an error that is not amplified.
+# bf16 operands (fp32 accumulation, as fla feeds tl.dot) were tried for bf16
+# inputs and rejected: less accurate in every output and gradient, past the
+# bf16 test tolerance for dq (benchmarks/results/dot-operands-bf16-*.json).
 DOT_PRECISION = {torch.float32: 'ieee', torch.float16: 'tf32', torch.bfloat16: 'tf32'}
 # A chunk's partial sums cost a (d + 5) x d fp32 write + read, about as much as
 # reading d + 5 more tokens; with at least this many tokens per chunk they stay
