@@ -118,6 +118,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--sweep-batch', type=int, default=1,
                         help='batch of the sweep step\'s forward rows (default 1; at batch 1 '
                              'a small backbone is bound by the host\'s kernel launches)')
+    parser.add_argument('--cuda-graphs', action='store_true',
+                        help='the sweep step times CUDA-graph replays of each forward '
+                             '(no training rows); writes sweep[-bN]-graphs.json')
     parser.add_argument('--dry-run', action='store_true',
                         help='no GPU needed: check imports and budgets, print the plan')
     parser.add_argument('--pytest-workers', type=int, default=8,
@@ -296,14 +299,21 @@ def _sdpa_ops(model, images, precision: str, device: torch.device) -> List[str]:
 
 def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZES,
                train_size=TRAIN_SIZE, train_batch=TRAIN_BATCH, rep: int = 200,
-               batch: int = 1, name: str = 'sweep') -> Dict:
+               batch: int = 1, name: str = 'sweep', cuda_graphs: bool = False) -> Dict:
     """MAViT-T against Swin-T over resolutions (forward at ``batch``), then one
     training step (forward, backward, AdamW) at train_size x train_batch (none
-    when train_batch is 0). Writes ``<name>.json``."""
+    when train_batch is 0). Writes ``<name>.json``. ``cuda_graphs``: each
+    forward is captured once in a CUDA graph and the replays are timed (what
+    a host-bound small batch gets from graphs; no training rows)."""
     from mavit_mm.utils.device import cuda_peak_extra_bytes
     device = torch.device(device)
+    if cuda_graphs and device.type != 'cuda':
+        raise ValueError(f'CUDA graphs need a CUDA device, got {device}')
+    if cuda_graphs:
+        train_batch = 0
     rows = []
-    report = dict(note=f'backbones alone (no neck or head), batch {batch} forward in eval mode under '
+    report = dict(cuda_graphs=cuda_graphs,
+                  note=f'backbones alone (no neck or head), batch {batch} forward in eval mode under '
                        'no_grad; bf16 = torch.autocast bf16; training step: train mode, loss = '
                        'sum of the four outputs\' means, backward, AdamW step; '
                        'peak_memory_mib = peak allocated beyond the model and optimizer state',
@@ -329,6 +339,8 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
             images = torch.randn(batch, 3, *size, device=device)
             step = _backbone_step(model, images, precision, pass_name, device.type,
                                   optimizer=pass_name == 'train step')
+            if cuda_graphs:
+                step = _cuda_graph_replay(step)
             step()
             ms = bench_mala_time_ms(step, device, rep)
             memory = (cuda_peak_extra_bytes(step, device) / 2 ** 20
@@ -356,6 +368,21 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
     _write(out / f'{name}.json', report)
     return {'rows': len(rows) + len(report['training']), 'complete': report['complete'],
             'errors_recorded': sum('error' in row for row in rows + report['training'])}
+
+
+def _cuda_graph_replay(step: Callable) -> Callable:
+    """``step`` captured once in a CUDA graph (after warm-up calls on a side
+    stream, as torch's docs do it); returns the graph's replay."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
 
 
 def _add_ratios(rows: List[Dict]) -> None:
@@ -640,8 +667,10 @@ def run_step(name: str, out: Path, args) -> Dict:
     if name == 'sdpa':
         return step_sdpa(out, budget_s)
     if name == 'sweep':
-        return step_sweep(out, budget_s, batch=args.sweep_batch,
-                          name='sweep' if args.sweep_batch == 1 else f'sweep-b{args.sweep_batch}')
+        file_name = 'sweep' + ('' if args.sweep_batch == 1 else f'-b{args.sweep_batch}') + \
+            ('-graphs' if args.cuda_graphs else '')
+        return step_sweep(out, budget_s, batch=args.sweep_batch, name=file_name,
+                          cuda_graphs=args.cuda_graphs)
     if name == 'profile':
         return step_profile(out, budget_s)
     return step_tune(name, out, budget_s)

@@ -12,6 +12,7 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
   gpu-op             docs/gpu.md         gpu-*/*/bench_mala.json      benchmarks/gpu_check.py
   gpu-model          docs/gpu.md         gpu-*/*/sweep.json           benchmarks/gpu_check.py
   gpu-model-batch8   docs/gpu.md         gpu-*/*/sweep-b8.json        gpu_check.py --sweep-batch 8
+  gpu-model-graphs   docs/gpu.md         gpu-*/*/sweep-graphs.json    gpu_check.py --cuda-graphs
   gpu-checks         docs/gpu.md         gpu-*/*/sdpa.json            benchmarks/gpu_check.py
 
 A GPU run is one folder ``benchmarks/results/gpu-<device>-<date>/``, one
@@ -197,7 +198,9 @@ def render_gpu_op(report: dict, source: str) -> str:
 def render_gpu_model(report: dict, source: str) -> str:
     """MAViT-T (fused and PyTorch MALA) against Swin-T over resolutions."""
     env = _gpu_env(source)
-    lines = [_gpu_source_line(source, 'Measured') + ' ' + report['note'] + '.',
+    graphs = ' Each forward captured once in a CUDA graph; the replays are timed.' \
+        if report.get('cuda_graphs') else ''
+    lines = [_gpu_source_line(source, 'Measured') + ' ' + report['note'] + '.' + graphs,
              '',
              '| size | precision | batch | MAViT-T fused ms | MAViT-T PyTorch ms | Swin-T ms '
              '| fused / Swin-T | PyTorch / Swin-T |',
@@ -268,6 +271,7 @@ BLOCKS: Dict[str, Block] = {
     'gpu-op': Block('gpu-*/*/bench_mala.json', render_gpu_op, target='docs/gpu.md'),
     'gpu-model': Block('gpu-*/*/sweep.json', render_gpu_model, target='docs/gpu.md'),
     'gpu-model-batch8': Block('gpu-*/*/sweep-b8.json', render_gpu_model, target='docs/gpu.md'),
+    'gpu-model-graphs': Block('gpu-*/*/sweep-graphs.json', render_gpu_model, target='docs/gpu.md'),
     'gpu-checks': Block('gpu-*/*/sdpa.json', render_gpu_checks, target='docs/gpu.md'),
 }
 

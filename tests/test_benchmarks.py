@@ -192,3 +192,9 @@ def test_ncu_mala_needs_a_gpu_and_says_so():
         pytest.skip('a CUDA GPU is present')
     assert result.returncode == 2 and 'needs a CUDA GPU' in result.stdout
     assert 'cudaProfilerStart' in run_script('benchmarks/ncu_mala.py', '--help').stdout
+
+
+def test_gpu_check_cuda_graphs_need_cuda(tmp_path):
+    from benchmarks import gpu_check
+    with pytest.raises(ValueError, match='CUDA graphs need a CUDA device'):
+        gpu_check.step_sweep(tmp_path, 60, device='cpu', sizes=((64, 96),), cuda_graphs=True)
