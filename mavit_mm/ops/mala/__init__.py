@@ -80,8 +80,10 @@ def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def _exporting() -> bool:
-    return (torch.onnx.is_in_onnx_export() or torch.jit.is_tracing()
-            or torch.compiler.is_exporting())
+    """An ONNX export (either exporter) or torch.export: the graph must not
+    hold the fused op. A plain ``torch.jit.trace`` (mmengine's FLOP counter)
+    keeps it: the op is a traceable operator with a counted formula."""
+    return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
 
 
 def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:
