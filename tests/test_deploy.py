@@ -40,12 +40,13 @@ DETECTORS = {'mask_rcnn': 'configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py',
              'retinanet': 'configs/demo/retinanet_mavit-t_fpn_demo-shapes.py',
              'cascade': 'configs/demo/cascade-mask-rcnn_mavit-t_fpn_ms-3x_demo-shapes.py'}
 NUM_VAL = 4
-# Detections compared one to one. With mavit_mm.deploy's RPN rewrite the graph
-# proposes exactly as mmdet does, and every detection of a RoI's best class
-# matches; below about 0.3, detections of a RoI's other classes can carry a
-# different box in mmdeploy's R-CNN graph (same score and class; open, see
-# docs/deployment.md). The metric check below covers them.
-DET_SCORE_THR = 0.3
+# Detections compared one to one, down to this score (per pipeline). With
+# mavit_mm.deploy's RPN and R-CNN rewrites the two-stage graphs propose and
+# keep exactly what mmdet does, down to the 0.05 score threshold (mmdeploy's own
+# R-CNN rewrite gives every class of a RoI its best class's box). RetinaNet's
+# graph keeps different detections under about 0.3 (open, docs/deployment.md);
+# the metric check covers them.
+DET_SCORE_THR = {'mask_rcnn': 0.05, 'cascade': 0.05, 'retinanet': 0.3}
 # Training iterations of each detector before it is compared: enough for
 # detections above DET_SCORE_THR on the demo data.
 TRAIN_ITERS = {'mask_rcnn': 120, 'retinanet': 200, 'cascade': 120}
@@ -270,7 +271,7 @@ def test_detector_matches_onnxruntime(pipeline, deploy_name, trained_detector, d
             expected = pytorch.test_step(data)[0].pred_instances
             got = backend.test_step(data)[0].pred_instances
         best_scores.append(round(expected.scores.max().item(), 3) if len(expected) else 0.0)
-        keep = expected.scores >= DET_SCORE_THR
+        keep = expected.scores >= DET_SCORE_THR[pipeline]
         if not keep.any():
             continue
         ious = box_iou(expected.bboxes[keep], got.bboxes)
@@ -278,12 +279,21 @@ def test_detector_matches_onnxruntime(pipeline, deploy_name, trained_detector, d
             same_class = got.labels == expected.labels[index]
             candidates = (ious[row] >= 0.99) & same_class & \
                 ((got.scores - expected.scores[index]).abs() <= 0.01)
-            assert candidates.any(), (image, expected[index], got)
+            if not candidates.any():
+                same = ious[row].where(same_class, ious.new_tensor(-1.0))
+                best = int(same.argmax())
+                raise AssertionError(
+                    f'{Path(image).name}: PyTorch detection of class '
+                    f'{int(expected.labels[index])}, score {float(expected.scores[index]):.4f}, '
+                    f'box {expected.bboxes[index].tolist()} has no ONNX Runtime match; the '
+                    f'nearest of its class: IoU {float(same[best]):.4f}, score '
+                    f'{float(got.scores[best]):.4f}, box {got.bboxes[best].tolist()}')
             if with_masks:
                 match = int(candidates.nonzero()[0])
                 assert mask_iou(expected.masks[index], got.masks[match]) >= 0.99
             compared += 1
-    assert compared >= 2, f'too few detections above {DET_SCORE_THR}: best {best_scores}'
+    assert compared >= 2, (f'too few detections above {DET_SCORE_THR[pipeline]}: '
+                           f'best {best_scores}')
     ort_metrics = evaluate(processor, backend, tmp_path / 'eval_ort')
     torch_metrics = evaluate(processor, pytorch, tmp_path / 'eval_torch')
     for key in ('coco/bbox_mAP', 'coco/segm_mAP') if with_masks else ('coco/bbox_mAP',):

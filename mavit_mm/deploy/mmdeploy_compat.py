@@ -204,6 +204,57 @@ def _register_rpn_rewriter() -> None:
                               pre_top_k=-1, keep_top_k=keep)
 
 
+def _register_rcnn_rewriter() -> None:
+    """mmdet's R-CNN post-processing in the ONNX graph, exactly.
+
+    mmdeploy's rewrite keeps, for every RoI of a head with class-specific box
+    regression (Mask R-CNN's), only the box regressed for its best class and
+    gives it to every class, so a RoI's detections of other classes carry the
+    wrong box; it also applies its deploy config's pre-NMS top-k, which mmdet
+    does not. mmdet keeps each class's own box. Here every (RoI, class) pair is
+    a box of its own with one score column per class, so ONNX's per-class NMS
+    is mmdet's class-aware NMS over the right boxes. Class-agnostic heads
+    (Cascade's) share one box per RoI across the classes, as in mmdet.
+    """
+    import torch.nn.functional as F
+    from mmdeploy.core import FUNCTION_REWRITER
+    from mmdeploy.mmcv.ops import multiclass_nms
+    from mmdeploy.utils import IR
+    from mmdet.structures.bbox import get_box_tensor
+
+    @FUNCTION_REWRITER.register_rewriter(
+        func_name='mmdet.models.roi_heads.bbox_heads.bbox_head.BBoxHead.predict_by_feat',
+        ir=IR.ONNX)
+    def bbox_head__predict_by_feat__class_boxes(self, rois, cls_scores, bbox_preds,
+                                                batch_img_metas, rcnn_test_cfg=None,
+                                                rescale=False):
+        assert rois.ndim == 3, 'only models with a batch dimension export'
+        batch = cls_scores.shape[0]
+        num_classes = self.num_classes
+        img_shape = batch_img_metas[0]['img_shape']
+        if self.custom_cls_channels:
+            scores = self.loss_cls.get_activation(cls_scores)
+        else:
+            scores = F.softmax(cls_scores, dim=-1)
+        scores = scores[..., :num_classes]                                  # (B, N, C)
+        if bbox_preds is None:   # no regression: the RoIs, clipped to the image
+            boxes = rois[..., 1:]
+            limit = boxes.new_tensor([img_shape[1], img_shape[0]] * 2)
+            boxes = torch.minimum(boxes.clamp(min=0), limit)
+        else:
+            boxes = get_box_tensor(self.bbox_coder.decode(rois[..., 1:], bbox_preds,
+                                                          max_shape=img_shape))
+        if not self.reg_class_agnostic and bbox_preds is not None:
+            boxes = boxes.reshape(batch, -1, self.bbox_coder.encode_size)  # (B, N * C, 4)
+            labels = torch.arange(num_classes, device=scores.device).repeat(scores.shape[1])
+            scores = torch.where(F.one_hot(labels, num_classes).bool(),
+                                 scores.reshape(batch, -1, 1), scores.new_tensor(-1.0))
+        keep = rcnn_test_cfg.max_per_img
+        return multiclass_nms(boxes, scores, keep, nms_type=rcnn_test_cfg.nms.get('type'),
+                              iou_threshold=rcnn_test_cfg.nms.iou_threshold,
+                              score_threshold=rcnn_test_cfg.score_thr, pre_top_k=-1,
+                              keep_top_k=keep)
+
 def activate() -> None:
     """Apply the fixes above (once); needs mmdeploy importable."""
     global _ACTIVE
@@ -217,6 +268,7 @@ def activate() -> None:
     _fix_fx_wrap_bookkeeping()
     _register_rewriters()
     _register_rpn_rewriter()
+    _register_rcnn_rewriter()
     _ACTIVE = True
 
 
