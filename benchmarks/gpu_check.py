@@ -68,7 +68,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -189,9 +189,6 @@ def step_tune(name: str, out: Path, budget_s: float) -> Dict:
 
 
 def step_backbone(out: Path, budget_s: float) -> Dict:
-    import triton.testing
-
-    from mavit_mm.utils.device import cuda_peak_extra_bytes
     device = torch.device('cuda')
     rows = []
     swin_builder, swin_source = swin_tiny_builder()
@@ -217,19 +214,14 @@ def step_backbone(out: Path, budget_s: float) -> Dict:
                     images = torch.randn(batch, 3, height, width, device=device)
                     step = _backbone_step(model, images, precision, pass_name)
                     try:
-                        step()
-                        ms = triton.testing.do_bench(step, warmup=50, rep=300,
-                                                     return_mode='median')
-                        memory = cuda_peak_extra_bytes(step, device)
+                        timing = _time_backbone_step(step, batch, device, warmup=50, rep=300)
                         error = None
                     except Exception as exc:  # e.g. out of memory: record it
-                        ms = memory = None
+                        timing = dict(time_ms=None, images_per_s=None, peak_memory_mib=None)
                         error = f'{type(exc).__name__}: {str(exc)[:200]}'
+                    ms = timing['time_ms']
                     row = dict(model=name, precision=precision, batch=batch, pass_name=pass_name,
-                               height=height, width=width, time_ms=ms,
-                               images_per_s=None if ms is None else batch / (ms * 1e-3),
-                               peak_memory_mib=None if memory is None else memory / 2 ** 20,
-                               error=error)
+                               height=height, width=width, **timing, error=error)
                     rows.append(row)
                     _write(out / 'backbone.json', report)
                     print(f'  {name:24} {precision:4} batch {batch} {pass_name:8} '
@@ -305,7 +297,6 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
     when train_batch is 0). Writes ``<name>.json``. ``cuda_graphs``: each
     forward is captured once in a CUDA graph and the replays are timed (what
     a host-bound small batch gets from graphs; no training rows)."""
-    from mavit_mm.utils.device import cuda_peak_extra_bytes
     device = torch.device(device)
     if cuda_graphs and device.type != 'cuda':
         raise ValueError(f'CUDA graphs need a CUDA device, got {device}')
@@ -320,49 +311,40 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
                   complete=False, forward=rows, training=[])
     deadline = time.time() + budget_s
     impls = ('triton', 'torch') if device.type == 'cuda' else ('torch',)
-    builders = [(f'MAViT-T {impl}', lambda size, impl=impl: _mavit(impl)) for impl in impls]
-    builders.append(('Swin-T', lambda size: swin_tiny_builder(size)))
+    # Each builds (model, its name) for an input size: timm's Swin fixes its size.
+    builders = [lambda size, impl=impl: (_mavit(impl), f'MAViT-T {impl}') for impl in impls]
+    builders.append(_swin_tiny_for)
 
-    def measure(rows_out, model_name, size, precision, batch, pass_name, build):
-        row = dict(model=model_name, height=size[0], width=size[1], precision=precision, batch=batch,
+    def measure(rows_out, size, precision, batch, pass_name, build):
+        row = dict(model=None, height=size[0], width=size[1], precision=precision, batch=batch,
                    pass_name=pass_name)
         if time.time() > deadline:
             rows_out.append(dict(row, skipped='time budget spent'))
             return
         try:
-            model = build(size)
-            if isinstance(model, tuple):      # swin_tiny_builder: (build, source)
-                builder, source = model
-                row['model'] = f'Swin-T ({source})'
-                model = builder()
-            model = model.to(device)
+            model, row['model'] = build(size)
             images = torch.randn(batch, 3, *size, device=device)
-            step = _backbone_step(model, images, precision, pass_name, device.type,
+            step = _backbone_step(model.to(device), images, precision, pass_name, device.type,
                                   optimizer=pass_name == 'train step')
             if cuda_graphs:
                 step = _cuda_graph_replay(step)
-            step()
-            ms = bench_mala_time_ms(step, device, rep)
-            memory = (cuda_peak_extra_bytes(step, device) / 2 ** 20
-                      if device.type == 'cuda' else None)
-            row.update(time_ms=ms, images_per_s=batch / (ms * 1e-3), peak_memory_mib=memory)
+            row.update(_time_backbone_step(step, batch, device, warmup=25, rep=rep))
         except Exception as exc:   # e.g. out of memory, a size Swin cannot tile: record it
             row.update(error=f'{type(exc).__name__}: {str(exc)[:300]}')
         rows_out.append(row)
         _write(out / f'{name}.json', report)
-        print(f'  {row["model"][:28]:28} {size[0]}x{size[1]} {precision} batch {batch} '
+        print(f'  {str(row["model"])[:28]:28} {size[0]}x{size[1]} {precision} batch {batch} '
               f'{pass_name:10} ' + (f'{row["time_ms"]:8.2f} ms' if 'time_ms' in row
                                     else row['error']), flush=True)
         _empty_cache(device)
 
     for size in sizes:
         for precision in ('fp32', 'bf16'):
-            for model_name, build in builders:
-                measure(rows, model_name, size, precision, batch, 'fwd', build)
+            for build in builders:
+                measure(rows, size, precision, batch, 'fwd', build)
     for precision in ('fp32', 'bf16') if train_batch else ():
-        for model_name, build in builders:
-            measure(report['training'], model_name, train_size, precision, train_batch,
-                    'train step', build)
+        for build in builders:
+            measure(report['training'], train_size, precision, train_batch, 'train step', build)
     _add_ratios(rows + report['training'])
     report['complete'] = not any('skipped' in row for row in rows + report['training'])
     _write(out / f'{name}.json', report)
@@ -439,7 +421,7 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda',
                 if on_cuda and device_us and getattr(event, 'device_type', None) is not None \
                         and 'CUDA' in str(event.device_type):
                     kernels[event.key] = round(device_us / calls, 2)
-            wall_us = bench_mala_time_ms(step, device, 100) * 1e3
+            wall_us = _median_ms(step, device, 25, 100) * 1e3
             _synchronize(device)
             started = time.perf_counter()
             for _ in range(calls):
@@ -469,11 +451,23 @@ def _device_time_us(event) -> float:
     return 0.0
 
 
-def bench_mala_time_ms(step: Callable, device: torch.device, rep: int) -> float:
+def _median_ms(step: Callable, device: torch.device, warmup: int, rep: int) -> float:
+    """``bench_mala.time_ms``: ``triton.testing.do_bench`` (warm-up and rep in
+    ms) on CUDA; on the CPU one warm-up call and the median of three."""
     from benchmarks.bench_mala import time_ms
     if device.type == 'cuda':
-        return time_ms(step, device, 25, rep)
+        return time_ms(step, device, warmup, rep)
     return time_ms(step, device, 1, 3)
+
+
+def _time_backbone_step(step: Callable, batch: int, device: torch.device, warmup: int,
+                        rep: int) -> Dict:
+    """One backbone step's median time, throughput and (CUDA) peak extra memory."""
+    from mavit_mm.utils.device import cuda_peak_extra_bytes
+    step()
+    ms = _median_ms(step, device, warmup, rep)
+    memory = cuda_peak_extra_bytes(step, device) / 2 ** 20 if device.type == 'cuda' else None
+    return dict(time_ms=ms, images_per_s=batch / (ms * 1e-3), peak_memory_mib=memory)
 
 
 def _synchronize(device: torch.device) -> None:
@@ -524,6 +518,11 @@ def swin_tiny_builder(size=BACKBONE_SIZE):
         return timm.create_model('swin_tiny_patch4_window7_224', pretrained=False,
                                  features_only=True, img_size=size, window_size=8)
     return build_timm_window8, f'timm {timm.__version__} swin_tiny, window 8 (7 cannot tile)'
+
+
+def _swin_tiny_for(size) -> Tuple[torch.nn.Module, str]:
+    build, source = swin_tiny_builder(size)
+    return build(), f'Swin-T ({source})'
 
 
 def _backbone_step(model, images, precision: str, pass_name: str,

@@ -183,14 +183,6 @@ def make_call(mode, mala_ops, function, q, k, v, rope):
     return call
 
 
-def git_commit():
-    try:
-        return subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def measure_baseline(args):
     """The same measurement of ``args.baseline``, in a fresh process (one
     version of the module per process)."""
@@ -245,6 +237,8 @@ def main(argv=None):
         results[mode] = dict(stages=stages, mean_us_per_call=mean,
                              ms_per_mavit_t_pass=per_forward / 1e3)
 
+    # after load_function_module: importing mavit_mm loads the op package
+    from mavit_mm.utils.device import git_commit
     report = dict(
         benchmark='mala_host_overhead',
         label=args.label or str(args.function_module or 'mavit_mm/ops/mala/function.py'),

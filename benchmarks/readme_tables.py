@@ -160,11 +160,14 @@ def _gpu_source_line(source: str, what: str) -> str:
             f"`{Path(source).parent.as_posix()}/`.")
 
 
-def _check(value, minimum=None, maximum=None) -> str:
-    if value is None:
-        return 'not measured'
-    ok = (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
-    return 'met' if ok else '**missed**'
+def _against_target(value: float, fmt: str, minimum=None, maximum=None) -> str:
+    """``value`` with its target and verdict, e.g. ``35.8 (≥ 70: **missed**)``;
+    the bare value where there is no target."""
+    if minimum is None and maximum is None:
+        return f'{value:{fmt}}'
+    met = (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    bound = f'≥ {minimum}' if maximum is None else f'≤ {maximum}'
+    return f"{value:{fmt}} ({bound}: {'met' if met else '**missed**'})"
 
 
 def render_gpu_op(report: dict, source: str) -> str:
@@ -181,23 +184,16 @@ def render_gpu_op(report: dict, source: str) -> str:
     for batch_heads, pass_name, copy_min, speedup_min, memory_max in OP_TARGETS:
         fused = rows[(batch_heads, pass_name, 'triton')]
         torch_row = rows[(batch_heads, pass_name, 'torch')]
-
-        def cell(value, fmt, minimum=None, maximum=None, bound=None):
-            if bound is None:
-                return f'{value:{fmt}}'
-            return f'{value:{fmt}} (≥ {bound}: {_check(value, minimum, maximum)})' if \
-                maximum is None else f'{value:{fmt}} (≤ {bound}: {_check(value, minimum, maximum)})'
         lines.append(
             f"| {batch_heads} | {pass_name} | {fused['time_ms']:.3f} | {torch_row['time_ms']:.3f} "
-            f"| {cell(fused['percent_of_copy'], '.1f', copy_min, bound=copy_min)} "
-            f"| {cell(fused['speedup_vs_torch'], '.2f', speedup_min, bound=speedup_min)} "
-            f"| {cell(fused['memory_vs_torch'], '.3f', maximum=memory_max, bound=memory_max)} |")
+            f"| {_against_target(fused['percent_of_copy'], '.1f', minimum=copy_min)} "
+            f"| {_against_target(fused['speedup_vs_torch'], '.2f', minimum=speedup_min)} "
+            f"| {_against_target(fused['memory_vs_torch'], '.3f', maximum=memory_max)} |")
     return '\n'.join(lines)
 
 
 def render_gpu_model(report: dict, source: str) -> str:
     """MAViT-T (fused and PyTorch MALA) against Swin-T over resolutions."""
-    env = _gpu_env(source)
     graphs = ' Each forward captured once in a CUDA graph; the replays are timed.' \
         if report.get('cuda_graphs') else ''
     lines = [_gpu_source_line(source, 'Measured') + ' ' + report['note'] + '.' + graphs,
@@ -223,7 +219,6 @@ def render_gpu_model(report: dict, source: str) -> str:
             return f"{row['time_vs_swin']:.2f}" if row.get('time_vs_swin') else 'n/a'
         lines.append(f'| {size} | {precision} | {batch} | {ms("fused")} | {ms("torch")} | '
                      f'{ms("swin")} | {ratio("fused")} | {ratio("torch")} |')
-    del env
     return '\n'.join(lines)
 
 

@@ -37,6 +37,7 @@ import sys
 from typing import Sequence, Union
 
 import torch
+import torch.nn.functional as F
 
 _ACTIVE = False
 
@@ -135,6 +136,13 @@ def _register_rewriters() -> None:
         return exact_adaptive_avg_pool2d(input, output_size)
 
 
+def _score_columns(scores: torch.Tensor, groups: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """(..., boxes, 1) scores spread to one column per group, -1 (never kept)
+    in the others: ONNX's per-class NonMaxSuppression over these columns is NMS
+    within each group only (mmdet's ``batched_nms`` by level or class)."""
+    return torch.where(F.one_hot(groups, num_groups).bool(), scores, scores.new_tensor(-1.0))
+
+
 def _register_rpn_rewriter() -> None:
     """mmdet's RPN post-processing in the ONNX graph, exactly.
 
@@ -144,7 +152,6 @@ def _register_rpn_rewriter() -> None:
     proposals change the detections after them. Here NMS per level is
     ONNX's per-class NMS with one score column per level.
     """
-    import torch.nn.functional as F
     from mmdeploy.codebase.mmdet.deploy import gather_topk, pad_with_value_if_necessary
     from mmdeploy.core import FUNCTION_REWRITER
     from mmdeploy.mmcv.ops import multiclass_nms
@@ -190,9 +197,7 @@ def _register_rpn_rewriter() -> None:
         if not with_nms:
             return boxes, scores
         levels = torch.cat(level_ids, dim=1)
-        # One score column per level, -1 (never kept) elsewhere.
-        per_level = torch.where(F.one_hot(levels, len(cls_scores)).bool(), scores,
-                                scores.new_tensor(-1.0))
+        per_level = _score_columns(scores, levels, len(cls_scores))
         min_size = cfg.get('min_bbox_size', -1)
         if min_size >= 0:
             valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & \
@@ -216,7 +221,6 @@ def _register_rcnn_rewriter() -> None:
     is mmdet's class-aware NMS over the right boxes. Class-agnostic heads
     (Cascade's) share one box per RoI across the classes, as in mmdet.
     """
-    import torch.nn.functional as F
     from mmdeploy.core import FUNCTION_REWRITER
     from mmdeploy.mmcv.ops import multiclass_nms
     from mmdeploy.utils import IR
@@ -247,13 +251,13 @@ def _register_rcnn_rewriter() -> None:
         if not self.reg_class_agnostic and bbox_preds is not None:
             boxes = boxes.reshape(batch, -1, self.bbox_coder.encode_size)  # (B, N * C, 4)
             labels = torch.arange(num_classes, device=scores.device).repeat(scores.shape[1])
-            scores = torch.where(F.one_hot(labels, num_classes).bool(),
-                                 scores.reshape(batch, -1, 1), scores.new_tensor(-1.0))
+            scores = _score_columns(scores.reshape(batch, -1, 1), labels, num_classes)
         keep = rcnn_test_cfg.max_per_img
         return multiclass_nms(boxes, scores, keep, nms_type=rcnn_test_cfg.nms.get('type'),
                               iou_threshold=rcnn_test_cfg.nms.iou_threshold,
                               score_threshold=rcnn_test_cfg.score_thr, pre_top_k=-1,
                               keep_top_k=keep)
+
 
 def activate() -> None:
     """Apply the fixes above (once); needs mmdeploy importable."""

@@ -92,10 +92,10 @@ KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
 COMBINE_VALUES_PER_THREAD = 32
 # Shared memory is not tabulated here: whether a GPU holds the kernels is
 # judged from the kernels compiled for it (resource_shortfall). For the record,
-# with these tiles the sm_80/sm_90 compiles (Triton 3.9, benchmarks/results/
-# compile-report-sm80-sm90-triton3.9-2026-11-23.txt) need up to 65 / 57 KiB per
-# block (forward / backward) for heads up to 64 channels and 113 / 152 KiB for
-# wider ones, so GPUs with ~99 KiB per block (sm_86, sm_89) run wide heads on
+# the sm_80/sm_90 compiles (Triton 3.9, benchmarks/results/
+# compile-report-sm80-sm90-triton3.9-2026-11-23.txt, made with the narrow tiles
+# before the H100 tuning) need up to 65 / 57 KiB per block (forward / backward)
+# for heads up to 64 channels and 113 / 152 KiB for wider ones, so GPUs with ~99 KiB per block (sm_86, sm_89) run wide heads on
 # the PyTorch path. fp32 'tf32x3' dots were tried: fewer spills (d=96 query
 # kernel 4728 -> 576 bytes) but the wide backward then needs 296 KiB, more than
 # an H100 has.
