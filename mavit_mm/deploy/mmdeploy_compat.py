@@ -21,6 +21,12 @@ Each fix names what it answers; all are applied once, by :func:`activate`:
   an 8x8 output instead of 6x6). For ONNX it is replaced by
   :func:`exact_adaptive_avg_pool2d`: the bins of adaptive pooling, from
   cumulative sums, for static and dynamic shapes alike.
+* **Post-processing as mmdet runs it.** mmdeploy's rewrites of the RPN, the
+  one-stage dense heads (RetinaNet) and the R-CNN box heads keep other
+  candidates than mmdet does (one NMS over all levels, top-k by anchor
+  instead of by (anchor, class), one box per RoI for all classes), so
+  low-score detections differ. The rewrites here keep mmdet's candidates and
+  run its class-aware NMS through ONNX's per-class NonMaxSuppression.
 
 MAViT's own ops need no rewrite: the fused Triton MALA never runs off CUDA or
 under tracing (its PyTorch path is exported), the rotation takes its real
@@ -209,6 +215,89 @@ def _register_rpn_rewriter() -> None:
                               pre_top_k=-1, keep_top_k=keep)
 
 
+def _register_dense_head_rewriter() -> None:
+    """mmdet's one-stage post-processing (RetinaNet's) in the ONNX graph, exactly.
+
+    mmdet keeps, per FPN level, the ``nms_pre`` best (anchor, class) pairs
+    scoring over ``score_thr``, then runs class-aware NMS and keeps
+    ``max_per_img``. mmdeploy's rewrite keeps the ``nms_pre`` best *anchors*
+    (by their best class) with all their classes, caps every class at its
+    deploy config's ``max_output_boxes_per_class`` and drops nothing under
+    ``min_bbox_size``: different low-score detections. Here every kept pair
+    is a box of its own with one score column per class, as in the R-CNN
+    rewrite. Heads that change mmdet's per-image steps or weigh scores by a
+    score factor (FCOS, ATSS, ...), and calls without NMS, keep mmdeploy's.
+    """
+    from mmdeploy.codebase.mmdet.models.dense_heads.base_dense_head import \
+        base_dense_head__predict_by_feat as mmdeploy_predict_by_feat
+    from mmdeploy.core import FUNCTION_REWRITER
+    from mmdeploy.mmcv.ops import multiclass_nms
+    from mmdeploy.utils import IR, is_dynamic_shape
+    from mmdet.models.dense_heads.base_dense_head import BaseDenseHead
+    from mmdet.structures.bbox import get_box_tensor
+
+    def as_mmdet_runs_it(head, score_factors, with_nms) -> bool:
+        return (score_factors is None and with_nms
+                and not getattr(head.loss_cls, 'custom_cls_channels', False)
+                and all(getattr(type(head), name) is getattr(BaseDenseHead, name)
+                        for name in ('_predict_by_feat_single', '_bbox_post_process')))
+
+    @FUNCTION_REWRITER.register_rewriter(
+        func_name='mmdet.models.dense_heads.base_dense_head.BaseDenseHead.predict_by_feat',
+        ir=IR.ONNX)
+    def base_dense_head__predict_by_feat__pairs(self, cls_scores, bbox_preds, score_factors=None,
+                                                batch_img_metas=None, cfg=None, rescale=False,
+                                                with_nms=True, **kwargs):
+        if not as_mmdet_runs_it(self, score_factors, with_nms):
+            return mmdeploy_predict_by_feat(self, cls_scores, bbox_preds, score_factors,
+                                            batch_img_metas, cfg, rescale, with_nms, **kwargs)
+        ctx = FUNCTION_REWRITER.get_context()
+        cfg = self.test_cfg if cfg is None else cfg
+        batch, num_classes = cls_scores[0].shape[0], self.num_classes
+        img_shape = batch_img_metas[0]['img_shape']
+        priors = self.prior_generator.grid_priors(
+            [score.shape[-2:] for score in cls_scores], dtype=bbox_preds[0].dtype,
+            device=bbox_preds[0].device)
+        static = not is_dynamic_shape(ctx.cfg)
+        nms_pre = cfg.get('nms_pre', -1)
+        level_boxes, level_scores, level_labels = [], [], []
+        for score, delta, prior in zip(cls_scores, bbox_preds, priors):
+            score = score.detach().permute(0, 2, 3, 1).reshape(batch, -1, self.cls_out_channels)
+            if self.use_sigmoid_cls:
+                score = score.sigmoid()
+            else:
+                score = score.softmax(-1)[..., :-1]
+            dim = self.bbox_coder.encode_size
+            delta = delta.detach().permute(0, 2, 3, 1).reshape(batch, -1, dim)
+            prior = get_box_tensor(prior)
+            prior = (prior.data if static else prior).unsqueeze(0).expand(batch, -1, -1)
+            pairs = score.reshape(batch, -1)              # (anchor, class) pairs, class fastest
+            if nms_pre > 0:
+                pairs, index = pairs.topk(nms_pre)          # mmdeploy caps k at the size
+            else:
+                index = torch.arange(pairs.shape[1], device=pairs.device).expand(batch, -1)
+            anchor = torch.div(index, num_classes, rounding_mode='floor')
+            level_labels.append(index - anchor * num_classes)
+            level_scores.append(pairs)
+            level_boxes.append(self.bbox_coder.decode(
+                prior.gather(1, anchor.unsqueeze(-1).expand(-1, -1, prior.shape[-1])),
+                delta.gather(1, anchor.unsqueeze(-1).expand(-1, -1, dim)),
+                max_shape=img_shape))
+        boxes = get_box_tensor(torch.cat(level_boxes, dim=1))
+        scores = torch.cat(level_scores, dim=1).unsqueeze(-1)
+        columns = _score_columns(scores, torch.cat(level_labels, dim=1), num_classes)
+        min_size = cfg.get('min_bbox_size', -1)
+        if min_size >= 0:
+            valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & \
+                ((boxes[..., 3] - boxes[..., 1]) > min_size)
+            columns = torch.where(valid.unsqueeze(-1), columns, columns.new_tensor(-1.0))
+        keep = cfg.max_per_img
+        return multiclass_nms(boxes, columns, keep, nms_type=cfg.nms.get('type'),
+                              iou_threshold=cfg.nms.iou_threshold,
+                              score_threshold=cfg.get('score_thr', 0.0), pre_top_k=-1,
+                              keep_top_k=keep)
+
+
 def _register_rcnn_rewriter() -> None:
     """mmdet's R-CNN post-processing in the ONNX graph, exactly.
 
@@ -272,6 +361,7 @@ def activate() -> None:
     _fix_fx_wrap_bookkeeping()
     _register_rewriters()
     _register_rpn_rewriter()
+    _register_dense_head_rewriter()
     _register_rcnn_rewriter()
     _ACTIVE = True
 
