@@ -313,7 +313,7 @@ _TRITON_TYPES = {'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16'}
 
 def _kernel_launches(plan):
     """(kernel, its compile-time meta) for every kernel of a plan."""
-    from mavit_mm.ops.mala.function import launch_table
+    from mavit_mm.ops.mala.launches import launch_table
     return list(launch_table(plan).values())
 
 
@@ -366,7 +366,7 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int,
     if registers:
         # The rule the launches size their split-N grids by on a GPU, with an
         # A100 / H100 SM's budget.
-        from mavit_mm.ops.mala.function import KernelResources, resident_blocks
+        from mavit_mm.ops.mala.plan import KernelResources, resident_blocks
         resident = resident_blocks(KernelResources(int(registers.group(1)),
                                                    compiled.metadata.shared, num_warps))
     return dict(num_warps=num_warps, resident_per_sm=resident,
@@ -380,7 +380,7 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int,
 
 
 def compile_report(args) -> int:
-    from mavit_mm.ops.mala.function import make_launch_plan
+    from mavit_mm.ops.mala.plan import make_launch_plan
     for capability in args.compile_report:
         for dtype_name in args.dtypes:
             for head_dim in args.head_dims:
