@@ -32,9 +32,9 @@ from mmengine.config import Config
 from PIL import Image
 from torch import nn
 
-from mavit_mm.engine import distributed
-from mavit_mm.models import CPUSyncBatchNorm
-from mavit_mm.tooling import cpu_distributed, runner_setup
+from mavit_mm.engine import cpu_distributed
+from mavit_mm.engine.cpu_distributed import CPUSyncBatchNorm
+from mavit_mm.tooling import runner_setup
 from mavit_mm.tooling.config import ConfigCheckError, load_config, set_iterations
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
 from mavit_mm.tooling.json_logs import latest_test_metrics
@@ -130,7 +130,7 @@ def test_model_wrapper_converts_every_sync_bn():
     model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.SyncBatchNorm(4, momentum=0.2),
                           nn.Sequential(nn.SyncBatchNorm(4, affine=False), nn.BatchNorm2d(4)))
     weight = model[1].weight
-    converted, count = distributed.to_cpu_sync_bn(model)
+    converted, count = cpu_distributed.to_cpu_sync_bn(model)
     assert count == 2
     assert [type(m).__name__ for m in converted.modules() if 'Norm' in type(m).__name__] == \
         ['CPUSyncBatchNorm', 'CPUSyncBatchNorm', 'BatchNorm2d']

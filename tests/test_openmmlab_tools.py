@@ -207,7 +207,7 @@ def test_mmengine_counts_fused_mala_as_its_pytorch_path(one_torch_thread):
     pytest.importorskip('triton')
     import torch
     from mmengine.analysis import FlopAnalyzer
-    from mavit_mm.analysis import FUSED_MALA_OP
+    from mavit_mm.ops.mala.flops import FUSED_MALA_OP
     from mavit_mm.models import MAViT
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     image = torch.randn(1, 3, 64, 64, device=device)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mavit_mm.analysis import count_complexity  # noqa: E402
+from mavit_mm.tooling.complexity import count_complexity  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
 
