@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
-from mavit_mm.utils.device import cuda_peak_extra_bytes, device_name  # noqa: E402
+from mavit_mm.tooling.device import cuda_peak_extra_bytes, device_name  # noqa: E402
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # Nominal HBM bandwidth in TB/s, matched against torch.cuda.get_device_name();

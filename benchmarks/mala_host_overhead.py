@@ -242,7 +242,7 @@ def main(argv=None):
                              ms_per_mavit_t_pass=per_forward / 1e3)
 
     # after load_function_module: importing mavit_mm loads the op package
-    from mavit_mm.utils.device import git_commit
+    from mavit_mm.tooling.device import git_commit
     report = dict(
         benchmark='mala_host_overhead',
         label=args.label or str(args.function_module or 'mavit_mm/ops/mala/function.py'),

@@ -64,7 +64,7 @@ def main(argv=None) -> dict:
 
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.model_builder import build_model
-    from mavit_mm.utils.device import device_name, git_commit, library_versions
+    from mavit_mm.tooling.device import device_name, git_commit, library_versions
     work = Path(tempfile.mkdtemp(prefix='ort_speed_'))
     torch.manual_seed(0)
     model = build_model(load_config(str(REPO_ROOT / CONFIG))).eval()

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import mavit_mm  # noqa: E402,F401
-from mavit_mm.utils.device import cpu_model  # noqa: E402
+from mavit_mm.tooling.device import cpu_model  # noqa: E402
 
 MEAN = np.array([123.675, 116.28, 103.53])
 STD = np.array([58.395, 57.12, 57.375])

@@ -132,7 +132,7 @@ def timed(run: Callable[[], None], device) -> float:
 
 def measure(args) -> dict:
     import torch
-    from mavit_mm.utils.device import device_name, git_commit, library_versions
+    from mavit_mm.tooling.device import device_name, git_commit, library_versions
 
     device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
     if args.dtype != 'fp32' and device.type != 'cuda':

@@ -88,7 +88,7 @@ def parse_args(argv=None):
 def peak_extra_mib(call, device) -> float | None:
     """Extra memory one call takes: the CUDA allocator's peak, or on a CPU the
     process's peak resident memory (Linux; ``None`` elsewhere)."""
-    from mavit_mm.utils.device import cuda_peak_extra_bytes
+    from mavit_mm.tooling.device import cuda_peak_extra_bytes
     if device.type == 'cuda':
         return cuda_peak_extra_bytes(call, device) / 2 ** 20
     try:  # "5" resets the kernel's peak-RSS counter (VmHWM) of this process
@@ -195,7 +195,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     import torch
 
-    from mavit_mm.utils.device import device_name
+    from mavit_mm.tooling.device import device_name
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.model_builder import build_model, dummy_forward_inputs
 

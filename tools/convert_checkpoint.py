@@ -16,7 +16,7 @@ meta['CLASSES'] / ['PALETTE'] to meta['dataset_meta'], where mmdet's
 DetInferencer, mmseg's MMSegInferencer and tools/demo.py read them (from the
 config's test dataset when the checkpoint has none). The result loads with
 load_state_dict(strict=True) into the config's model.
-mavit_mm/utils/legacy_checkpoints.py says what differs between the versions.
+mavit_mm/tooling/legacy_checkpoints.py says what differs between the versions.
 
 Examples:
   python tools/convert_checkpoint.py mala_t_in1k.pth pretrained/mavit_t_in1k.pth --arch t
@@ -59,7 +59,7 @@ def convert(src: str, dst: str, arch: str, prefix=None, strict: bool = False) ->
     from mmengine.runner.checkpoint import CheckpointLoader
 
     from mavit_mm.models import MAViT
-    from mavit_mm.utils.checkpoint import backbone_state_dict, extract_state_dict
+    from mavit_mm.models.checkpoint import backbone_state_dict, extract_state_dict
 
     if not Path(src).is_file():
         raise FileNotFoundError(f'checkpoint not found: {src}')
@@ -87,8 +87,8 @@ def convert_full(src: str, dst: str, config: str, cfg_options=None) -> dict:
 
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.model_builder import build_model, dataset_meta_from_config
-    from mavit_mm.utils.checkpoint import extract_state_dict
-    from mavit_mm.utils.legacy_checkpoints import convert_whole_model, head_num_classes
+    from mavit_mm.models.checkpoint import extract_state_dict
+    from mavit_mm.tooling.legacy_checkpoints import convert_whole_model, head_num_classes
 
     if not Path(src).is_file():
         raise FileNotFoundError(f'checkpoint not found: {src}')

@@ -94,7 +94,7 @@ def build_backbone(cfg, checkpoint, seed: int):
     from mmengine.logging import MMLogger
 
     from mavit_mm.models import MAViT
-    from mavit_mm.utils.checkpoint import load_pretrained_backbone
+    from mavit_mm.models.checkpoint import load_pretrained_backbone
 
     backbone_cfg = dict(cfg.model.backbone)
     if backbone_cfg.pop('type', 'MAViT') != 'MAViT':

@@ -33,7 +33,7 @@ level, background as class 0, background channels in ``fc_reg`` and
 upgrades them to 2.x first), a checkpoint of the other library, one without
 backbone or heads (a backbone or classification checkpoint: convert those
 with ``--arch``), and anything that does not fit the config's model exactly
-(``utils.checkpoint.fit_whole_model``).
+(``models.checkpoint.fit_whole_model``).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from typing import Mapping, NamedTuple, Optional, Tuple
 
 import torch
 
-from .checkpoint import fit_whole_model, normalised_dataset_meta, strip_wrapper_prefixes
+from ..models.checkpoint import fit_whole_model, normalised_dataset_meta, strip_wrapper_prefixes
 
 # Top-level modules of the models each library builds from our configs.
 HEAD_MODULES = {
