@@ -26,7 +26,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
+from tools.analysis_tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
 
 CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
 

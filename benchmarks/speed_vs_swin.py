@@ -38,7 +38,7 @@ from typing import Callable, Dict, List
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
+from tools.analysis_tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
 
 MAVIT_CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
 SWIN_CONFIG = 'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py'

@@ -1,4 +1,4 @@
-"""tools/convert_checkpoint.py --config: whole-model checkpoints of mmdet 2.x /
+"""tools/model_converters/convert_checkpoint.py --config: whole-model checkpoints of mmdet 2.x /
 mmseg 0.x (heads included) for our mmdet 3 / mmseg 1 configs.
 
 The old checkpoints are made from our own models, written the way mmdet 2.x /
@@ -23,7 +23,7 @@ pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for thes
 pytest.importorskip('mmdet.models')
 pytest.importorskip('mmseg.models')
 
-convert_checkpoint = load_tool('convert_checkpoint')
+convert_checkpoint = load_tool('model_converters/convert_checkpoint')
 
 PIPELINES = ('mask_rcnn', 'retinanet', 'cascade_mask_rcnn', 'sem_fpn', 'upernet')
 OLD_VERSIONS = {'mmdet': ('mmdet_version', '2.28.2'), 'mmseg': ('mmseg_version', '0.30.0')}

@@ -127,8 +127,10 @@ def explain(result: subprocess.CompletedProcess) -> str:
 
 
 def load_tool(name: str):
-    """Import ``tools/<name>.py`` as a module (to call its main(argv) in-process)."""
-    spec = importlib.util.spec_from_file_location(f'mavit_tool_{name}', TOOLS / f'{name}.py')
+    """Import ``tools/<name>.py`` as a module (to call its main(argv) in-process);
+    ``name`` may hold a folder: ``'analysis_tools/get_flops'``."""
+    spec = importlib.util.spec_from_file_location(f'mavit_tool_{Path(name).name}',
+                                                  TOOLS / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -68,7 +68,7 @@ def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: Optional
                              logger=None) -> dict:
     """Load published weights into ``model``, reporting what did not match.
 
-    The policy, the same as ``tools/convert_checkpoint.py``'s: a tensor whose
+    The policy, the same as ``tools/model_converters/convert_checkpoint.py``'s: a tensor whose
     shape differs from the model's is an error (a checkpoint of another size
     or arch, never silently skipped). Keys the model lacks (a classification
     head) or the checkpoint lacks (``extra_norms``, absent from classification

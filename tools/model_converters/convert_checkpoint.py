@@ -19,9 +19,9 @@ load_state_dict(strict=True) into the config's model.
 mavit_mm/tooling/legacy_checkpoints.py says what differs between the versions.
 
 Examples:
-  python tools/convert_checkpoint.py mala_t_in1k.pth pretrained/mavit_t_in1k.pth --arch t
-  python tools/convert_checkpoint.py work_dirs/x/epoch_12.pth backbone.pth --arch t --strict
-  python tools/convert_checkpoint.py mask_rcnn_mavit_t_mmdet2.pth mask-rcnn_mavit-t.pth \\
+  python tools/model_converters/convert_checkpoint.py mala_t_in1k.pth pretrained/mavit_t_in1k.pth --arch t
+  python tools/model_converters/convert_checkpoint.py work_dirs/x/epoch_12.pth backbone.pth --arch t --strict
+  python tools/model_converters/convert_checkpoint.py mask_rcnn_mavit_t_mmdet2.pth mask-rcnn_mavit-t.pth \\
       --config configs/mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mmengine.config import DictAction  # noqa: E402
 

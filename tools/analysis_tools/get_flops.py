@@ -6,9 +6,9 @@ and q kv) are reported separately ("attention MACs"). All figures are
 multiply-accumulates, as mmdet/mmseg model zoos report them ("GFLOPs").
 
 Examples:
-  python tools/get_flops.py configs/mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py --shape 800 1280
-  python tools/get_flops.py configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py --shape 512 2048
-  python tools/get_flops.py --arch t --shape 224 224          # backbone alone, no config
+  python tools/analysis_tools/get_flops.py configs/mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py --shape 800 1280
+  python tools/analysis_tools/get_flops.py configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py --shape 512 2048
+  python tools/analysis_tools/get_flops.py --arch t --shape 224 224          # backbone alone, no config
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mavit_mm.tooling.complexity import count_complexity  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402

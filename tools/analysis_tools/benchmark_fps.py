@@ -15,11 +15,11 @@ softmax attention is the paper's linear-versus-quadratic story.
 
 Examples:
   # UperNet MAViT-T against UperNet Swin-T at 512x2048
-  python tools/benchmark_fps.py configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py \\
+  python tools/analysis_tools/benchmark_fps.py configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py \\
       configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py
-  python tools/benchmark_fps.py CONFIG --dtype bf16 --mala-impl triton --iters 100
+  python tools/analysis_tools/benchmark_fps.py CONFIG --dtype bf16 --mala-impl triton --iters 100
   # resolution sweep of the backbones, latency and memory against pixels as a PNG
-  python tools/benchmark_fps.py CONFIG_A CONFIG_B --backbone-only \\
+  python tools/analysis_tools/benchmark_fps.py CONFIG_A CONFIG_B --backbone-only \\
       --shapes 256x256 512x512 512x1024 1024x1024 1024x2048 --plot sweep.png
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from mmengine.config import DictAction  # noqa: E402

@@ -27,12 +27,12 @@ in the published model stages 0-1 are MALA and 2-3 softmax. --query ROW COL is
 a token of that stage's feature map (stride 4 * 2**S); default its centre.
 
 Examples:
-  python tools/visualize_attention.py demo.jpg \\
+  python tools/analysis_tools/visualize_attention.py demo.jpg \\
       --config configs/sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py \\
       --checkpoint iter_80000.pth --stage 0 --block 1 --query 40 60 --out-dir vis/attn
-  python tools/visualize_attention.py demo.jpg --config CONFIG --attn-types mala linear softmax \\
+  python tools/analysis_tools/visualize_attention.py demo.jpg --config CONFIG --attn-types mala linear softmax \\
       --out-dir vis/attn           # random weights
-  python tools/visualize_attention.py --fig2 --out-dir vis/fig2
+  python tools/analysis_tools/visualize_attention.py --fig2 --out-dir vis/fig2
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mmengine.config import DictAction  # noqa: E402
 
