@@ -10,9 +10,10 @@ import pytest
 from mavit_mm.data.synthetic import (DEMO_DATA_ROOT, SHAPE_CLASSES, ade20k_metainfo,
                                      coco_metainfo, dataset_complete, make_ade20k_dataset,
                                      make_coco_dataset, read_manifest)
-from mavit_mm.tooling.config import dataset_cfgs_of, load_config
+from mavit_mm.tooling.config import load_config
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
 from mavit_mm.tooling.run_script import run_script
+from tool_helpers import dataset_cfgs_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(num_train=5, num_val=2, image_size=(72, 96), max_objects=3)
