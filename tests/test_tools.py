@@ -12,8 +12,8 @@ from mavit_mm.models import MAViT
 
 from conftest import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / 'tools' / 'analysis_tools'))
-sys.path.insert(0, str(REPO_ROOT / 'tools' / 'model_converters'))
+for tools_dir in ('tools', 'tools/analysis_tools', 'tools/model_converters'):
+    sys.path.insert(0, str(REPO_ROOT / tools_dir))
 import convert_checkpoint  # noqa: E402
 import get_flops  # noqa: E402
 
