@@ -1,7 +1,8 @@
 """Registration into mmengine's root registries: the backbone in MODELS (and,
 by importing ``engine.cpu_distributed``, ``CPUSyncBN`` in MODELS and
-``CPUDistributedDataParallel`` in MODEL_WRAPPERS), the optimizer wrapper of the recipes (``AmpWhereAvailableOptimWrapper``,
-``engine.amp``) in OPTIM_WRAPPERS; and the fused MALA operator's formula in
+``CPUDistributedDataParallel`` in MODEL_WRAPPERS), the optimizer wrapper of
+the recipes (``AmpWhereAvailableOptimWrapper``, ``engine.amp``) in
+OPTIM_WRAPPERS; and the fused MALA operator's formula in
 mmengine's FLOP counter (``ops.mala.flops.register_flop_formulas``), which
 mmdet's and mmseg's get_flops.py use.
 

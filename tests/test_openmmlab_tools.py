@@ -8,7 +8,7 @@ GPU, fp32 on a CPU) in mmengine's root registries. Each tool runs in its own
 process, as a user runs it, on tiny generated data for 2 iterations; the test
 run's metrics are read back from its JSON log.
 
-Their ``analysis_tools/analysis_tools/get_flops.py`` and ``benchmark.py`` run on our configs
+Their ``analysis_tools/get_flops.py`` and ``benchmark.py`` run on our configs
 too, as far as each can on a CPU (README, "mmdet's and mmseg's own tools"):
 mmdet's FLOPs are checked against ``tools/analysis_tools/get_flops.py``, the benchmarks'
 frames per second are read back, and where a tool cannot go on (mmdet's
@@ -243,7 +243,7 @@ def test_mmdet_get_flops_counts_our_layers_and_linear_attention(benchmark_roots,
     # RPN keeps over 250 on a 64 px image; at most 20 makes the work the same for
     # both tools (theirs loads a dataset image, ours random pixels).
     options = ['--cfg-options', 'model.test_cfg.rpn.max_per_img=20']
-    theirs = run_package_tool('mmdet', 'analysis_tools/analysis_tools/get_flops.py', config,
+    theirs = run_package_tool('mmdet', 'analysis_tools/get_flops.py', config,
                               '--num-images', 1, *options, cwd=tmp_path)
     assert theirs.returncode == 0, explain(theirs)
     output = theirs.stdout + theirs.stderr
@@ -255,8 +255,8 @@ def test_mmdet_get_flops_counts_our_layers_and_linear_attention(benchmark_roots,
     assert 'Unsupported operator aten::scaled_dot_product_attention' in output, output[-3000:]
 
     json_path = tmp_path / 'ours.json'
-    ours = run_tool('analysis_tools/get_flops.py', config, '--shape', height, width, '--json', json_path,
-                    *options, cwd=tmp_path)
+    ours = run_tool('analysis_tools/get_flops.py', config, '--shape', height, width,
+                    '--json', json_path, *options, cwd=tmp_path)
     assert ours.returncode == 0, explain(ours)
     figures = json.loads(json_path.read_text())['model']
     assert figures['per_module_type'].get('conv_transpose', 0) > 0  # the mask head's
@@ -280,7 +280,7 @@ def test_mmseg_get_flops_builds_our_model_then_stops_in_mmengine(tmp_path):
     data preprocessor. When an mmseg release fixes it, this test fails; check
     the FLOPs then as for mmdet."""
     config = REPO_ROOT / DEMO_JOBS['upernet'].config
-    result = run_package_tool('mmseg', 'analysis_tools/analysis_tools/get_flops.py', config,
+    result = run_package_tool('mmseg', 'analysis_tools/get_flops.py', config,
                               '--shape', 64, 64, cwd=tmp_path)
     assert result.returncode != 0, explain(result)
     lines = result.stderr.strip().splitlines()

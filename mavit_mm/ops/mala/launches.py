@@ -123,7 +123,8 @@ def _combine_meta(plan: LaunchPlan) -> dict:
 
 def launch_table(plan: LaunchPlan) -> Dict[str, Tuple[object, dict]]:
     """Every kernel of a plan with its compile-time meta-parameters, by name:
-    the one table the launches below, the plan's occupancy check and the benchmarks' compile reports use."""
+    the one table the launches below, the plan's occupancy check and the
+    benchmarks' compile reports use."""
     return dict(partials=(kernels._forward_partials_kernel, _tile_meta(plan, plan.partials)),
                 combine=(kernels._forward_combine_kernel, _combine_meta(plan)),
                 output=(kernels._forward_output_kernel, _tile_meta(plan, plan.output)),
