@@ -6,3 +6,7 @@ _base_ = [
     '../schedules/schedule_80k.py',
     'mmseg::_base_/default_runtime.py',
 ]
+
+# Batches padded to the 512x512 training crops, as mmseg's ADE20K configs.
+data_preprocessor = dict(size=_base_.crop_size)
+model = dict(data_preprocessor=data_preprocessor)
