@@ -32,7 +32,7 @@ Examples::
     python benchmarks/mala_host_overhead.py
     git show HEAD~1:mavit_mm/ops/mala/function.py > /tmp/old_function.py
     python benchmarks/mala_host_overhead.py --baseline /tmp/old_function.py \\
-        --output benchmarks/results/mala-host-overhead-cpu.json
+        --output benchmarks/results/mala-host-overhead-cpu-DATE.json
 """
 from __future__ import annotations
 
