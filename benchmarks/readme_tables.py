@@ -96,6 +96,10 @@ def render_speed(report: dict, source: str) -> str:
         lines.append(f"| {TASK_NAMES.get(row['task'], row['task'])} | {size} | "
                      f"{row['median_ms']['MAViT-T']:.0f} | {row['median_ms']['Swin-T']:.0f} | "
                      f"{row['ratio']:.2f} |")
+    plot = Path(source).with_suffix('.png')
+    if (REPO_ROOT / plot).exists():
+        lines += ['', f'![MAViT-T / Swin-T time against pixels, {report["device"]}]'
+                      f'({plot.as_posix()})']
     return '\n'.join(lines)
 
 
@@ -313,7 +317,7 @@ def _zoo_key(config: str):
 def render_model_zoo(report: dict, source: str) -> str:
     """Every published config: our parameter count beside the paper's figures."""
     lines = [_complexity_source(report, source) + ' Paper: the MALA paper\'s tables '
-             '(COCO val box / mask AP; ADE20K mIoU, single scale).', '',
+             '(COCO box / mask AP; ADE20K mIoU).', '',
              '| config | params (ours) | params (paper) | AP / mIoU (paper) |',
              '| --- | ---: | ---: | --- |']
     for config in sorted(report['config_params'], key=_zoo_key):
