@@ -5,18 +5,18 @@ Each block sits between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in
 its file; nothing between the markers is typed by hand. Each is rendered from
 the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
 
-  speed-table        README.md             speed-vs-swin-*.json (CPU)   make bench
-  main-job           README.md             main-job-*.json              tools/main_job.py --record
-  model-zoo          README.md             model-complexity-*.json      benchmarks/model_complexity.py
-  backbone-sizes     docs/backbone.md      model-complexity-*.json      benchmarks/model_complexity.py
-  flops              docs/speed.md         model-complexity-*.json      benchmarks/model_complexity.py
-  demo-train-step    docs/speed.md         demo-train-step-*.json       benchmarks/demo_train_step.py
-  onnxruntime-speed  docs/deployment.md    onnxruntime-speed-*.json     benchmarks/onnxruntime_speed.py
-  gpu-op             docs/gpu.md           gpu-*/*/bench_mala.json      benchmarks/gpu_check.py
-  gpu-model          docs/gpu.md           gpu-*/*/sweep.json           benchmarks/gpu_check.py
-  gpu-model-batch8   docs/gpu.md           gpu-*/*/sweep-b8.json        gpu_check.py --sweep-batch 8
-  gpu-model-graphs   docs/gpu.md           gpu-*/*/sweep-graphs.json    gpu_check.py --cuda-graphs
-  gpu-checks         docs/gpu.md           gpu-*/*/sdpa.json            benchmarks/gpu_check.py
+  speed-table       README.md          speed-vs-swin-*.json (CPU) make bench
+  main-job          README.md          main-job-*.json            tools/main_job.py --record
+  model-zoo         README.md          model-complexity-*.json    benchmarks/model_complexity.py
+  backbone-sizes    docs/backbone.md   model-complexity-*.json    benchmarks/model_complexity.py
+  flops             docs/speed.md      model-complexity-*.json    benchmarks/model_complexity.py
+  demo-train-step   docs/speed.md      demo-train-step-*.json     benchmarks/demo_train_step.py
+  onnxruntime-speed docs/deployment.md onnxruntime-speed-*.json   benchmarks/onnxruntime_speed.py
+  gpu-op            docs/gpu.md        gpu-*/*/bench_mala.json    benchmarks/gpu_check.py
+  gpu-model         docs/gpu.md        gpu-*/*/sweep.json         benchmarks/gpu_check.py
+  gpu-model-batch8  docs/gpu.md        gpu-*/*/sweep-b8.json      gpu_check.py --sweep-batch 8
+  gpu-model-graphs  docs/gpu.md        gpu-*/*/sweep-graphs.json  gpu_check.py --cuda-graphs
+  gpu-checks        docs/gpu.md        gpu-*/*/sdpa.json          benchmarks/gpu_check.py
 
 The paper's published figures (``PAPER``) are typed here, labelled as the
 paper's; everything else in a block comes from a results file.
@@ -358,7 +358,8 @@ BLOCKS: Dict[str, Block] = {
     'speed-table': Block('speed-vs-swin-*.json', render_speed, device_type='cpu'),
     'main-job': Block('main-job-*.json', render_main_job),
     'model-zoo': Block('model-complexity-*.json', render_model_zoo),
-    'backbone-sizes': Block('model-complexity-*.json', render_backbone_sizes, target='docs/backbone.md'),
+    'backbone-sizes': Block('model-complexity-*.json', render_backbone_sizes,
+                            target='docs/backbone.md'),
     'flops': Block('model-complexity-*.json', render_flops, target='docs/speed.md'),
     'demo-train-step': Block('demo-train-step-*.json', render_demo_train_step,
                              target='docs/speed.md'),
