@@ -106,7 +106,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the device's peak memory bandwidth in TB/s, for devices missing "
                              'from the built-in table (else "%% peak" is n/a)')
     parser.add_argument('--output', type=Path, default=None,
-                        help='JSON file to write; default benchmarks/results/<device>-<date>.json')
+                        help='JSON file to write; default '
+                             'benchmarks/results/bench-mala-<device>-<date>.json')
     parser.add_argument('--no-save', action='store_true',
                         help='print the table only, write no JSON')
     parser.add_argument('--compile-report', type=int, nargs='+', metavar='SM',
@@ -167,7 +168,8 @@ def default_output_path(name: str, device: torch.device) -> Path:
     slug = re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')
     if device.type == 'cpu' and not slug.startswith('cpu'):
         slug = f'cpu-{slug}'
-    return REPO_ROOT / 'benchmarks' / 'results' / f'{slug}-{datetime.date.today().isoformat()}.json'
+    return (REPO_ROOT / 'benchmarks' / 'results' /
+            f'bench-mala-{slug}-{datetime.date.today().isoformat()}.json')
 
 
 # --------------------------------------------------------------------------

@@ -32,8 +32,9 @@ in a subprocess, both written to one JSON with the ratios).
 Examples::
 
     python benchmarks/mala_host_overhead.py
-    python benchmarks/mala_host_overhead.py --baseline /tmp/other_function.py \\
-        --output benchmarks/results/mala-host-overhead-cpu.json
+    # --baseline: one file that stands in for ops/mala/function.py and plan.py
+    python benchmarks/mala_host_overhead.py --baseline /tmp/old_function.py \\
+        --output benchmarks/results/mala-host-overhead-cpu-DATE.json
 """
 from __future__ import annotations
 

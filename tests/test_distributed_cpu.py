@@ -238,7 +238,7 @@ def test_slurm_launcher_outside_srun_is_a_clear_error(fake_scontrol, monkeypatch
         cpu_distributed._slurm_environment(port=None)
 
 
-# -- --auto-scale-lr on the published configs (the README's table) -------------------
+# -- --auto-scale-lr on the published configs (docs/training.md's table) -------------
 
 PUBLISHED = ('mask_rcnn', 'retinanet', 'cascade_rcnn', 'sem_fpn', 'upernet')
 # Starting learning rate after --auto-scale-lr, by number of GPUs (2 images each).
@@ -253,7 +253,7 @@ README_SCALED_LR = {
 
 def test_auto_scale_lr_of_the_published_configs():
     """mmengine's Runner.scale_lr, run on every published config for 1, 4, 8 and
-    16 GPUs, gives the learning rates the README lists."""
+    16 GPUs, gives the learning rates docs/training.md lists."""
     from types import SimpleNamespace
     from mmengine.logging import MMLogger
     from mmengine.optim import OptimWrapper

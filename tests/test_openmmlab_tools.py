@@ -9,7 +9,7 @@ process, as a user runs it, on tiny generated data for 2 iterations; the test
 run's metrics are read back from its JSON log.
 
 Their ``analysis_tools/get_flops.py`` and ``benchmark.py`` run on our configs
-too, as far as each can on a CPU (README, "mmdet's and mmseg's own tools"):
+too, as far as each can on a CPU (docs/tools.md, "mmdet's and mmseg's own tools"):
 mmdet's FLOPs are checked against ``tools/analysis_tools/get_flops.py``, the benchmarks'
 frames per second are read back, and where a tool cannot go on (mmdet's
 inference benchmark needs CUDA; mmseg 1.2.2's get_flops.py cannot call
