@@ -1,7 +1,7 @@
 """Parameters of every published config and of the four backbone sizes, and
 the MACs of the paper's complexity cases, as one JSON for the model zoo tables.
 
-Counted on the CPU with ``mavit_mm.analysis.count_complexity`` (what
+Counted on the CPU with ``mavit_mm.tooling.complexity.count_complexity`` (what
 ``tools/analysis_tools/get_flops.py`` prints): "layer MACs" are convolutions
 and linear layers (the paper's convention), "attention MACs" the attention
 products those counters leave out. The figures do not depend on the machine.
@@ -56,7 +56,7 @@ def measure(configs=None) -> dict:
     import torch
 
     import mavit_mm  # noqa: F401  (registers MAViT)
-    from mavit_mm.analysis import count_complexity
+    from mavit_mm.tooling.complexity import count_complexity
     from mavit_mm.models import MAViT
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.model_builder import build_model, dummy_forward_inputs

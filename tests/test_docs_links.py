@@ -17,13 +17,7 @@ def test_relative_links_resolve(page):
     assert not missing, f'{page.name} links to missing files: {missing}'
 
 
-# architecture.md still names work items; strict, so the mark must go when it no longer does.
-NAMES_WORK_ITEMS = pytest.mark.xfail(strict=True, reason='architecture.md names work items')
-
-
-@pytest.mark.parametrize('page', [
-    pytest.param(page, marks=NAMES_WORK_ITEMS) if page.name == 'architecture.md' else page
-    for page in PAGES], ids=lambda page: page.relative_to(REPO_ROOT).as_posix())
+@pytest.mark.parametrize('page', PAGES, ids=lambda page: page.relative_to(REPO_ROOT).as_posix())
 def test_pages_name_no_work_items(page):
     found = re.findall(r'\b(?:[Ii]ssue|[Ss]top) \d+\b', page.read_text())
     assert not found, f'{page.name}: {found} (the git log keeps the history)'
