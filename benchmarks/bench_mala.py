@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
-from mavit_mm.utils.device import cuda_peak_extra_bytes, device_name  # noqa: E402
+from mavit_mm.tooling.device import cuda_peak_extra_bytes, device_name  # noqa: E402
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # Nominal HBM bandwidth in TB/s, matched against torch.cuda.get_device_name();
@@ -106,7 +106,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the device's peak memory bandwidth in TB/s, for devices missing "
                              'from the built-in table (else "%% peak" is n/a)')
     parser.add_argument('--output', type=Path, default=None,
-                        help='JSON file to write; default benchmarks/results/<device>-<date>.json')
+                        help='JSON file to write; default '
+                             'benchmarks/results/bench-mala-<device>-<date>.json')
     parser.add_argument('--no-save', action='store_true',
                         help='print the table only, write no JSON')
     parser.add_argument('--compile-report', type=int, nargs='+', metavar='SM',
@@ -167,7 +168,8 @@ def default_output_path(name: str, device: torch.device) -> Path:
     slug = re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')
     if device.type == 'cpu' and not slug.startswith('cpu'):
         slug = f'cpu-{slug}'
-    return REPO_ROOT / 'benchmarks' / 'results' / f'{slug}-{datetime.date.today().isoformat()}.json'
+    return (REPO_ROOT / 'benchmarks' / 'results' /
+            f'bench-mala-{slug}-{datetime.date.today().isoformat()}.json')
 
 
 # --------------------------------------------------------------------------
@@ -313,7 +315,7 @@ _TRITON_TYPES = {'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16'}
 
 def _kernel_launches(plan):
     """(kernel, its compile-time meta) for every kernel of a plan."""
-    from mavit_mm.ops.mala.function import launch_table
+    from mavit_mm.ops.mala.launches import launch_table
     return list(launch_table(plan).values())
 
 
@@ -366,7 +368,7 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int,
     if registers:
         # The rule the launches size their split-N grids by on a GPU, with an
         # A100 / H100 SM's budget.
-        from mavit_mm.ops.mala.function import KernelResources, resident_blocks
+        from mavit_mm.ops.mala.plan import KernelResources, resident_blocks
         resident = resident_blocks(KernelResources(int(registers.group(1)),
                                                    compiled.metadata.shared, num_warps))
     return dict(num_warps=num_warps, resident_per_sm=resident,
@@ -380,7 +382,7 @@ def _compile_for(kernel, meta: Dict, io_type: str, capability: int,
 
 
 def compile_report(args) -> int:
-    from mavit_mm.ops.mala.function import make_launch_plan
+    from mavit_mm.ops.mala.plan import make_launch_plan
     for capability in args.compile_report:
         for dtype_name in args.dtypes:
             for head_dim in args.head_dims:

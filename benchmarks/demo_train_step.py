@@ -72,7 +72,7 @@ def main(argv=None) -> dict:
     from mavit_mm.data.synthetic import (DEMO_DATA_ROOT, DEMO_DATA_SETTINGS, dataset_complete,
                                          make_coco_dataset)
     from mavit_mm.tooling.config import load_config
-    from mavit_mm.utils.device import device_name, git_commit, library_versions
+    from mavit_mm.tooling.device import device_name, git_commit, library_versions
     root = Path(DEMO_DATA_ROOT) / 'coco'
     if not dataset_complete(root, 'coco', **DEMO_DATA_SETTINGS):
         print(f'writing the demo data to {root} ...', flush=True)

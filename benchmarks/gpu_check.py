@@ -463,7 +463,7 @@ def _median_ms(step: Callable, device: torch.device, warmup: int, rep: int) -> f
 def _time_backbone_step(step: Callable, batch: int, device: torch.device, warmup: int,
                         rep: int) -> Dict:
     """One backbone step's median time, throughput and (CUDA) peak extra memory."""
-    from mavit_mm.utils.device import cuda_peak_extra_bytes
+    from mavit_mm.tooling.device import cuda_peak_extra_bytes
     step()
     ms = _median_ms(step, device, warmup, rep)
     memory = cuda_peak_extra_bytes(step, device) / 2 ** 20 if device.type == 'cuda' else None

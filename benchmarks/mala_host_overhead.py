@@ -22,17 +22,19 @@ called ``--calls`` times per round, ``--rounds`` rounds after ``--warmup``
 calls; the median over rounds of the time per call is reported, plus the sum
 over one MAViT-T forward (2 + 2 + 6 + 2 layers).
 
-To compare against another version of ``mavit_mm/ops/mala/function.py`` (for
-example the one before a change), pass it as ``--function-module`` (loaded in
-place of the package's own, one version per process) or as ``--baseline``
-(measured first in a subprocess, both written to one JSON with the ratios).
+To compare against another version of the Triton host code, pass it as one
+file with ``--function-module`` (loaded in place of the package's
+``mavit_mm/ops/mala/function.py`` and ``plan.py``, so it defines what both
+define: ``fused_mala``, ``plan_for``, ``resource_shortfall``, ``OutOfResources``
+and ``kernels``; one version per process) or as ``--baseline`` (measured first
+in a subprocess, both written to one JSON with the ratios).
 
 Examples::
 
     python benchmarks/mala_host_overhead.py
-    git show HEAD~1:mavit_mm/ops/mala/function.py > /tmp/old_function.py
+    # --baseline: one file that stands in for ops/mala/function.py and plan.py
     python benchmarks/mala_host_overhead.py --baseline /tmp/old_function.py \\
-        --output benchmarks/results/mala-host-overhead-cpu.json
+        --output benchmarks/results/mala-host-overhead-cpu-DATE.json
 """
 from __future__ import annotations
 
@@ -81,8 +83,9 @@ def parse_args(argv=None):
     parser.add_argument('--rounds', type=int, default=15, help='rounds (default 15)')
     parser.add_argument('--warmup', type=int, default=50, help='warm-up calls (default 50)')
     parser.add_argument('--function-module', type=Path, default=None,
-                        help='load this file as mavit_mm.ops.mala.function instead of the '
-                             "package's own (to measure another version)")
+                        help='load this file as mavit_mm.ops.mala.function (and in place of '
+                             "its plan module) instead of the package's own (to measure "
+                             'another version)')
     parser.add_argument('--baseline', type=Path, default=None,
                         help='also measure this version of function.py (in a subprocess, '
                              'first) and report both with the ratios')
@@ -109,7 +112,8 @@ class StubKernel:
 
 
 def load_function_module(path):
-    """The Triton launch module, the package's own or ``path`` in its place."""
+    """The op package and the Triton op and plan modules: the package's own,
+    or ``path`` in place of both."""
     from mavit_mm.ops import mala as mala_ops
     if path is not None:
         name = 'mavit_mm.ops.mala.function'
@@ -119,11 +123,12 @@ def load_function_module(path):
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        mala_ops._function, mala_ops._triton_import_tried = module, True
+        mala_ops._function = mala_ops._plan = module
+        mala_ops._triton_import_tried = True
     error = mala_ops._triton_unavailable()
     if error is not None:
         raise SystemExit(f'the Triton path is unavailable: {error}')
-    return mala_ops, mala_ops._function
+    return mala_ops, mala_ops._function, mala_ops._plan
 
 
 def install_stubs(kernels_module):
@@ -164,7 +169,7 @@ def time_per_call(call, calls, rounds, warmup):
                 max_us=max(per_call))
 
 
-def make_call(mode, mala_ops, function, q, k, v, rope):
+def make_call(mode, mala_ops, plan, q, k, v, rope):
     if mode == 'forward':
         def call():
             with torch.no_grad():
@@ -179,7 +184,7 @@ def make_call(mode, mala_ops, function, q, k, v, rope):
         angle = rope.angle.float().contiguous()
 
         def call():
-            function.plan_for(q, k, v, angle, rope.width)
+            plan.plan_for(q, k, v, angle, rope.width)
     return call
 
 
@@ -202,7 +207,7 @@ def main(argv=None):
     args = parse_args(argv)
     baseline = measure_baseline(args) if args.baseline is not None else None
     torch.set_num_threads(1)
-    mala_ops, function = load_function_module(args.function_module)
+    mala_ops, function, plan = load_function_module(args.function_module)
     stubs = install_stubs(function.kernels)
     mala_ops.triton_interpreter_enabled = lambda: True   # CPU tensors pass the dispatch
     from mavit_mm.ops.rope2d import RoPE2d
@@ -216,7 +221,7 @@ def main(argv=None):
             height, width = image_h // stride, image_w // stride
             q, k, v = stage_qkv(args.batch, heads, height, width, dtype, mode == 'train')
             rope = RoPE2d(HEAD_DIM)(height, width)
-            call = make_call(mode, mala_ops, function, q, k, v, rope)
+            call = make_call(mode, mala_ops, plan, q, k, v, rope)
             before = {name: stub.launches for name, stub in stubs.items()}
             call()
             launched = sum(stub.launches - before[name] for name, stub in stubs.items())
@@ -238,7 +243,7 @@ def main(argv=None):
                              ms_per_mavit_t_pass=per_forward / 1e3)
 
     # after load_function_module: importing mavit_mm loads the op package
-    from mavit_mm.utils.device import git_commit
+    from mavit_mm.tooling.device import git_commit
     report = dict(
         benchmark='mala_host_overhead',
         label=args.label or str(args.function_module or 'mavit_mm/ops/mala/function.py'),

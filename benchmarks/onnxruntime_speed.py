@@ -26,7 +26,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
+from tools.analysis_tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
 
 CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
 
@@ -64,7 +64,7 @@ def main(argv=None) -> dict:
 
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.model_builder import build_model
-    from mavit_mm.utils.device import device_name, git_commit, library_versions
+    from mavit_mm.tooling.device import device_name, git_commit, library_versions
     work = Path(tempfile.mkdtemp(prefix='ort_speed_'))
     torch.manual_seed(0)
     model = build_model(load_config(str(REPO_ROOT / CONFIG))).eval()

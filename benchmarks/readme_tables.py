@@ -5,19 +5,26 @@ Each block sits between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in
 its file; nothing between the markers is typed by hand. Each is rendered from
 the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
 
-  speed-table        README.md           speed-vs-swin-*.json (CPU)   make bench
-  main-job           README.md           main-job-*.json              tools/main_job.py --record
-  demo-train-step    README.md           demo-train-step-*.json       benchmarks/demo_train_step.py
-  onnxruntime-speed  docs/deployment.md  onnxruntime-speed-*.json     benchmarks/onnxruntime_speed.py
-  gpu-op             docs/gpu.md         gpu-*/*/bench_mala.json      benchmarks/gpu_check.py
-  gpu-model          docs/gpu.md         gpu-*/*/sweep.json           benchmarks/gpu_check.py
-  gpu-model-batch8   docs/gpu.md         gpu-*/*/sweep-b8.json        gpu_check.py --sweep-batch 8
-  gpu-model-graphs   docs/gpu.md         gpu-*/*/sweep-graphs.json    gpu_check.py --cuda-graphs
-  gpu-checks         docs/gpu.md         gpu-*/*/sdpa.json            benchmarks/gpu_check.py
+  speed-table       README.md          speed-vs-swin-*.json (CPU) make bench
+  main-job          README.md          main-job-*.json            tools/main_job.py --record
+  model-zoo         README.md          model-complexity-*.json    benchmarks/model_complexity.py
+  backbone-sizes    docs/backbone.md   model-complexity-*.json    benchmarks/model_complexity.py
+  flops             docs/speed.md      model-complexity-*.json    benchmarks/model_complexity.py
+  demo-train-step   docs/speed.md      demo-train-step-*.json     benchmarks/demo_train_step.py
+  onnxruntime-speed docs/deployment.md onnxruntime-speed-*.json   benchmarks/onnxruntime_speed.py
+  gpu-op            docs/gpu.md        gpu-*/*/bench_mala.json    benchmarks/gpu_check.py
+  gpu-model         docs/gpu.md        gpu-*/*/sweep.json         benchmarks/gpu_check.py
+  gpu-model-batch8  docs/gpu.md        gpu-*/*/sweep-b8.json      gpu_check.py --sweep-batch 8
+  gpu-model-graphs  docs/gpu.md        gpu-*/*/sweep-graphs.json  gpu_check.py --cuda-graphs
+  gpu-checks        docs/gpu.md        gpu-*/*/sdpa.json          benchmarks/gpu_check.py
+
+The paper's published figures (``PAPER``) are typed here, labelled as the
+paper's; everything else in a block comes from a results file.
 
 A GPU run is one folder ``benchmarks/results/gpu-<device>-<date>/``, one
 subfolder per ``gpu_check.py`` command (its ``--out``), each with the
 ``env.json`` that names the GPU, driver and versions of the files beside it.
+``benchmarks/results/README.md`` says what produced each results file.
 
   python benchmarks/readme_tables.py            # print the blocks
   python benchmarks/readme_tables.py --write    # put them into their files
@@ -38,8 +45,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / 'benchmarks' / 'results'
 README = REPO_ROOT / 'README.md'
 # The files the blocks live in, by name (tests point these elsewhere).
-TARGET_FILES = {'README.md': README, 'docs/deployment.md': REPO_ROOT / 'docs' / 'deployment.md',
-                'docs/gpu.md': REPO_ROOT / 'docs' / 'gpu.md'}
+TARGET_FILES = {'README.md': README,
+                **{f'docs/{name}.md': REPO_ROOT / 'docs' / f'{name}.md'
+                   for name in ('backbone', 'speed', 'deployment', 'gpu')}}
 # The fused op's targets (the GPU issue): bf16, N = 65536, d = 64.
 OP_TARGETS = (
     # (B*heads, pass, minimum % of the copy bandwidth, minimum speed-up, maximum memory ratio)
@@ -88,6 +96,10 @@ def render_speed(report: dict, source: str) -> str:
         lines.append(f"| {TASK_NAMES.get(row['task'], row['task'])} | {size} | "
                      f"{row['median_ms']['MAViT-T']:.0f} | {row['median_ms']['Swin-T']:.0f} | "
                      f"{row['ratio']:.2f} |")
+    plot = Path(source).with_suffix('.png')
+    if (REPO_ROOT / plot).exists():
+        lines += ['', f'![MAViT-T / Swin-T time against pixels, {report["device"]}]'
+                      f'({plot.as_posix()})']
     return '\n'.join(lines)
 
 
@@ -253,6 +265,91 @@ def render_gpu_checks(report: dict, source: str) -> str:
     return '\n'.join(lines)
 
 
+# The paper's published figures, by config: (parameters in M, box AP / mask AP
+# or mIoU); None where the paper has no figure.
+PAPER = {
+    'configs/mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py': (33, '47.6 / 42.9'),
+    'configs/mask_rcnn/mask-rcnn_mavit-s_fpn_1x_coco.py': (44, '50.2 / 44.7'),
+    'configs/mask_rcnn/mask-rcnn_mavit-b_fpn_1x_coco.py': (67, '51.7 / 46.1'),
+    'configs/mask_rcnn/mask-rcnn_mavit-l_fpn_1x_coco.py': (114, '52.5 / 46.5'),
+    'configs/mask_rcnn/mask-rcnn_mavit-t_fpn_ms-3x_coco.py': (None, None),
+    'configs/mask_rcnn/mask-rcnn_mavit-s_fpn_ms-3x_coco.py': (44, '51.4 (box)'),
+    'configs/mask_rcnn/mask-rcnn_mavit-b_fpn_ms-3x_coco.py': (67, '53.2 (box)'),
+    'configs/mask_rcnn/mask-rcnn_mavit-l_fpn_ms-3x_coco.py': (114, '53.6 (box)'),
+    'configs/retinanet/retinanet_mavit-t_fpn_1x_coco.py': (24, '45.6'),
+    'configs/retinanet/retinanet_mavit-s_fpn_1x_coco.py': (34, '48.3'),
+    'configs/retinanet/retinanet_mavit-b_fpn_1x_coco.py': (57, '49.9'),
+    'configs/retinanet/retinanet_mavit-l_fpn_1x_coco.py': (104, '50.6'),
+    'configs/cascade_rcnn/cascade-mask-rcnn_mavit-t_fpn_ms-3x_coco.py': (None, None),
+    'configs/cascade_rcnn/cascade-mask-rcnn_mavit-s_fpn_ms-3x_coco.py': (82, '54.2 / 47.0'),
+    'configs/cascade_rcnn/cascade-mask-rcnn_mavit-b_fpn_ms-3x_coco.py': (105, '55.5 / 48.0'),
+    'configs/cascade_rcnn/cascade-mask-rcnn_mavit-l_fpn_ms-3x_coco.py': (152, '56.0 / 48.4'),
+    'configs/sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py': (18, '47.6'),
+    'configs/sem_fpn/fpn_mavit-s_8xb2-80k_ade20k-512x512.py': (28, '50.7'),
+    'configs/sem_fpn/fpn_mavit-b_8xb2-80k_ade20k-512x512.py': (51, '51.5'),
+    'configs/sem_fpn/fpn_mavit-l_8xb2-80k_ade20k-512x512.py': (98, '52.8'),
+    'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py': (44, '48.4'),
+    'configs/upernet/upernet_mavit-s_8xb2-160k_ade20k-512x512.py': (55, '51.0'),
+    'configs/upernet/upernet_mavit-b_8xb2-160k_ade20k-512x512.py': (77, '52.8'),
+    'configs/upernet/upernet_mavit-l_8xb2-160k_ade20k-512x512.py': (125, '53.6'),
+}
+# The paper's FLOPs (layer GMACs, its convention), by FLOPs case.
+PAPER_GMACS = {'MAViT-T backbone': None, 'Mask R-CNN + MAViT-T': 219, 'UperNet + MAViT-T': 893}
+# Config folders in model zoo order, with the metric of the paper's column.
+ZOO_ORDER = ('mask_rcnn', 'retinanet', 'cascade_rcnn', 'sem_fpn', 'upernet')
+ARCH_ROWS = (('T', 'tiny'), ('S', 'small'), ('B', 'base'), ('L', 'large'))
+
+
+def _complexity_source(report: dict, source: str) -> str:
+    return (f"Counted by `benchmarks/model_complexity.py` (models built from the configs), "
+            f"torch {report['versions']['torch']}, commit {report.get('commit')}, "
+            f"{report['date'][:10]}; raw: `{source}`.")
+
+
+def _zoo_key(config: str):
+    """Model zoo order: pipeline, then schedule, then size T, S, B, L."""
+    folder = config.split('/')[1]
+    head, tail = config.split('_mavit-')
+    return (ZOO_ORDER.index(folder) if folder in ZOO_ORDER else len(ZOO_ORDER), head,
+            tail[1:], 'tsbl'.index(tail[0]))
+
+
+def render_model_zoo(report: dict, source: str) -> str:
+    """Every published config: our parameter count beside the paper's figures."""
+    lines = [_complexity_source(report, source) + ' Paper: the MALA paper\'s tables '
+             '(COCO box / mask AP; ADE20K mIoU).', '',
+             '| config | params (ours) | params (paper) | AP / mIoU (paper) |',
+             '| --- | ---: | ---: | --- |']
+    for config in sorted(report['config_params'], key=_zoo_key):
+        paper_params, paper_metric = PAPER.get(config, (None, None))
+        lines.append(f"| `{config}` | {report['config_params'][config] / 1e6:.2f}M | "
+                     f"{'-' if paper_params is None else f'{paper_params}M'} | "
+                     f"{paper_metric or '-'} |")
+    return '\n'.join(lines)
+
+
+def render_backbone_sizes(report: dict, source: str) -> str:
+    """The four sizes' backbone parameters."""
+    lines = [_complexity_source(report, source), '',
+             '| size | `arch` | backbone params |', '| --- | --- | ---: |']
+    for short, arch in ARCH_ROWS:
+        lines.append(f"| {short} | `'{arch}'` | {report['backbone_params'][arch] / 1e6:.2f}M |")
+    return '\n'.join(lines)
+
+
+def render_flops(report: dict, source: str) -> str:
+    """Parameters and MACs in both conventions for the paper's complexity cases."""
+    lines = [_complexity_source(report, source), '',
+             '| model | input | params | layer GMACs (paper\'s convention) | attention GMACs '
+             '| paper GMACs |', '| --- | --- | ---: | ---: | ---: | ---: |']
+    for row in report['flops']:
+        paper = PAPER_GMACS.get(row['name'])
+        lines.append(f"| {row['name']} | {row['shape'][0]}x{row['shape'][1]} | "
+                     f"{row['params'] / 1e6:.2f}M | {row['layer_macs'] / 1e9:.1f} | "
+                     f"{row['attention_macs'] / 1e9:.1f} | {'-' if paper is None else paper} |")
+    return '\n'.join(lines)
+
+
 def _metric(value) -> str:
     return 'n/a' if value is None else f'{value:.3f}' if abs(value) < 2 else f'{value:.2f}'
 
@@ -260,7 +357,12 @@ def _metric(value) -> str:
 BLOCKS: Dict[str, Block] = {
     'speed-table': Block('speed-vs-swin-*.json', render_speed, device_type='cpu'),
     'main-job': Block('main-job-*.json', render_main_job),
-    'demo-train-step': Block('demo-train-step-*.json', render_demo_train_step),
+    'model-zoo': Block('model-complexity-*.json', render_model_zoo),
+    'backbone-sizes': Block('model-complexity-*.json', render_backbone_sizes,
+                            target='docs/backbone.md'),
+    'flops': Block('model-complexity-*.json', render_flops, target='docs/speed.md'),
+    'demo-train-step': Block('demo-train-step-*.json', render_demo_train_step,
+                             target='docs/speed.md'),
     'onnxruntime-speed': Block('onnxruntime-speed-*.json', render_onnxruntime_speed,
                                target='docs/deployment.md'),
     'gpu-op': Block('gpu-*/*/bench_mala.json', render_gpu_op, target='docs/gpu.md'),

@@ -38,7 +38,7 @@ from typing import Callable, Dict, List
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
+from tools.analysis_tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
 
 MAVIT_CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
 SWIN_CONFIG = 'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py'
@@ -132,7 +132,7 @@ def timed(run: Callable[[], None], device) -> float:
 
 def measure(args) -> dict:
     import torch
-    from mavit_mm.utils.device import device_name, git_commit, library_versions
+    from mavit_mm.tooling.device import device_name, git_commit, library_versions
 
     device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
     if args.dtype != 'fp32' and device.type != 'cuda':

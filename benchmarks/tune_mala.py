@@ -5,7 +5,7 @@ chunking and the tokens per program, with ``triton.testing.do_bench``.
 For each shape it prints, per kernel, the fastest candidate against the current
 table, then the whole forward and forward+backward with the winners against the
 defaults, and writes everything as JSON. The chosen values go into
-``KERNEL_TILES`` (``mavit_mm/ops/mala/function.py``) by hand, with the JSON
+``KERNEL_TILES`` (``mavit_mm/ops/mala/plan.py``) by hand, with the JSON
 committed under ``benchmarks/results/`` as the evidence.
 
 Example (the targets of the GPU issue)::
@@ -72,8 +72,8 @@ class Case:
     """Inputs of one shape and launches built from plan overrides."""
 
     def __init__(self, dtype, batch_heads, num_tokens, head_dim, device):
-        from mavit_mm.ops.mala import function
-        self.function = function
+        from mavit_mm.ops.mala import launches, plan
+        self.launch_module, self.plan_module = launches, plan
         self.views, rope = backbone_inputs(batch_heads, num_tokens, head_dim, dtype, device,
                                            requires_grad=False)
         self.angle = rope.angle.float().contiguous()
@@ -85,15 +85,15 @@ class Case:
 
     def plan(self, **overrides):
         batch_heads, num_tokens, head_dim = self.shape
-        return self.function.make_launch_plan(num_tokens, batch_heads, head_dim, self.dtype,
-                                              self.device, **overrides)
+        return self.plan_module.make_launch_plan(num_tokens, batch_heads, head_dim, self.dtype,
+                                                 self.device, **overrides)
 
     def launches(self, plan):
         q, k, v = self.views
-        forward = self.function.ForwardLaunches(q, k, v, self.angle, self.width, plan)
+        forward = self.launch_module.ForwardLaunches(q, k, v, self.angle, self.width, plan)
         out, stats = forward.run()
-        backward = self.function.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
-                                                  self.width, plan)
+        backward = self.launch_module.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
+                                                       self.width, plan)
         backward.run()
         return forward, backward
 
@@ -109,11 +109,11 @@ class Case:
         q, k, v = self.views
 
         def step():
-            _, stats = self.function.ForwardLaunches(q, k, v, self.angle, self.width,
-                                                     plan).run()
+            _, stats = self.launch_module.ForwardLaunches(q, k, v, self.angle, self.width,
+                                                          plan).run()
             if with_backward:
-                self.function.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
-                                               self.width, plan).run()
+                self.launch_module.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
+                                                    self.width, plan).run()
         return step
 
 

@@ -5,7 +5,7 @@ which mmdet's and mmseg's MODELS registries search as their parent.
 """
 from .models import MAViT
 from .registry import register_all
-from .utils import torch_load_compat  # noqa: F401  (mmengine checkpoints load with weights_only=True)
+from . import torch_load_compat  # noqa: F401  (mmengine checkpoints load with weights_only=True)
 
 __version__ = '0.1.0'
 

@@ -1,8 +1,10 @@
-"""Registration into mmengine's root registries: the backbone in MODELS, the
-optimizer wrapper of the recipes (``AmpWhereAvailableOptimWrapper``,
-``engine.amp``) in OPTIM_WRAPPERS; and the fused MALA operator's formula in
-mmengine's FLOP counter (``analysis.register_flop_formulas``), which mmdet's
-and mmseg's get_flops.py use.
+"""Registration into mmengine's root registries: the backbone in MODELS (and,
+by importing ``engine.cpu_distributed``, ``CPUSyncBN`` in MODELS and
+``CPUDistributedDataParallel`` in MODEL_WRAPPERS), the optimizer wrapper of
+the recipes (``AmpWhereAvailableOptimWrapper``, ``engine.amp``) in
+OPTIM_WRAPPERS; and the fused MALA operator's formula in
+mmengine's FLOP counter (``ops.mala.flops.register_flop_formulas``), which
+mmdet's and mmseg's get_flops.py use.
 
 mmdet's and mmseg's registries are children of mmengine's root ones, and
 a registry that does not hold a name looks it up in its parents: one
@@ -13,9 +15,9 @@ from __future__ import annotations
 
 from mmengine.registry import MODELS
 
-from .analysis import register_flop_formulas
-from .engine import amp
+from .engine import amp, cpu_distributed  # noqa: F401  (registers CPUSyncBN and its wrapper)
 from .models import MAViT
+from .ops.mala.flops import register_flop_formulas
 
 
 def register_all() -> list:

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mavit_mm.analysis import count_complexity
+from mavit_mm.tooling.complexity import count_complexity
 from mavit_mm.models import MAViT
 from mavit_mm.models import mavit as mavit_module
 from mavit_mm.models.mavit import GatedAttention

@@ -1,6 +1,6 @@
 """The GPU benchmark scripts, checked without a GPU: imports, plans, arguments."""
+import functools
 import json
-import subprocess
 import sys
 
 import pytest
@@ -10,10 +10,10 @@ pytest.importorskip('triton')
 
 from conftest import REPO_ROOT  # noqa: E402
 
+from mavit_mm.tooling.run_script import run_script as run_repository_script  # noqa: E402
 
-def run_script(*args, timeout=600):
-    return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+# The benchmarks run from the repository root, as the README runs them.
+run_script = functools.partial(run_repository_script, cwd=REPO_ROOT, timeout=600)
 
 
 def test_gpu_check_dry_run_checks_the_plan(tmp_path):

@@ -1,8 +1,8 @@
-"""tools/convert_checkpoint.py --config: whole-model checkpoints of mmdet 2.x /
+"""tools/model_converters/convert_checkpoint.py --config: whole-model checkpoints of mmdet 2.x /
 mmseg 0.x (heads included) for our mmdet 3 / mmseg 1 configs.
 
 The old checkpoints are made from our own models, written the way mmdet 2.x /
-mmseg 0.x wrote them (mavit_mm/utils/legacy_checkpoints.py says what differs:
+mmseg 0.x wrote them (mavit_mm/tooling/legacy_checkpoints.py says what differs:
 the container and meta, not the parameter names): ``meta`` with the library's
 version, ``CLASSES`` (and mmseg's ``PALETTE``) and the config text, the
 optimizer's state beside the weights, keys in another order, and once the
@@ -23,7 +23,7 @@ pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for thes
 pytest.importorskip('mmdet.models')
 pytest.importorskip('mmseg.models')
 
-convert_checkpoint = load_tool('convert_checkpoint')
+convert_checkpoint = load_tool('model_converters/convert_checkpoint')
 
 PIPELINES = ('mask_rcnn', 'retinanet', 'cascade_mask_rcnn', 'sem_fpn', 'upernet')
 OLD_VERSIONS = {'mmdet': ('mmdet_version', '2.28.2'), 'mmseg': ('mmseg_version', '0.30.0')}
@@ -201,7 +201,7 @@ def test_class_names_must_match_the_heads(tiny, tmp_path):
 
 
 def test_mmdet_1x_layout_is_refused(tiny, tmp_path):
-    from mavit_mm.utils.legacy_checkpoints import LegacyCheckpointError
+    from mavit_mm.tooling.legacy_checkpoints import LegacyCheckpointError
     _, cfg, original = tiny['mask_rcnn']
     old = old_checkpoint(original, cfg)
     # mmdet 1.x: the R-CNN heads at the top level.
@@ -217,7 +217,7 @@ def test_mmdet_1x_layout_is_refused(tiny, tmp_path):
 
 
 def test_a_checkpoint_of_the_other_library_is_refused(tiny, tmp_path):
-    from mavit_mm.utils.legacy_checkpoints import LegacyCheckpointError
+    from mavit_mm.tooling.legacy_checkpoints import LegacyCheckpointError
     _, cfg, original = tiny['sem_fpn']
     with pytest.raises(LegacyCheckpointError,
                        match=r'is a segmentor checkpoint \(mmseg\); the config builds a '
@@ -251,7 +251,7 @@ def test_a_training_checkpoint_of_mmdet_3_is_stripped(tiny, tmp_path):
 
 
 def test_backbone_only_and_unknown_layouts_are_refused(tiny, tmp_path):
-    from mavit_mm.utils.legacy_checkpoints import LegacyCheckpointError
+    from mavit_mm.tooling.legacy_checkpoints import LegacyCheckpointError
     _, cfg, original = tiny['upernet']
     backbone = {k[len('backbone.'):]: v for k, v in original.state_dict().items()
                 if k.startswith('backbone.')}

@@ -29,9 +29,9 @@ from mmdeploy.apis.utils import build_task_processor  # noqa: E402
 from mmdeploy.utils import get_input_shape  # noqa: E402
 from mmdeploy.utils import load_config as load_deploy_config  # noqa: E402
 
-from mavit_mm.tooling.config import load_config, retarget_data_root  # noqa: E402
+from mavit_mm.tooling.config import load_config  # noqa: E402
 from mavit_mm.tooling.model_builder import build_model  # noqa: E402
-from tool_helpers import REPO_ROOT, explain, run_tool  # noqa: E402
+from tool_helpers import REPO_ROOT, explain, retarget_data_root, run_tool  # noqa: E402
 
 DEPLOY = REPO_ROOT / 'configs' / 'deploy'
 SEG_CONFIGS = {'upernet': 'configs/demo/upernet_mavit-t_demo-shapes.py',

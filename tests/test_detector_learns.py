@@ -14,9 +14,9 @@ import statistics
 
 import pytest
 
-from mavit_mm.tooling.config import load_config, retarget_data_root
+from mavit_mm.tooling.config import load_config
 from mavit_mm.tooling.json_logs import run_dirs, training_records
-from tool_helpers import REPO_ROOT, explain, run_tool
+from tool_helpers import REPO_ROOT, explain, retarget_data_root, run_tool
 
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for Mask R-CNN')
 pytest.importorskip('mmdet.models')

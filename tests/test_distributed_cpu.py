@@ -32,9 +32,9 @@ from mmengine.config import Config
 from PIL import Image
 from torch import nn
 
-from mavit_mm.engine import distributed
-from mavit_mm.models import CPUSyncBatchNorm
-from mavit_mm.tooling import cpu_distributed, runner_setup
+from mavit_mm.engine import cpu_distributed
+from mavit_mm.engine.cpu_distributed import CPUSyncBatchNorm
+from mavit_mm.tooling import runner_setup
 from mavit_mm.tooling.config import ConfigCheckError, load_config, set_iterations
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
 from mavit_mm.tooling.json_logs import latest_test_metrics
@@ -130,7 +130,7 @@ def test_model_wrapper_converts_every_sync_bn():
     model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.SyncBatchNorm(4, momentum=0.2),
                           nn.Sequential(nn.SyncBatchNorm(4, affine=False), nn.BatchNorm2d(4)))
     weight = model[1].weight
-    converted, count = distributed.to_cpu_sync_bn(model)
+    converted, count = cpu_distributed.to_cpu_sync_bn(model)
     assert count == 2
     assert [type(m).__name__ for m in converted.modules() if 'Norm' in type(m).__name__] == \
         ['CPUSyncBatchNorm', 'CPUSyncBatchNorm', 'BatchNorm2d']
@@ -238,7 +238,7 @@ def test_slurm_launcher_outside_srun_is_a_clear_error(fake_scontrol, monkeypatch
         cpu_distributed._slurm_environment(port=None)
 
 
-# -- --auto-scale-lr on the published configs (the README's table) -------------------
+# -- --auto-scale-lr on the published configs (docs/training.md's table) -------------
 
 PUBLISHED = ('mask_rcnn', 'retinanet', 'cascade_rcnn', 'sem_fpn', 'upernet')
 # Starting learning rate after --auto-scale-lr, by number of GPUs (2 images each).
@@ -253,7 +253,7 @@ README_SCALED_LR = {
 
 def test_auto_scale_lr_of_the_published_configs():
     """mmengine's Runner.scale_lr, run on every published config for 1, 4, 8 and
-    16 GPUs, gives the learning rates the README lists."""
+    16 GPUs, gives the learning rates docs/training.md lists."""
     from types import SimpleNamespace
     from mmengine.logging import MMLogger
     from mmengine.optim import OptimWrapper

@@ -176,7 +176,7 @@ def test_seg_inferencer_predicts_a_label_map_of_the_image_size(tiny, tmp_path):
 
 def test_inferencers_as_a_user_runs_them(tiny, tmp_path):
     """A fresh Python with only mmdet's / mmseg's APIs imported (not mavit_mm):
-    the README's example."""
+    the example of docs/tools.md."""
     det_config, det_checkpoint, det_meta = tiny['mask_rcnn']
     seg_config, seg_checkpoint, seg_meta = tiny['upernet']
     det_image, seg_image = coco_val_images(tiny)[0], ade_val_images(tiny)[0]

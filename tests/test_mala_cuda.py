@@ -14,6 +14,8 @@ if not torch.cuda.is_available():
 
 from mavit_mm import MAViT  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
+from mavit_mm.ops.mala import launches as mala_launches  # noqa: E402
+from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
 from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
 
@@ -135,21 +137,21 @@ def test_split_grid_from_the_compiled_kernels_occupancy(head_dim):
     angle = RoPE2d(head_dim).angle.to(DEVICE)
     width = size[1]
     sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
-    limits = mala_function.sm_limits(torch.cuda.current_device())
-    assert mala_function.resource_shortfall(q, k, v, width, backward=True) is None
-    forward_plan = mala_function.plan_for(q, k, v, angle, width)
-    forward = mala_function.ForwardLaunches(q, k, v, angle, width, forward_plan, allocate=False)
-    stats = torch.empty(batch_heads, head_dim + mala_function.kernels.STATS_EXTRA_ROWS.value,
+    limits = mala_plan.sm_limits(torch.cuda.current_device())
+    assert mala_plan.resource_shortfall(q, k, v, width, backward=True) is None
+    forward_plan = mala_plan.plan_for(q, k, v, angle, width)
+    forward = mala_launches.ForwardLaunches(q, k, v, angle, width, forward_plan, allocate=False)
+    stats = torch.empty(batch_heads, head_dim + mala_launches.kernels.STATS_EXTRA_ROWS.value,
                         head_dim, device=DEVICE)
-    backward_plan = mala_function.plan_for(q, k, v, angle, width, dout=q, stats=stats)
-    backward = mala_function.BackwardLaunches(q, q, k, v, angle, stats, width, backward_plan,
+    backward_plan = mala_plan.plan_for(q, k, v, angle, width, dout=q, stats=stats)
+    backward = mala_launches.BackwardLaunches(q, q, k, v, angle, stats, width, backward_plan,
                                               allocate=False)
     for plan, launches, name in ((forward_plan, forward, 'partials'),
                                  (backward_plan, backward, 'query')):
-        resources = mala_function.compiled_resources(launches, name)
+        resources = mala_plan.compiled_resources(launches, name)
         assert resources is not None, "this Triton release hides the compiled kernel's registers"
         assert resources.registers > 0 and resources.num_warps == getattr(plan, name).num_warps
-        slots = mala_function.resident_blocks(resources, limits) * sms
+        slots = mala_plan.resident_blocks(resources, limits) * sms
         programs = plan.num_chunks * batch_heads
         assert programs <= slots or programs % slots == 0, (name, resources, programs, slots)
 

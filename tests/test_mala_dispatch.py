@@ -8,6 +8,9 @@ pytest.importorskip('triton')
 
 from mavit_mm.ops import mala as mala_ops  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
+from mavit_mm.ops.mala import launches as mala_launches  # noqa: E402
+from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
+from mavit_mm.ops.mala import triton_support  # noqa: E402
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
 
@@ -21,8 +24,8 @@ def qkv(head_dim=32):
 @pytest.fixture
 def fresh_state(monkeypatch):
     monkeypatch.setattr(mala_ops, '_warned_fallback_reasons', set())
-    monkeypatch.setattr(mala_function, '_compiled_resources', {})
-    monkeypatch.setattr(mala_function, '_shortfalls', {})
+    monkeypatch.setattr(mala_plan, '_compiled_resources', {})
+    monkeypatch.setattr(mala_plan, '_shortfalls', {})
 
 
 def test_fallback_imports_the_kernels_itself(monkeypatch, fresh_state):
@@ -32,7 +35,7 @@ def test_fallback_imports_the_kernels_itself(monkeypatch, fresh_state):
     monkeypatch.setattr(mala_ops, '_triton_import_tried', False)
 
     def too_big(*args, **kwargs):
-        raise mala_function.OutOfResources(300000, 232448, 'shared memory')
+        raise triton_support.OutOfResources(300000, 232448, 'shared memory')
     monkeypatch.setattr(mala_function, 'mala_forward', too_big)
     q, k, v = qkv()
     rope = RoPE2d(32)(HEIGHT, WIDTH)
@@ -51,8 +54,8 @@ class FailingKernel:
 def forward_launches():
     q, k, v = qkv()
     angle = RoPE2d(32).angle
-    plan = mala_function.make_launch_plan(HEIGHT * WIDTH, 2, 32, q.dtype, q.device)
-    return mala_function.ForwardLaunches(q, k, v, angle, WIDTH, plan, allocate=False)
+    plan = mala_plan.make_launch_plan(HEIGHT * WIDTH, 2, 32, q.dtype, q.device)
+    return mala_launches.ForwardLaunches(q, k, v, angle, WIDTH, plan, allocate=False)
 
 
 def test_a_compiler_error_is_a_compile_failure_naming_the_kernel(monkeypatch, fresh_state):
@@ -60,22 +63,22 @@ def test_a_compiler_error_is_a_compile_failure_naming_the_kernel(monkeypatch, fr
     _, meta = launches.table['partials']
     launches.table = dict(launches.table, partials=(FailingKernel(), meta))
     monkeypatch.setattr(torch.cuda, 'current_device', lambda: 0)
-    with pytest.raises(mala_function.CompileFailure, match='partials kernel failed to compile.*PTX'):
-        mala_function.compiled_resources(launches, 'partials')
-    assert issubclass(mala_function.CompileFailure, RuntimeError)
+    with pytest.raises(mala_plan.CompileFailure, match='partials kernel failed to compile.*PTX'):
+        mala_plan.compiled_resources(launches, 'partials')
+    assert issubclass(mala_plan.CompileFailure, RuntimeError)
 
 
 def test_a_compiler_error_becomes_a_reason_not_a_crash(monkeypatch, fresh_state):
     """What the GPU check would meet: the verdict names the failure, so 'auto'
     falls back (one warning) and 'triton' raises a clear error."""
     def failing(launches, name):
-        raise mala_function.CompileFailure(f'the {name} kernel failed to compile: RuntimeError: x')
-    monkeypatch.setattr(mala_function, 'compiled_resources', failing)
+        raise mala_plan.CompileFailure(f'the {name} kernel failed to compile: RuntimeError: x')
+    monkeypatch.setattr(mala_plan, 'compiled_resources', failing)
     q, k, v = qkv()
-    reason = mala_function._compiled_shortfall(q, k, v, WIDTH, backward=True)
+    reason = mala_plan._compiled_shortfall(q, k, v, WIDTH, backward=True)
     assert reason.startswith('the partials kernel failed to compile') and 'head dim 32' in reason
     # The device check skipped (no GPU here), the interpreter dispatch sees the verdict.
-    monkeypatch.setattr(mala_function, 'resource_shortfall', mala_function._compiled_shortfall)
+    monkeypatch.setattr(mala_plan, 'resource_shortfall', mala_plan._compiled_shortfall)
     monkeypatch.setenv('TRITON_INTERPRET', '1')
     rope = RoPE2d(32)(HEIGHT, WIDTH)
     with pytest.raises(RuntimeError, match="mala_impl='triton' cannot run this case: the "

@@ -17,6 +17,9 @@ pytest.importorskip('triton')
 from mavit_mm import MAViT  # noqa: E402
 from mavit_mm.ops import mala as mala_ops  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
+from mavit_mm.ops.mala import launches as mala_launches  # noqa: E402
+from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
+from mavit_mm.ops.mala import triton_support  # noqa: E402
 from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d, RotaryTables  # noqa: E402
 
@@ -309,9 +312,9 @@ def test_default_plan_with_chunks_and_token_loops_matches_reference(
     # 8 SMs: the default plan splits N into several chunks and has each output /
     # key program loop over several tiles, the paths full-size maps take on a GPU.
     if DEVICE.type == 'cpu':
-        monkeypatch.setattr(mala_function, '_sm_count', lambda device: 8)
+        monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 8)
     q, k, v = feature_map_qkv(1, 3, head_dim, height, width, layout, dtype)
-    plan = mala_function.make_launch_plan(height * width, 3, head_dim, dtype, DEVICE)
+    plan = mala_plan.make_launch_plan(height * width, 3, head_dim, dtype, DEVICE)
     if DEVICE.type == 'cpu':
         assert plan.num_chunks > 1
         assert plan.output_tokens_per_program > plan.output.block_n
@@ -327,13 +330,13 @@ def test_default_plan_with_chunks_and_token_loops_matches_reference(
 ])
 def test_split_n_grid_fills_whole_waves(monkeypatch, sm_count, batch_heads, num_tokens,
                                         expected_programs):
-    monkeypatch.setattr(mala_function, '_sm_count', lambda device: sm_count)
-    plan = mala_function.make_launch_plan(num_tokens, batch_heads, 64, torch.bfloat16, DEVICE)
+    monkeypatch.setattr(mala_plan, '_sm_count', lambda device: sm_count)
+    plan = mala_plan.make_launch_plan(num_tokens, batch_heads, 64, torch.bfloat16, DEVICE)
     assert plan.num_chunks * batch_heads == expected_programs
-    slots = mala_function.RESIDENT_PROGRAMS_PER_SM * sm_count
+    slots = mala_plan.RESIDENT_PROGRAMS_PER_SM * sm_count
     programs = plan.num_chunks * batch_heads
     assert programs <= slots or programs % slots == 0
-    assert plan.tokens_per_chunk >= mala_function.MIN_TOKENS_PER_CHUNK
+    assert plan.tokens_per_chunk >= mala_plan.MIN_TOKENS_PER_CHUNK
 
 
 # --------------------------------------------------------------------------
@@ -420,7 +423,7 @@ def test_loading_unpaired_angles_is_caught_at_load_time():
 # Resource and version safety
 # --------------------------------------------------------------------------
 def out_of_resources():
-    return mala_function.OutOfResources(300000, 232448, 'shared memory')
+    return triton_support.OutOfResources(300000, 232448, 'shared memory')
 
 
 def test_out_of_resources_falls_back_under_auto(monkeypatch, fresh_fallback_warnings):
@@ -476,16 +479,16 @@ def test_unsupported_triton_version_is_refused_with_its_reason():
 ])
 def test_resident_blocks_follow_the_tightest_sm_limit(registers, shared_kib, num_warps,
                                                       expected):
-    resources = mala_function.KernelResources(registers, shared_kib * 1024, num_warps)
-    assert mala_function.resident_blocks(resources) == expected
+    resources = mala_plan.KernelResources(registers, shared_kib * 1024, num_warps)
+    assert mala_plan.resident_blocks(resources) == expected
 
 
 def test_resident_blocks_shape_the_split_grid(monkeypatch):
     # 132 SMs, B*heads = 16, N = 65536: whole waves whatever the SM holds.
-    monkeypatch.setattr(mala_function, '_sm_count', lambda device: 132)
+    monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 132)
     chunks = {}
     for resident in (1, 2, 3):
-        plan = mala_function.make_launch_plan(65536, 16, 64, torch.bfloat16, DEVICE,
+        plan = mala_plan.make_launch_plan(65536, 16, 64, torch.bfloat16, DEVICE,
                                               resident_per_sm=resident)
         slots = resident * 132
         programs = plan.num_chunks * 16
@@ -498,7 +501,7 @@ def _launch_signature(launches, name):
     """What Triton specialises a launch on: grid, dtypes, alignment, ints, for
     the arguments as compiled_resources hands them to the compiler."""
     grid, args = launches.arguments(name)
-    return grid, [mala_function._specialisation(mala_function._for_compiling(arg))
+    return grid, [mala_plan._specialisation(mala_plan._for_compiling(arg))
                   for arg in args]
 
 
@@ -509,18 +512,18 @@ def test_stand_in_buffers_compile_what_the_launch_runs(layout):
     # GPU would compile and measure a different binary.
     q, k, v = feature_map_qkv(2, 3, 32, 8, 12, layout, torch.bfloat16)
     angle = RoPE2d(32).angle.to(DEVICE)
-    plan = mala_function.make_launch_plan(96, 6, 32, torch.bfloat16, DEVICE, block_n=16,
+    plan = mala_plan.make_launch_plan(96, 6, 32, torch.bfloat16, DEVICE, block_n=16,
                                           tokens_per_chunk=32)
-    real = mala_function.ForwardLaunches(q, k, v, angle, 12, plan)
-    stand_in = mala_function.ForwardLaunches(q, k, v, angle, 12, plan, allocate=False)
+    real = mala_launches.ForwardLaunches(q, k, v, angle, 12, plan)
+    stand_in = mala_launches.ForwardLaunches(q, k, v, angle, 12, plan, allocate=False)
     for name in real.KERNELS:
         assert _launch_signature(stand_in, name) == _launch_signature(real, name), name
     assert all(buffer.is_meta for buffer in (stand_in.out, stand_in.workspace,
                                              stand_in.stats))   # nothing allocated
     out, stats = real.run()
     dout = random_like(out)
-    real_back = mala_function.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan)
-    stand_in_back = mala_function.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan,
+    real_back = mala_launches.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan)
+    stand_in_back = mala_launches.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan,
                                                    allocate=False)
     for name in real_back.KERNELS:
         assert _launch_signature(stand_in_back, name) == _launch_signature(real_back, name), name
@@ -530,7 +533,7 @@ def test_stand_in_buffers_compile_what_the_launch_runs(layout):
 
 def test_no_resource_check_off_cuda():
     q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
-    assert mala_function.resource_shortfall(q, k, v, WIDTH, backward=True) is None
+    assert mala_plan.resource_shortfall(q, k, v, WIDTH, backward=True) is None
 
 
 @pytest.mark.skipif(DEVICE.type == 'cuda', reason='compiles for sm_90 ahead of time on a CPU')
@@ -547,7 +550,7 @@ def test_default_resident_count_is_the_sm90_compile(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if '_forward_partials_kernel' in line)
     assert 'FAILED' not in line, line
-    assert f"'resident_per_sm': {mala_function.RESIDENT_PROGRAMS_PER_SM}," in line, line
+    assert f"'resident_per_sm': {mala_plan.RESIDENT_PROGRAMS_PER_SM}," in line, line
 
 
 def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
@@ -557,8 +560,8 @@ def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
     # release lacks give None (plan defaults) rather than a failed forward.
     q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
     angle = RoPE2d(32).angle.to(DEVICE)
-    plan = mala_function.make_launch_plan(HEIGHT * WIDTH, 2, 32, q.dtype, DEVICE)
-    launches = mala_function.ForwardLaunches(q, k, v, angle, WIDTH, plan, allocate=False)
+    plan = mala_plan.make_launch_plan(HEIGHT * WIDTH, 2, 32, q.dtype, DEVICE)
+    launches = mala_launches.ForwardLaunches(q, k, v, angle, WIDTH, plan, allocate=False)
     calls = []
 
     class Loaded:
@@ -576,23 +579,23 @@ def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
     kernel, meta = launches.table['partials']
     launches.table = dict(launches.table, partials=(Kernel(), meta))
     monkeypatch.setattr(torch.cuda, 'current_device', lambda: 0)
-    monkeypatch.setattr(mala_function, '_compiled_resources', {})
-    resources = mala_function.compiled_resources(launches, 'partials')
-    assert resources == mala_function.KernelResources(124, 40960, 8)
-    assert mala_function.resident_blocks(resources) == 2
+    monkeypatch.setattr(mala_plan, '_compiled_resources', {})
+    resources = mala_plan.compiled_resources(launches, 'partials')
+    assert resources == mala_plan.KernelResources(124, 40960, 8)
+    assert mala_plan.resident_blocks(resources) == 2
     grid, args = launches.arguments('partials')
     assert calls[1:] == ['load'] and calls[0][0] == grid and calls[0][2] == meta
-    assert [mala_function._specialisation(arg) for arg in calls[0][1]] == [
-        mala_function._specialisation(mala_function._for_compiling(arg)) for arg in args]
+    assert [mala_plan._specialisation(arg) for arg in calls[0][1]] == [
+        mala_plan._specialisation(mala_plan._for_compiling(arg)) for arg in args]
     assert not any(isinstance(arg, torch.Tensor) and arg.is_meta for arg in calls[0][1])
     assert all((given is arg) if isinstance(arg, torch.Tensor) else given == arg
                for given, arg in zip(calls[0][1], args)   # the rest untouched
                if not (isinstance(arg, torch.Tensor) and arg.is_meta))
-    mala_function.compiled_resources(launches, 'partials')
+    mala_plan.compiled_resources(launches, 'partials')
     assert len(calls) == 2    # cached
     del Loaded.n_regs         # a release without it
-    monkeypatch.setattr(mala_function, '_compiled_resources', {})
-    assert mala_function.compiled_resources(launches, 'partials') is None
+    monkeypatch.setattr(mala_plan, '_compiled_resources', {})
+    assert mala_plan.compiled_resources(launches, 'partials') is None
 
 
 # --------------------------------------------------------------------------
@@ -601,21 +604,21 @@ def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
 @pytest.fixture
 def counted_plans(monkeypatch):
     """A fresh plan cache, and the plans made (make_launch_plan calls) since."""
-    monkeypatch.setattr(mala_function, '_plans',
-                        mala_function._LRUCache(mala_function.PLAN_CACHE_SIZE))
+    monkeypatch.setattr(mala_plan, '_plans',
+                        mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
     made = []
-    make = mala_function.make_launch_plan
+    make = mala_plan.make_launch_plan
 
     def counting(*args, **kwargs):
         made.append(args[:4])
         return make(*args, **kwargs)
-    monkeypatch.setattr(mala_function, 'make_launch_plan', counting)
+    monkeypatch.setattr(mala_plan, 'make_launch_plan', counting)
     return made
 
 
 def plan_of(q, k=None, v=None, angle=None, width=WIDTH, **overrides):
     angle = RoPE2d(q.shape[-1]).angle.to(q.device) if angle is None else angle
-    return mala_function.plan_for(q, q if k is None else k, q if v is None else v, angle, width,
+    return mala_plan.plan_for(q, q if k is None else k, q if v is None else v, angle, width,
                                   **overrides)
 
 
@@ -631,7 +634,7 @@ def test_a_layer_plans_once_and_stays_exact(counted_plans):
     assert made[0] >= 2 and made == [made[0]] * 3, made   # forward + backward, once
     if DEVICE.type == 'cpu':
         assert made[0] == 2
-    assert len(mala_function._plans) == 2
+    assert len(mala_plan._plans) == 2
 
 
 def test_another_case_makes_another_plan(monkeypatch, counted_plans):
@@ -663,7 +666,7 @@ def test_another_case_makes_another_plan(monkeypatch, counted_plans):
     assert plan_of(q, block_n=16).output.block_n == 16
     assert plan_of(q.half()).dot_precision == 'tf32' and first.dot_precision == 'ieee'
     # What the plan is computed from (the SM count) is part of the case too.
-    monkeypatch.setattr(mala_function, '_sm_count', lambda device: 8)
+    monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 8)
     made = len(counted_plans)
     plan_of(q)
     assert len(counted_plans) > made
@@ -674,17 +677,17 @@ def test_a_failed_plan_is_not_cached(counted_plans):
     for _ in range(2):
         with pytest.raises(ValueError, match='block_n'):
             plan_of(q, block_n=24)
-    assert len(counted_plans) == 2 and len(mala_function._plans) == 0
+    assert len(counted_plans) == 2 and len(mala_plan._plans) == 0
 
 
 def test_plan_cache_is_bounded_and_drops_the_least_recent(monkeypatch, counted_plans):
-    monkeypatch.setattr(mala_function, '_plans', mala_function._LRUCache(3))
+    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(3))
     qs = [torch.randn(1, 2, num_tokens, 32, device=DEVICE) for num_tokens in (16, 32, 48, 64)]
     for q in qs[:3]:
         plan_of(q)
     plan_of(qs[0])                 # now the most recently used
     plan_of(qs[3])                 # a fourth case: qs[1] goes
-    assert len(mala_function._plans) == 3
+    assert len(mala_plan._plans) == 3
     made = len(counted_plans)
     for q in (qs[0], qs[2], qs[3]):
         plan_of(q)
@@ -692,27 +695,27 @@ def test_plan_cache_is_bounded_and_drops_the_least_recent(monkeypatch, counted_p
     plan_of(qs[1])
     assert len(counted_plans) > made
     # The default bound holds too.
-    size = mala_function.PLAN_CACHE_SIZE
-    monkeypatch.setattr(mala_function, '_plans', mala_function._LRUCache(size))
+    size = mala_plan.PLAN_CACHE_SIZE
+    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(size))
     for num_tokens in range(1, size + 21):
         plan_of(torch.empty(1, 1, num_tokens, 32, device=DEVICE))
-    assert len(mala_function._plans) == size
-    assert isinstance(mala_function._shortfalls, mala_function._LRUCache)
-    assert mala_function._shortfalls.maxsize == size
+    assert len(mala_plan._plans) == size
+    assert isinstance(mala_plan._shortfalls, mala_plan._LRUCache)
+    assert mala_plan._shortfalls.maxsize == size
 
 
 def test_shortfall_verdicts_are_cached_and_bounded(monkeypatch):
     # The GPU's verdict without a GPU: the kernels "compiled" are counted.
     compiled = []
-    monkeypatch.setattr(mala_function, 'compiled_resources',
+    monkeypatch.setattr(mala_plan, 'compiled_resources',
                         lambda launches, name: compiled.append(name))
-    monkeypatch.setattr(mala_function, '_shortfalls', mala_function._LRUCache(2))
+    monkeypatch.setattr(mala_plan, '_shortfalls', mala_plan._LRUCache(2))
     qs = [torch.randn(1, 2, num_tokens, 32) for num_tokens in (16, 32, 48)]
     for q in qs + [qs[2], qs[1]]:
-        assert mala_function._compiled_shortfall(q, q, q, 4, backward=False) is None
-    per_case = len(mala_function.ForwardLaunches.KERNELS)
-    assert len(compiled) == 3 * per_case and len(mala_function._shortfalls) == 2
-    mala_function._compiled_shortfall(qs[0], qs[0], qs[0], 4, backward=False)
+        assert mala_plan._compiled_shortfall(q, q, q, 4, backward=False) is None
+    per_case = len(mala_launches.ForwardLaunches.KERNELS)
+    assert len(compiled) == 3 * per_case and len(mala_plan._shortfalls) == 2
+    mala_plan._compiled_shortfall(qs[0], qs[0], qs[0], 4, backward=False)
     assert len(compiled) == 4 * per_case                  # dropped as the least recent, redone
 
 
@@ -726,7 +729,7 @@ def test_output_layouts_follow_the_input_stride_order(shape):
         expected_order = sorted(range(4), key=lambda dim: (-x.stride(dim), dim))
         expected = x.new_empty([x.shape[dim] for dim in expected_order]).permute(
             [expected_order.index(dim) for dim in range(4)])
-        out = mala_function._empty_like_layout(x)
+        out = mala_launches._empty_like_layout(x)
         assert (out.shape, out.stride()) == (expected.shape, expected.stride()), order
 
 
@@ -735,12 +738,12 @@ def test_dynamic_shapes_compile_the_op_with_symbolic_layouts(monkeypatch):
     # the layout cache cannot hash: the rule is applied uncached, and the
     # compiled graph gives the eager results and layouts for two token counts.
     symbolic = []
-    memory_order = mala_function._memory_order
+    memory_order = mala_launches._memory_order
 
     def recording(strides):
         symbolic.append(any(isinstance(s, torch.SymInt) for s in strides))
         return memory_order(strides)
-    monkeypatch.setattr(mala_function, '_memory_order', recording)
+    monkeypatch.setattr(mala_launches, '_memory_order', recording)
     angle = RoPE2d(32).angle.to(DEVICE)
 
     def mala(x):
@@ -797,7 +800,7 @@ COMBINE_BLOCKS = {'many chunks': (225, 128, 64), 'one chunk': (1, 1, 1),
 
 def combine_case_plan(name):
     height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
-    return mala_function.make_launch_plan(
+    return mala_plan.make_launch_plan(
         height * width, 1, head_dim, torch.float32, DEVICE, block_n=16,
         tokens_per_chunk=tokens_per_chunk, tiles=None if tile is None else {'combine': tile})
 
@@ -806,26 +809,26 @@ def combine_case_plan(name):
 def combine_tile(monkeypatch):
     """Sets the default combine tile of the case's head width (fused_mala takes
     no tile overrides), with a fresh plan cache so no other test sees it."""
-    monkeypatch.setattr(mala_function, '_plans',
-                        mala_function._LRUCache(mala_function.PLAN_CACHE_SIZE))
+    monkeypatch.setattr(mala_plan, '_plans',
+                        mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
 
     def use(head_dim, tile):
         if tile is not None:
-            family = mala_function.tile_family(head_dim)
-            tiles = {name: dict(table) for name, table in mala_function.KERNEL_TILES.items()}
+            family = mala_plan.tile_family(head_dim)
+            tiles = {name: dict(table) for name, table in mala_plan.KERNEL_TILES.items()}
             tiles[family]['combine'] = tile
-            monkeypatch.setattr(mala_function, 'KERNEL_TILES', tiles)
+            monkeypatch.setattr(mala_plan, 'KERNEL_TILES', tiles)
     return use
 
 
 @pytest.mark.parametrize('name', list(COMBINE_CASES))
 def test_combine_chunk_blocks_cover_the_cases(name):
     plan = combine_case_plan(name)
-    meta = mala_function.launch_table(plan)['combine'][1]
+    meta = mala_launches.launch_table(plan)['combine'][1]
     num_chunks, mean_chunks, kv_chunks = COMBINE_BLOCKS[name]
     assert (plan.num_chunks, meta['MEAN_CHUNKS'], meta['KV_CHUNKS']) == COMBINE_BLOCKS[name]
-    assert mala_function.combine_chunk_blocks(plan) == (mean_chunks, kv_chunks)
-    budget = mala_function.COMBINE_VALUES_PER_THREAD * plan.combine.num_warps * 32
+    assert mala_launches.combine_chunk_blocks(plan) == (mean_chunks, kv_chunks)
+    budget = mala_launches.COMBINE_VALUES_PER_THREAD * plan.combine.num_warps * 32
     for chunks, values in ((mean_chunks, plan.block_d),
                            (kv_chunks, plan.combine.block_n * plan.block_d)):
         assert chunks & (chunks - 1) == 0                     # a power of two
@@ -838,10 +841,10 @@ def test_combine_chunk_blocks_of_the_default_tiles():
     # (32 chunks a block, 32 programs of 2 rows), 32 for d = 96 (8 a block, 24
     # programs of 4 rows).
     for head_dim, blocks, programs in ((64, (64, 32), 32), (96, (32, 8), 24)):
-        plan = mala_function.make_launch_plan(256 * 512, 1, head_dim, torch.bfloat16, DEVICE,
+        plan = mala_plan.make_launch_plan(256 * 512, 1, head_dim, torch.bfloat16, DEVICE,
                                               tokens_per_chunk=512)
         assert plan.num_chunks == 256
-        assert mala_function.combine_chunk_blocks(plan) == blocks
+        assert mala_launches.combine_chunk_blocks(plan) == blocks
         assert -(-head_dim // plan.combine.block_n) == programs
 
 
@@ -870,7 +873,7 @@ def test_combine_stats_match_float64(name):
                                                      torch.float32, seed=4))
     k, v = k + 3.0, v + 50.0
     rope = RoPE2d(head_dim)(height, width)
-    _, stats = mala_function.ForwardLaunches(q, k, v, rope.angle_on(DEVICE), width, plan).run()
+    _, stats = mala_launches.ForwardLaunches(q, k, v, rope.angle_on(DEVICE), width, plan).run()
     expected = reference_stats(k, v, rope)
     for part, rows in (('KVc', slice(0, head_dim)), ('km', head_dim), ('krm', head_dim + 1),
                        ('vm', head_dim + 2)):
@@ -881,9 +884,9 @@ def test_combine_stats_match_float64(name):
 def test_combine_blocks_give_reference_outputs_and_grads(name, combine_tile):
     height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
     combine_tile(head_dim, tile)
-    plan = mala_function.make_launch_plan(height * width, 1, head_dim, torch.float32, DEVICE,
+    plan = mala_plan.make_launch_plan(height * width, 1, head_dim, torch.float32, DEVICE,
                                           block_n=16, tokens_per_chunk=tokens_per_chunk)
-    assert (plan.num_chunks, *mala_function.combine_chunk_blocks(plan)) == COMBINE_BLOCKS[name]
+    assert (plan.num_chunks, *mala_launches.combine_chunk_blocks(plan)) == COMBINE_BLOCKS[name]
     # B * heads = 1, the case the blocked combine is for.
     q, k, v = feature_map_qkv(1, 1, head_dim, height, width, 'backbone', torch.float32, seed=5)
     rope = RoPE2d(head_dim)(height, width)

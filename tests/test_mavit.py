@@ -255,7 +255,7 @@ def test_init_cfg_pretrained_from_detector_checkpoint(tmp_path):
 
 
 def test_init_cfg_pretrained_of_another_size_is_an_error(tmp_path):
-    """Same policy as tools/convert_checkpoint.py: a shape mismatch is never
+    """Same policy as tools/model_converters/convert_checkpoint.py: a shape mismatch is never
     skipped silently (the model would train from a half-random backbone)."""
     path = tmp_path / 'mavit_s.pth'
     torch.save({'model': MAViT('s', depths=[1, 1, 1, 1]).state_dict()}, path)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from mavit_mm.data.synthetic import coco_metainfo, make_coco_dataset
-from mavit_mm.tooling.config import load_config, retarget_data_root
+from mavit_mm.tooling.config import load_config
+from tool_helpers import retarget_data_root
 
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed')
 pytest.importorskip('mmdet.datasets')

@@ -9,8 +9,8 @@ process, as a user runs it, on tiny generated data for 2 iterations; the test
 run's metrics are read back from its JSON log.
 
 Their ``analysis_tools/get_flops.py`` and ``benchmark.py`` run on our configs
-too, as far as each can on a CPU (README, "mmdet's and mmseg's own tools"):
-mmdet's FLOPs are checked against ``tools/get_flops.py``, the benchmarks'
+too, as far as each can on a CPU (docs/tools.md, "mmdet's and mmseg's own tools"):
+mmdet's FLOPs are checked against ``tools/analysis_tools/get_flops.py``, the benchmarks'
 frames per second are read back, and where a tool cannot go on (mmdet's
 inference benchmark needs CUDA; mmseg 1.2.2's get_flops.py cannot call
 mmengine 0.10's counter) the test checks that our config gets that far.
@@ -207,7 +207,7 @@ def test_mmengine_counts_fused_mala_as_its_pytorch_path(one_torch_thread):
     pytest.importorskip('triton')
     import torch
     from mmengine.analysis import FlopAnalyzer
-    from mavit_mm.analysis import FUSED_MALA_OP
+    from mavit_mm.ops.mala.flops import FUSED_MALA_OP
     from mavit_mm.models import MAViT
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     image = torch.randn(1, 3, 64, 64, device=device)
@@ -230,7 +230,7 @@ def test_mmengine_counts_fused_mala_as_its_pytorch_path(one_torch_thread):
 
 def test_mmdet_get_flops_counts_our_layers_and_linear_attention(benchmark_roots, tmp_path):
     """mmdet's get_flops.py (mmengine's counter, on a dataset image) against
-    tools/get_flops.py on the same model and input size. mmengine counts every
+    tools/analysis_tools/get_flops.py on the same model and input size. mmengine counts every
     convolution (the mask head's transposed one too), linear layer and matmul,
     so MALA's products, plus one operation per element of normalisation,
     upsampling and pooling; it has no formula for scaled_dot_product_attention,
@@ -255,8 +255,8 @@ def test_mmdet_get_flops_counts_our_layers_and_linear_attention(benchmark_roots,
     assert 'Unsupported operator aten::scaled_dot_product_attention' in output, output[-3000:]
 
     json_path = tmp_path / 'ours.json'
-    ours = run_tool('get_flops.py', config, '--shape', height, width, '--json', json_path,
-                    *options, cwd=tmp_path)
+    ours = run_tool('analysis_tools/get_flops.py', config, '--shape', height, width,
+                    '--json', json_path, *options, cwd=tmp_path)
     assert ours.returncode == 0, explain(ours)
     figures = json.loads(json_path.read_text())['model']
     assert figures['per_module_type'].get('conv_transpose', 0) > 0  # the mask head's

@@ -1,8 +1,6 @@
 """The bundled synthetic datasets: formats, learnable content, determinism."""
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -12,8 +10,10 @@ import pytest
 from mavit_mm.data.synthetic import (DEMO_DATA_ROOT, SHAPE_CLASSES, ade20k_metainfo,
                                      coco_metainfo, dataset_complete, make_ade20k_dataset,
                                      make_coco_dataset, read_manifest)
-from mavit_mm.tooling.config import dataset_cfgs_of, load_config
+from mavit_mm.tooling.config import load_config
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
+from mavit_mm.tooling.run_script import run_script
+from tool_helpers import dataset_cfgs_of
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(num_train=5, num_val=2, image_size=(72, 96), max_objects=3)
@@ -108,20 +108,19 @@ def test_manifest_records_the_parameters(tmp_path):
 
 def test_command_line(tmp_path):
     tool = REPO_ROOT / 'tools' / 'make_demo_data.py'
-    help_text = subprocess.run([sys.executable, str(tool), '--help'], capture_output=True,
-                               text=True, check=True).stdout
+    help_result = run_script(tool, '--help')
+    assert help_result.returncode == 0, help_result.stderr
+    help_text = help_result.stdout
     for flag in ('--out', '--kind', '--num-train', '--num-val', '--image-size', '--seed'):
         assert flag in help_text
-    result = subprocess.run(
-        [sys.executable, str(tool), '--out', str(tmp_path), '--num-train', '2', '--num-val',
-         '1', '--image-size', '64', '--seed', '5'], capture_output=True, text=True)
+    result = run_script(tool, '--out', tmp_path, '--num-train', '2', '--num-val', '1',
+                        '--image-size', '64', '--seed', '5')
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / 'coco' / 'annotations' / 'instances_val.json').read_text())[
         'images'][0]['height'] == 64
     assert len(list((tmp_path / 'ade20k' / 'images' / 'training').glob('*.jpg'))) == 2
     assert read_manifest(tmp_path / 'ade20k')['seed'] == 5
-    bad = subprocess.run([sys.executable, str(tool), '--num-train', '0'], capture_output=True,
-                         text=True)
+    bad = run_script(tool, '--num-train', '0')
     assert bad.returncode != 0 and '--num-train' in bad.stderr
 
 

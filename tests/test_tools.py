@@ -12,10 +12,12 @@ from mavit_mm.models import MAViT
 
 from conftest import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / 'tools'))
+for tools_dir in ('tools', 'tools/analysis_tools', 'tools/model_converters'):
+    sys.path.insert(0, str(REPO_ROOT / tools_dir))
 import convert_checkpoint  # noqa: E402
 import get_flops  # noqa: E402
 
+BENCHMARK_FPS = REPO_ROOT / 'tools' / 'analysis_tools' / 'benchmark_fps.py'
 UPERNET_T = str(REPO_ROOT / 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py')
 MASK_RCNN_T = str(REPO_ROOT / 'configs/mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py')
 
@@ -50,7 +52,7 @@ def test_get_flops_needs_a_config_or_an_arch():
 def test_benchmark_fps_writes_json(tmp_path):
     out = tmp_path / 'fps.json'
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / 'tools/benchmark_fps.py'), UPERNET_T,
+        [sys.executable, str(BENCHMARK_FPS), UPERNET_T,
          '--shape', '64', '128', '--iters', '2', '--warmup', '1', '--device', 'cpu',
          '--out', str(out)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -68,7 +70,7 @@ SWIN_UPERNET = 'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py'
 def test_benchmark_fps_sweeps_configs_side_by_side_and_plots(tmp_path):
     out = tmp_path / 'sweep.json'
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / 'tools/benchmark_fps.py'), UPERNET_T, SWIN_UPERNET,
+        [sys.executable, str(BENCHMARK_FPS), UPERNET_T, SWIN_UPERNET,
          '--backbone-only', '--shapes', '64x64', '96x128', '--iters', '1', '--warmup', '0',
          '--device', 'cpu', '--out', str(out)],
         capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
@@ -90,11 +92,11 @@ def test_benchmark_fps_sweeps_configs_side_by_side_and_plots(tmp_path):
 
 def test_benchmark_fps_rejects_bad_sizes_and_missing_configs():
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / 'tools/benchmark_fps.py'), UPERNET_T,
+        [sys.executable, str(BENCHMARK_FPS), UPERNET_T,
          '--shapes', '512by512'], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert result.returncode == 2 and 'HEIGHTxWIDTH' in result.stderr
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / 'tools/benchmark_fps.py'), 'configs/nope.py'],
+        [sys.executable, str(BENCHMARK_FPS), 'configs/nope.py'],
         capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert result.returncode == 2 and 'config not found: configs/nope.py' in result.stderr
 

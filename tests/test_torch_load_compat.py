@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import mavit_mm  # noqa: F401  (installs the allow-list)
-from mavit_mm.utils import torch_load_compat
+from mavit_mm import torch_load_compat
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

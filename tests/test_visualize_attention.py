@@ -1,4 +1,4 @@
-"""tools/visualize_attention.py: the attention maps of every variant over an
+"""tools/analysis_tools/visualize_attention.py: the attention maps of every variant over an
 image (random weights without a checkpoint, never the config's pretrained
 file), with a checkpoint, and the paper's Fig. 2."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ CONFIG = str(REPO_ROOT / 'configs/sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py
 
 @pytest.fixture(scope='module')
 def tool():
-    return load_tool('visualize_attention')
+    return load_tool('analysis_tools/visualize_attention')
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -46,7 +46,7 @@ def read_png(path):
 
 
 def test_help_explains_both_modes():
-    result = run_tool('visualize_attention.py', '--help', timeout=120)
+    result = run_tool('analysis_tools/visualize_attention.py', '--help', timeout=120)
     assert result.returncode == 0, explain(result)
     text = ' '.join(result.stdout.split())
     for phrase in ('--checkpoint', 'random weights', 'pretrained file', '--fig2',

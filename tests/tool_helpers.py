@@ -1,12 +1,14 @@
 """Shared by the tool tests: tiny data, tiny configs derived from the demo
-configs, running the tools."""
+configs (another data root, smaller images), running the tools."""
 from __future__ import annotations
 
 import importlib.util
+import os.path as osp
 import subprocess
 from pathlib import Path
 from typing import Iterator
 
+from mavit_mm.tooling.config import iter_dataset_cfgs
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
 from mavit_mm.tooling.run_script import run_script
 
@@ -31,7 +33,7 @@ def write_tiny_config(name: str, data_roots: dict, out_dir: Path, max_iters: int
                       checkpoint_interval: int = 1) -> Path:
     """The pipeline's demo config on the tiny data, ``max_iters`` iterations,
     batches of 2, a log line every iteration; dumped as a standalone config."""
-    from mavit_mm.tooling.config import load_config, retarget_data_root, set_iterations
+    from mavit_mm.tooling.config import load_config, set_iterations
     config, kind, _ = DEMO_JOBS[name]
     cfg = load_config(REPO_ROOT / config)
     retarget_data_root(cfg, str(data_roots[kind]))
@@ -45,6 +47,38 @@ def write_tiny_config(name: str, data_roots: dict, out_dir: Path, max_iters: int
     path = out_dir / f'{name}_tiny.py'
     cfg.dump(str(path))
     return path
+
+
+DATALOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+EVALUATORS = ('val_evaluator', 'test_evaluator')
+
+
+def dataset_cfgs_of(cfg) -> Iterator[dict]:
+    """The leaf dataset configs of every dataloader of ``cfg``."""
+    for name in DATALOADERS:
+        loader = cfg.get(name)
+        if loader is not None:
+            for dataset_cfg, _ in iter_dataset_cfgs(loader.get('dataset'), name):
+                yield dataset_cfg
+
+
+def retarget_data_root(cfg, new_root: str) -> None:
+    """Point every dataset (and the COCO evaluators' ann_file) at ``new_root``."""
+    new_root = new_root.rstrip('/') + '/'
+    old_roots = set()
+    for dataset_cfg in dataset_cfgs_of(cfg):
+        old_roots.add(dataset_cfg.get('data_root') or '')
+        dataset_cfg['data_root'] = new_root
+    # The evaluators name the annotation file with the data root in front.
+    old_root = old_roots.pop() if len(old_roots) == 1 else ''
+
+    for name in EVALUATORS:
+        evaluators = cfg.get(name)
+        for evaluator in evaluators if isinstance(evaluators, list) else [evaluators]:
+            if isinstance(evaluator, dict) and evaluator.get('ann_file'):
+                ann_file = evaluator['ann_file']
+                if old_root and ann_file.startswith(old_root):
+                    evaluator['ann_file'] = osp.join(new_root, ann_file[len(old_root):].lstrip('/'))
 
 
 # Pipeline transform keys holding image sizes, (w, h) pairs or lists of them.
@@ -75,7 +109,6 @@ def _iter_transforms(pipeline) -> Iterator[dict]:
 def rescale_image_sizes(cfg, factor: float) -> None:
     """Multiply every image size in the pipelines (and the seg preprocessor's
     padding size) by ``factor``: the same augmentation on smaller images."""
-    from mavit_mm.tooling.config import dataset_cfgs_of
     for dataset_cfg in dataset_cfgs_of(cfg):
         for transform in _iter_transforms(dataset_cfg.get('pipeline')):
             for key in _SIZE_KEYS:
@@ -127,8 +160,10 @@ def explain(result: subprocess.CompletedProcess) -> str:
 
 
 def load_tool(name: str):
-    """Import ``tools/<name>.py`` as a module (to call its main(argv) in-process)."""
-    spec = importlib.util.spec_from_file_location(f'mavit_tool_{name}', TOOLS / f'{name}.py')
+    """Import ``tools/<name>.py`` as a module (to call its main(argv) in-process);
+    ``name`` may hold a folder: ``'analysis_tools/get_flops'``."""
+    spec = importlib.util.spec_from_file_location(f'mavit_tool_{Path(name).name}',
+                                                  TOOLS / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -92,8 +92,8 @@ def build_inferencer(cfg, checkpoint: str, device: str):
     config), loading ``checkpoint`` strictly, class names from its meta or
     else from the config. Returns ``(inferencer, classes_from)``."""
     from mavit_mm.tooling.model_builder import dataset_meta_from_config
-    from mavit_mm.utils.checkpoint import extract_state_dict, fit_whole_model
-    from mavit_mm.utils.legacy_checkpoints import checkpoint_dataset_meta
+    from mavit_mm.models.checkpoint import extract_state_dict, fit_whole_model
+    from mavit_mm.tooling.legacy_checkpoints import checkpoint_dataset_meta
 
     if cfg.default_scope == 'mmdet':
         from mmdet.apis import DetInferencer as Base

@@ -230,7 +230,7 @@ def job_record(summary: dict) -> dict:
 
     import torch
 
-    from mavit_mm.utils.device import device_name, git_commit, library_versions
+    from mavit_mm.tooling.device import device_name, git_commit, library_versions
     return dict(benchmark='main-job', device=device_name(torch.device('cpu')), device_type='cpu',
                 cpu_threads=torch.get_num_threads(), versions=library_versions(),
                 commit=git_commit(),

@@ -1,5 +1,5 @@
 # Baseline: Mask R-CNN + Swin-T (mmdet's SwinTransformer) in MAViT-T's 1x
-# recipe, for side-by-side speed and memory (tools/benchmark_fps.py). Swin-T as
+# recipe, for side-by-side speed and memory (tools/analysis_tools/benchmark_fps.py). Swin-T as
 # in mmdet's mask-rcnn_swin-t-p4-w7_fpn_1x_coco: 96 channels, depths 2/2/6/2,
 # heads 3/6/12/24, 7x7 windows, drop path 0.2. For accuracy runs, point
 # init_cfg at the Swin-T ImageNet-1K weights (mmdet's configs/swin README).

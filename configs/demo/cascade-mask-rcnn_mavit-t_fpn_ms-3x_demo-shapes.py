@@ -5,7 +5,7 @@
 # changed.
 _base_ = [
     '../cascade_rcnn/cascade-mask-rcnn_mavit-t_fpn_ms-3x_coco.py',
-    '../_base_/datasets/demo_shapes_coco.py',
+    '../_base_/demos/detection.py',
 ]
 
 # --- data: synthetic shapes in COCO format (demo_shapes_coco.py), with the
@@ -33,10 +33,7 @@ train_pipeline = [
                     crop_type='absolute_range',
                     crop_size=(77, 120),
                     allow_negative_crop=True),
-                dict(
-                    type='RandomChoiceResize',
-                    scales=ms_scales,
-                    keep_ratio=True)
+                dict(type='RandomChoiceResize', scales=ms_scales, keep_ratio=True)
             ],
         ]),
     dict(type='PackDetInputs')
@@ -46,10 +43,8 @@ train_dataloader = dict(
     _base_.demo_train_dataloader,
     batch_size=4,
     dataset=dict(_base_.demo_train_dataloader.dataset, pipeline=train_pipeline))
-val_dataloader = _base_.demo_val_dataloader
-test_dataloader = val_dataloader
-val_evaluator = _base_.demo_val_evaluator
-test_evaluator = val_evaluator
+val_dataloader = test_dataloader = _base_.demo_val_dataloader
+val_evaluator = test_evaluator = _base_.demo_val_evaluator
 num_classes = _base_.demo_num_classes
 
 # The three cascade box heads are a list: set num_classes in each, keep the rest.
@@ -72,23 +67,11 @@ model = dict(
         ]),
     test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100)))
 
-max_iters = 300
-train_cfg = dict(
-    _delete_=True, type='IterBasedTrainLoop', max_iters=max_iters,
-    val_interval=max_iters)
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=30),
-    dict(
-        type='MultiStepLR',
-        by_epoch=False,
-        begin=0,
-        end=max_iters,
-        milestones=[int(max_iters * 0.8)],
-        gamma=0.1)
-]
-optim_wrapper = dict(optimizer=dict(lr=0.0004))
+# --- schedule: the demo one (demos/detection.py), 4 images per iteration -----
+max_iters = _base_.demo_max_iters
+train_cfg = dict(_base_.demo_train_cfg, _delete_=True)  # not epoch based
+param_scheduler = _base_.demo_param_scheduler
+optim_wrapper = _base_.demo_optim_wrapper
 auto_scale_lr = dict(enable=False, base_batch_size=4)
-default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=10, log_metric_by_epoch=False),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=max_iters))
-log_processor = dict(by_epoch=False, window_size=10)
+default_hooks = _base_.demo_default_hooks
+log_processor = _base_.demo_log_processor

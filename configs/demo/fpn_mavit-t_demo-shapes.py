@@ -10,7 +10,7 @@
 #       work_dirs/fpn_mavit-t_demo-shapes/iter_120.pth
 _base_ = [
     '../sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py',
-    '../_base_/datasets/demo_shapes_ade20k.py',
+    '../_base_/demos/segmentation.py',
 ]
 
 # --- data: synthetic shapes in ADE20K layout (demo_shapes_ade20k.py) ---------
@@ -19,8 +19,7 @@ crop_size = _base_.demo_crop_size
 train_pipeline = _base_.demo_train_pipeline
 test_pipeline = _base_.demo_test_pipeline
 train_dataloader = _base_.demo_train_dataloader
-val_dataloader = _base_.demo_val_dataloader
-test_dataloader = val_dataloader
+val_dataloader = test_dataloader = _base_.demo_val_dataloader
 num_classes = _base_.demo_num_classes
 
 # --- model: the published one; from scratch, 5 classes -----------------------
@@ -29,24 +28,12 @@ model = dict(
     backbone=dict(init_cfg=None),
     decode_head=dict(num_classes=num_classes))
 
-# --- schedule: minutes on a CPU -----------------------------------------------
-max_iters = 120
-train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=30),
-    dict(
-        type='PolyLR',
-        eta_min=0.0,
-        power=0.9,
-        begin=30,
-        end=max_iters,
-        by_epoch=False)
-]
-# AdamW as published, a higher lr for from-scratch training (2 images per
-# iteration). The inherited optimizer wrapper trains in fp32 on a CPU (AMP on a GPU).
-optim_wrapper = dict(optimizer=dict(lr=0.0003))
+# --- schedule: the demo one (demos/segmentation.py) ---------------------------
+max_iters = _base_.demo_max_iters
+train_cfg = _base_.demo_train_cfg
+param_scheduler = _base_.demo_param_scheduler
+optimizer = _base_.demo_optimizer
+optim_wrapper = dict(optimizer=optimizer)
 auto_scale_lr = dict(enable=False, base_batch_size=2)
-default_hooks = dict(
-    logger=dict(interval=10),
-    checkpoint=dict(interval=max_iters))
-log_processor = dict(by_epoch=False, window_size=10)
+default_hooks = _base_.demo_default_hooks
+log_processor = _base_.demo_log_processor

@@ -11,7 +11,7 @@
 #       work_dirs/mask-rcnn_mavit-t_fpn_demo-shapes/iter_300.pth
 _base_ = [
     '../mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py',
-    '../_base_/datasets/demo_shapes_coco.py',
+    '../_base_/demos/detection.py',
 ]
 
 # --- data: synthetic shapes in COCO format (demo_shapes_coco.py) -------------
@@ -19,10 +19,8 @@ data_root = _base_.demo_data_root
 train_pipeline = _base_.demo_train_pipeline
 test_pipeline = _base_.demo_test_pipeline
 train_dataloader = _base_.demo_train_dataloader
-val_dataloader = _base_.demo_val_dataloader
-test_dataloader = val_dataloader
-val_evaluator = _base_.demo_val_evaluator
-test_evaluator = val_evaluator
+val_dataloader = test_dataloader = _base_.demo_val_dataloader
+val_evaluator = test_evaluator = _base_.demo_val_evaluator
 num_classes = _base_.demo_num_classes
 
 # --- model: the published one; from scratch, 4 classes -----------------------
@@ -40,26 +38,15 @@ model = dict(
         rcnn=dict(sampler=dict(num=32))),
     test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100), rcnn=dict(max_per_img=20)))
 
-# --- schedule: iteration based, minutes on a CPU ------------------------------
-max_iters = 300
-train_cfg = dict(
-    _delete_=True, type='IterBasedTrainLoop', max_iters=max_iters,
-    val_interval=max_iters)
+# --- schedule: the demo one (demos/detection.py), 2 images per iteration -----
+max_iters = _base_.demo_max_iters
+train_cfg = dict(_base_.demo_train_cfg, _delete_=True)  # not epoch based
+# A longer warm-up and a later step than the other detection demos.
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
-    dict(
-        type='MultiStepLR',
-        by_epoch=False,
-        begin=0,
-        end=max_iters,
-        milestones=[int(max_iters * 0.87)],
-        gamma=0.1)
+    dict(_base_.demo_param_scheduler[0], end=50),
+    dict(_base_.demo_param_scheduler[1], milestones=[int(max_iters * 0.87)]),
 ]
-# AdamW as published, a higher lr for from-scratch training (2 images per
-# iteration). The inherited optimizer wrapper trains in fp32 on a CPU (AMP on a GPU).
-optim_wrapper = dict(optimizer=dict(lr=0.0004))
+optim_wrapper = _base_.demo_optim_wrapper
 auto_scale_lr = dict(enable=False, base_batch_size=2)
-default_hooks = dict(
-    logger=dict(type='LoggerHook', interval=10, log_metric_by_epoch=False),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=max_iters))
-log_processor = dict(by_epoch=False, window_size=10)
+default_hooks = _base_.demo_default_hooks
+log_processor = _base_.demo_log_processor

@@ -1,4 +1,3 @@
-from .cpu_sync_bn import CPUSyncBatchNorm
 from .mavit import ARCH_SETTINGS, MAViT, resolve_arch
 
-__all__ = ['MAViT', 'ARCH_SETTINGS', 'resolve_arch', 'CPUSyncBatchNorm']
+__all__ = ['MAViT', 'ARCH_SETTINGS', 'resolve_arch']

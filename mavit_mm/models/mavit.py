@@ -556,7 +556,7 @@ class MAViT(BaseModule):
 
     def init_weights(self) -> None:
         if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
-            from ..utils.checkpoint import load_pretrained_backbone
+            from .checkpoint import load_pretrained_backbone
             load_pretrained_backbone(self, self.init_cfg['checkpoint'],
                                      prefix=self.init_cfg.get('prefix'),
                                      logger=MMLogger.get_current_instance())

@@ -1,6 +1,9 @@
-"""Every attention MAViT can run, in one place: the explicit score matrix
+"""Every attention MAViT can run: the explicit score matrix
 (:func:`attention_scores`, the readable reference) next to the path the model
-runs (:func:`attention`, linear time in N for the linear variants).
+runs (:func:`attention`, linear time in N for the linear variants). The linear
+formula itself (kernel functions, the coefficients below,
+:func:`linear_attention_torch`) lives in the leaf :mod:`.mala.naive`, which the
+MALA reference shares.
 
 Inputs are per-head ``(B, heads, N, d)`` tensors, q and k *before* the kernel
 function; ``rope`` is a stage's :class:`~.rope2d.RotaryTables` (or ``None``).
@@ -50,36 +53,22 @@ Kernel functions (``KERNEL_FUNCTIONS``, MALA Table 10): ``'elu'`` is
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from .amp import autocast_disabled
 from .mala import check_mala_impl, mala_attention
-from .mala.naive import MALA_EPS
-from .rope2d import RotaryTables, apply_rope
+from .mala.naive import (KERNEL_FUNCTIONS, LINEAR_ATTN_TYPES, Rotation, kernel_z_rope,
+                         linear_attention_torch, linear_coefficients, rotate)
+from .rope2d import RotaryTables
 
-
-def _elu_plus_one(x: torch.Tensor) -> torch.Tensor:
-    # In place on elu's result: its backward reads the input, not the output.
-    return F.elu(x).add_(1.0)
-
-
-KERNEL_FUNCTIONS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    'elu': _elu_plus_one,
-    'relu': F.relu,
-    'exp': torch.exp,
-}
-LINEAR_ATTN_TYPES = ('mala', 'linear', 'inline', 'mala_no_beta', 'mala_no_gamma')
 SOFTMAX_ATTN_TYPES = ('softmax', 'softmax_qnorm')
 ATTN_TYPES = ('mala', 'softmax', 'linear', 'inline', 'mala_no_beta', 'mala_no_gamma',
               'softmax_qnorm')
 # The fused Triton kernels implement exactly this case.
 FUSED_CASE = ('mala', 'elu')
-
-# A stage's rotation: its RotaryTables, explicit (cos, signed_sin) tables, or None.
-Rotation = Union[RotaryTables, Tuple[torch.Tensor, torch.Tensor], None]
 
 
 def check_attn_type(attn_type: str, name: str = 'attn_type') -> str:
@@ -95,77 +84,11 @@ def check_kernel_function(kernel_function: str) -> str:
     return kernel_function
 
 
-# -- the formulas (each written once) ----------------------------------------------
-def _coefficients(attn_type: str, z: torch.Tensor
-                  ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """``(a, b)`` of ``score_ij = a_i * S_ij + b_i / N`` (table in the module
-    docstring); ``None`` stands for a = 1 / b = 0, so no work is spent on it."""
-    if attn_type == 'mala':
-        return 1.0 + 1.0 / (z + MALA_EPS), -z
-    if attn_type == 'mala_no_beta':
-        return None, -z
-    if attn_type == 'mala_no_gamma':
-        return 1.0 + 1.0 / (z + MALA_EPS), None
-    if attn_type == 'linear':
-        return 1.0 / z.clamp_min(MALA_EPS), None
-    if attn_type == 'inline':
-        return None, 1.0 - z
-    raise ValueError(f'{attn_type!r} is not a linear attention; '
-                     f'those are {LINEAR_ATTN_TYPES}')
-
-
-def _rotate(x: torch.Tensor, rotation: Rotation) -> torch.Tensor:
-    if rotation is None:
-        return x
-    if isinstance(rotation, RotaryTables):
-        return rotation.rotate(x)
-    return apply_rope(x, *rotation)
-
-
-def _kernel_z_rope(q: torch.Tensor, k: torch.Tensor, rotation: Rotation,
-                   kernel_function: str):
-    """phi(q), phi(k) rotated, and z = s * phi(q) . mean(phi(k)) taken before RoPE."""
-    phi = KERNEL_FUNCTIONS[kernel_function]
-    scale = q.shape[-1] ** -0.5
-    q, k = phi(q), phi(k)
-    z = scale * (q @ k.mean(dim=-2, keepdim=True).transpose(-1, -2))     # (B, h, N, 1)
-    return _rotate(q, rotation), _rotate(k, rotation), z
-
-
+# -- the formulas (the linear ones: .mala.naive) ---------------------------------
 def _softmax_qk(q: torch.Tensor, k: torch.Tensor, rotation: Rotation, attn_type: str):
     if attn_type == 'softmax_qnorm':
         q = F.normalize(q, dim=-1)
-    return _rotate(q, rotation), _rotate(k, rotation)
-
-
-def linear_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           rotation: Rotation, attn_type: str = 'mala',
-                           kernel_function: str = 'elu') -> torch.Tensor:
-    """A linear variant in O(N d^2): ``a * (R(q) @ KV) + b * mean(v)``.
-
-    ``rotation`` is a stage's :class:`~.rope2d.RotaryTables`, its ``(cos,
-    signed_sin)`` tables, or ``None``. Half-precision inputs are computed in fp32
-    (the reductions over N overflow fp16 at high resolution; the rotation too)
-    and the result is cast back; call it outside autocast (:func:`attention`
-    does).
-    """
-    out_dtype = q.dtype
-    if out_dtype in (torch.float16, torch.bfloat16):
-        q, k, v = q.float(), k.float(), v.float()
-        if rotation is not None and not isinstance(rotation, RotaryTables):
-            rotation = tuple(t.float() for t in rotation)
-    num_tokens = q.shape[-2]
-    scale = q.shape[-1] ** -0.5
-    q, k, z = _kernel_z_rope(q, k, rotation, kernel_function)
-    a, b = _coefficients(attn_type, z)
-    kv = (k.transpose(-1, -2) @ v) * (scale / num_tokens)              # (B, h, d, d)
-    out = q @ kv
-    if a is not None:
-        out = out * a
-    if b is not None:
-        # In place: neither q @ kv nor the product with a keeps its result for backward.
-        out = out.addcmul_(b, v.mean(dim=-2, keepdim=True))
-    return out.to(out_dtype)
+    return rotate(q, rotation), rotate(k, rotation)
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_type: str,
@@ -196,11 +119,11 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_type: str,
         if queries is not None:
             q = q[..., list(queries), :]
         return torch.softmax(scale * (q @ k.transpose(-1, -2)), dim=-1).to(out_dtype)
-    q, k, z = _kernel_z_rope(q, k, tables, kernel_function)
+    q, k, z = kernel_z_rope(q, k, tables, kernel_function)
     if queries is not None:
         q, z = q[..., list(queries), :], z[..., list(queries), :]
     scores = (q @ k.transpose(-1, -2)) * (scale / num_tokens)           # S_ij
-    a, b = _coefficients(attn_type, z)
+    a, b = linear_coefficients(attn_type, z)
     if a is not None:
         scores = scores * a
     if b is not None:

@@ -3,9 +3,8 @@
 * :func:`load_config`: a config file with command-line overrides, checked to be
   a detection or segmentation config (``default_scope`` mmdet or mmseg); every
   tool and test loads configs through it.
-* :func:`retarget_data_root`, :func:`set_iterations`: the same config on
-  another data root, or for a shorter iteration-based schedule (the main job,
-  the end-to-end tests, the distributed test).
+* :func:`set_iterations`: the same config for a shorter iteration-based
+  schedule (the main job, the end-to-end tests, the distributed test).
 * :func:`iter_dataset_cfgs`: the real datasets under Repeat/Concat wrappers.
 
 :class:`ConfigCheckError` is what a config that cannot work raises, here and
@@ -13,7 +12,6 @@ in the pre-flight checks (``tooling.preflight``).
 """
 from __future__ import annotations
 
-import os.path as osp
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
@@ -63,38 +61,6 @@ def iter_dataset_cfgs(dataset_cfg, where: str) -> Iterator[Tuple[dict, str]]:
         yield from iter_dataset_cfgs(dataset_cfg['dataset'], f'{where}.dataset')
     else:
         yield dataset_cfg, where
-
-
-DATALOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
-EVALUATORS = ('val_evaluator', 'test_evaluator')
-
-
-def dataset_cfgs_of(cfg) -> Iterator[dict]:
-    """The leaf dataset configs of every dataloader of ``cfg``."""
-    for name in DATALOADERS:
-        loader = cfg.get(name)
-        if loader is not None:
-            for dataset_cfg, _ in iter_dataset_cfgs(loader.get('dataset'), name):
-                yield dataset_cfg
-
-
-def retarget_data_root(cfg, new_root: str) -> None:
-    """Point every dataset (and the COCO evaluators' ann_file) at ``new_root``."""
-    new_root = new_root.rstrip('/') + '/'
-    old_roots = set()
-    for dataset_cfg in dataset_cfgs_of(cfg):
-        old_roots.add(dataset_cfg.get('data_root') or '')
-        dataset_cfg['data_root'] = new_root
-    # The evaluators name the annotation file with the data root in front.
-    old_root = old_roots.pop() if len(old_roots) == 1 else ''
-
-    for name in EVALUATORS:
-        evaluators = cfg.get(name)
-        for evaluator in evaluators if isinstance(evaluators, list) else [evaluators]:
-            if isinstance(evaluator, dict) and evaluator.get('ann_file'):
-                ann_file = evaluator['ann_file']
-                if old_root and ann_file.startswith(old_root):
-                    evaluator['ann_file'] = osp.join(new_root, ann_file[len(old_root):].lstrip('/'))
 
 
 def set_iterations(cfg, max_iters: int, checkpoint_interval: int = None) -> None:

@@ -45,7 +45,7 @@ def dataset_meta_from_config(cfg: Config) -> dict:
     """``dict(classes=..., palette=...)`` of the config's test dataset, built
     without reading its annotations (``lazy_init``), as mmdet's DetInferencer
     reads its palette; what mmengine's Runner saves as ``meta.dataset_meta``."""
-    from ..utils.checkpoint import normalised_dataset_meta
+    from ..models.checkpoint import normalised_dataset_meta
 
     dataset_cfg = copy.deepcopy(cfg.test_dataloader.dataset)
     dataset_cfg['lazy_init'] = True

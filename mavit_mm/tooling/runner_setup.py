@@ -15,8 +15,7 @@ from typing import Optional
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from ..engine import amp
-from . import cpu_distributed
+from ..engine import amp, cpu_distributed
 from .config import ConfigCheckError
 
 # Keys only AmpOptimWrapper accepts; dropped when it becomes an OptimWrapper.
@@ -98,7 +97,7 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
 
 def configure_dist_backend(cfg: Config) -> None:
     """A distributed run without CUDA: gloo instead of NCCL, DistributedDataParallel
-    on CPU modules, SyncBN that synchronises CPU tensors (``tooling.cpu_distributed``)."""
+    on CPU modules, SyncBN that synchronises CPU tensors (``engine.cpu_distributed``)."""
     if cfg.get('launcher', 'none') == 'none' or cuda_available():
         return
     cpu_distributed.adapt_to_cpu(cfg, log)

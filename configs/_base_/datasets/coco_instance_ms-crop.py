@@ -1,8 +1,9 @@
-# COCO instance segmentation with the DETR-style multi-scale training
-# augmentation of the "3x+MS" schedule: either resize the shorter side to one
-# of 480..800 (step 32, longer side <= 1333), or resize to 400/500/600, take
-# a random 384-600 crop and resize that to 480..800. Test as coco_instance.py.
-_base_ = './coco_instance.py'
+# mmdet's COCO instance segmentation with the DETR-style multi-scale training
+# augmentation of MALA's "3x+MS" recipe (as mmdet's Swin ms-crop-3x configs):
+# either resize the shorter side to one of 480..800 (step 32, longer side
+# <= 1333), or resize to 400/500/600, take a random 384-600 crop and resize
+# that to 480..800. Test as mmdet's coco_instance.py.
+_base_ = 'mmdet::_base_/datasets/coco_instance.py'
 
 train_pipeline = [
     dict(type='LoadImageFromFile', backend_args={{_base_.backend_args}}),
@@ -14,10 +15,7 @@ train_pipeline = [
             [
                 dict(
                     type='RandomChoiceResize',
-                    scales=[(480, 1333), (512, 1333), (544, 1333),
-                            (576, 1333), (608, 1333), (640, 1333),
-                            (672, 1333), (704, 1333), (736, 1333),
-                            (768, 1333), (800, 1333)],
+                    scales=[(short, 1333) for short in range(480, 801, 32)],
                     keep_ratio=True)
             ],
             [
@@ -32,10 +30,7 @@ train_pipeline = [
                     allow_negative_crop=True),
                 dict(
                     type='RandomChoiceResize',
-                    scales=[(480, 1333), (512, 1333), (544, 1333),
-                            (576, 1333), (608, 1333), (640, 1333),
-                            (672, 1333), (704, 1333), (736, 1333),
-                            (768, 1333), (800, 1333)],
+                    scales=[(short, 1333) for short in range(480, 801, 32)],
                     keep_ratio=True)
             ],
         ]),

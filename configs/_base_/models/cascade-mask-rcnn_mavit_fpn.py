@@ -1,224 +1,27 @@
-# Cascade Mask R-CNN with a MAViT backbone and FPN, as published: like Swin's
-# cascade config, three ConvFCBBoxHeads with 4 shared convs (SyncBN) + 1 shared
-# fc, decoded-box GIoU loss. Box regression is class-agnostic
-# (reg_class_agnostic=True, as in mmdet's cascade base): with it the models
-# match the published config's sizes (MAViT-S 81.07M, B 103.76M, L 150.68M);
+# mmdet's Cascade Mask R-CNN (R-50 FPN base) with the MAViT backbone in place
+# of the ResNet and MALA's box heads (as Swin's cascade configs): each of the
+# three stages a ConvFCBBoxHead with 4 shared convs (SyncBN) + 1 shared fc and
+# a decoded-box GIoU loss, in place of mmdet's 2fc heads with smooth L1.
+# Regression stays class-agnostic as in mmdet's base: with it the models match
+# the published config's sizes (MAViT-S 81.07M, B 103.76M, L 150.68M);
 # class-specific regression would add 3 x 0.32M. CascadeRoIHead builds one
 # mask head per stage (three).
-# The size configs set backbone.arch / init_cfg and
-# neck.in_channels (= the backbone's embed_dims).
+# The size configs set backbone.arch / init_cfg and neck.in_channels
+# (= the backbone's embed_dims).
+_base_ = ['mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py', './mavit.py']
+
 model = dict(
-    type='CascadeRCNN',
-    data_preprocessor=dict(
-        type='DetDataPreprocessor',
-        mean=[123.675, 116.28, 103.53],
-        std=[58.395, 57.12, 57.375],
-        bgr_to_rgb=True,
-        pad_mask=True,
-        pad_size_divisor=32),
-    backbone=dict(
-        type='MAViT',
-        arch=None,  # set by the size config
-        drop_path_rate=None,  # None: the arch preset's (ARCH_SETTINGS, the published value)
-        out_indices=(0, 1, 2, 3),
-        norm_cfg=dict(type='SyncBN', requires_grad=True),
-        frozen_stages=-1,
-        norm_eval=False,
-        with_cp=False,
-        # init_cfg (the ImageNet-1K weights) is set by the size config
-    ),
-    neck=dict(
-        type='FPN',
-        in_channels=None,  # set by the size config
-        out_channels=256,
-        num_outs=5),
-    rpn_head=dict(
-        type='RPNHead',
-        in_channels=256,
-        feat_channels=256,
-        anchor_generator=dict(
-            type='AnchorGenerator',
-            scales=[8],
-            ratios=[0.5, 1.0, 2.0],
-            strides=[4, 8, 16, 32, 64]),
-        bbox_coder=dict(
-            type='DeltaXYWHBBoxCoder',
-            target_means=[.0, .0, .0, .0],
-            target_stds=[1.0, 1.0, 1.0, 1.0]),
-        loss_cls=dict(
-            type='CrossEntropyLoss', use_sigmoid=True, loss_weight=1.0),
-        loss_bbox=dict(type='SmoothL1Loss', beta=1.0 / 9.0, loss_weight=1.0)),
-    roi_head=dict(
-        type='CascadeRoIHead',
-        num_stages=3,
-        stage_loss_weights=[1, 0.5, 0.25],
-        bbox_roi_extractor=dict(
-            type='SingleRoIExtractor',
-            roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0),
-            out_channels=256,
-            featmap_strides=[4, 8, 16, 32]),
-        bbox_head=[
-            dict(
-                type='ConvFCBBoxHead',
-                num_shared_convs=4,
-                num_shared_fcs=1,
-                in_channels=256,
-                conv_out_channels=256,
-                fc_out_channels=1024,
-                roi_feat_size=7,
-                num_classes=80,
-                bbox_coder=dict(
-                    type='DeltaXYWHBBoxCoder',
-                    target_means=[0., 0., 0., 0.],
-                    target_stds=[0.1, 0.1, 0.2, 0.2]),
-                reg_class_agnostic=True,
-                reg_decoded_bbox=True,
-                norm_cfg=dict(type='SyncBN', requires_grad=True),
-                loss_cls=dict(
-                    type='CrossEntropyLoss',
-                    use_sigmoid=False,
-                    loss_weight=1.0),
-                loss_bbox=dict(type='GIoULoss', loss_weight=10.0)),
-            dict(
-                type='ConvFCBBoxHead',
-                num_shared_convs=4,
-                num_shared_fcs=1,
-                in_channels=256,
-                conv_out_channels=256,
-                fc_out_channels=1024,
-                roi_feat_size=7,
-                num_classes=80,
-                bbox_coder=dict(
-                    type='DeltaXYWHBBoxCoder',
-                    target_means=[0., 0., 0., 0.],
-                    target_stds=[0.05, 0.05, 0.1, 0.1]),
-                reg_class_agnostic=True,
-                reg_decoded_bbox=True,
-                norm_cfg=dict(type='SyncBN', requires_grad=True),
-                loss_cls=dict(
-                    type='CrossEntropyLoss',
-                    use_sigmoid=False,
-                    loss_weight=1.0),
-                loss_bbox=dict(type='GIoULoss', loss_weight=10.0)),
-            dict(
-                type='ConvFCBBoxHead',
-                num_shared_convs=4,
-                num_shared_fcs=1,
-                in_channels=256,
-                conv_out_channels=256,
-                fc_out_channels=1024,
-                roi_feat_size=7,
-                num_classes=80,
-                bbox_coder=dict(
-                    type='DeltaXYWHBBoxCoder',
-                    target_means=[0., 0., 0., 0.],
-                    target_stds=[0.033, 0.033, 0.067, 0.067]),
-                reg_class_agnostic=True,
-                reg_decoded_bbox=True,
-                norm_cfg=dict(type='SyncBN', requires_grad=True),
-                loss_cls=dict(
-                    type='CrossEntropyLoss',
-                    use_sigmoid=False,
-                    loss_weight=1.0),
-                loss_bbox=dict(type='GIoULoss', loss_weight=10.0))
-        ],
-        mask_roi_extractor=dict(
-            type='SingleRoIExtractor',
-            roi_layer=dict(type='RoIAlign', output_size=14, sampling_ratio=0),
-            out_channels=256,
-            featmap_strides=[4, 8, 16, 32]),
-        mask_head=dict(
-            type='FCNMaskHead',
-            num_convs=4,
-            in_channels=256,
+    backbone=dict(_base_.mavit_backbone, _delete_=True),
+    neck=dict(in_channels=None),  # set by the size config
+    roi_head=dict(bbox_head=[
+        dict(
+            head,  # mmdet's stage head: its coder's stds, class-agnostic regression
+            type='ConvFCBBoxHead',
+            num_shared_convs=4,
+            num_shared_fcs=1,
             conv_out_channels=256,
-            num_classes=80,
-            loss_mask=dict(
-                type='CrossEntropyLoss', use_mask=True, loss_weight=1.0))),
-    train_cfg=dict(
-        rpn=dict(
-            assigner=dict(
-                type='MaxIoUAssigner',
-                pos_iou_thr=0.7,
-                neg_iou_thr=0.3,
-                min_pos_iou=0.3,
-                match_low_quality=True,
-                ignore_iof_thr=-1),
-            sampler=dict(
-                type='RandomSampler',
-                num=256,
-                pos_fraction=0.5,
-                neg_pos_ub=-1,
-                add_gt_as_proposals=False),
-            allowed_border=0,
-            pos_weight=-1,
-            debug=False),
-        rpn_proposal=dict(
-            nms_pre=2000,
-            max_per_img=2000,
-            nms=dict(type='nms', iou_threshold=0.7),
-            min_bbox_size=0),
-        rcnn=[
-            dict(
-                assigner=dict(
-                    type='MaxIoUAssigner',
-                    pos_iou_thr=0.5,
-                    neg_iou_thr=0.5,
-                    min_pos_iou=0.5,
-                    match_low_quality=False,
-                    ignore_iof_thr=-1),
-                sampler=dict(
-                    type='RandomSampler',
-                    num=512,
-                    pos_fraction=0.25,
-                    neg_pos_ub=-1,
-                    add_gt_as_proposals=True),
-                mask_size=28,
-                pos_weight=-1,
-                debug=False),
-            dict(
-                assigner=dict(
-                    type='MaxIoUAssigner',
-                    pos_iou_thr=0.6,
-                    neg_iou_thr=0.6,
-                    min_pos_iou=0.6,
-                    match_low_quality=False,
-                    ignore_iof_thr=-1),
-                sampler=dict(
-                    type='RandomSampler',
-                    num=512,
-                    pos_fraction=0.25,
-                    neg_pos_ub=-1,
-                    add_gt_as_proposals=True),
-                mask_size=28,
-                pos_weight=-1,
-                debug=False),
-            dict(
-                assigner=dict(
-                    type='MaxIoUAssigner',
-                    pos_iou_thr=0.7,
-                    neg_iou_thr=0.7,
-                    min_pos_iou=0.7,
-                    match_low_quality=False,
-                    ignore_iof_thr=-1),
-                sampler=dict(
-                    type='RandomSampler',
-                    num=512,
-                    pos_fraction=0.25,
-                    neg_pos_ub=-1,
-                    add_gt_as_proposals=True),
-                mask_size=28,
-                pos_weight=-1,
-                debug=False)
-        ]),
-    test_cfg=dict(
-        rpn=dict(
-            nms_pre=1000,
-            max_per_img=1000,
-            nms=dict(type='nms', iou_threshold=0.7),
-            min_bbox_size=0),
-        rcnn=dict(
-            score_thr=0.05,
-            nms=dict(type='nms', iou_threshold=0.5),
-            max_per_img=100,
-            mask_thr_binary=0.5)))
+            norm_cfg=dict(type='SyncBN', requires_grad=True),
+            reg_decoded_bbox=True,
+            loss_bbox=dict(type='GIoULoss', loss_weight=10.0))
+        for head in _base_.model.roi_head.bbox_head
+    ]))

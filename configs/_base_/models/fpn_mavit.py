@@ -1,45 +1,11 @@
-# Semantic FPN with a MAViT backbone (mmseg FPN neck + FPNHead), ADE20K.
-# The size configs set backbone.arch / init_cfg and
-# neck.in_channels (= the backbone's embed_dims).
-norm_cfg = dict(type='SyncBN', requires_grad=True)
-data_preprocessor = dict(
-    type='SegDataPreProcessor',
-    mean=[123.675, 116.28, 103.53],
-    std=[58.395, 57.12, 57.375],
-    bgr_to_rgb=True,
-    pad_val=0,
-    seg_pad_val=255,
-    size=(512, 512))
+# mmseg's Semantic FPN (R-50 base: FPN neck + FPNHead) with the MAViT backbone
+# in place of the ResNet, for the 150 ADE20K classes.
+# The size configs set backbone.arch / init_cfg and neck.in_channels
+# (= the backbone's embed_dims).
+_base_ = ['mmseg::_base_/models/fpn_r50.py', './mavit.py']
+
 model = dict(
-    type='EncoderDecoder',
-    data_preprocessor=data_preprocessor,
-    backbone=dict(
-        type='MAViT',
-        arch=None,  # set by the size config
-        drop_path_rate=None,  # None: the arch preset's (ARCH_SETTINGS, the published value)
-        out_indices=(0, 1, 2, 3),
-        norm_cfg=norm_cfg,
-        frozen_stages=-1,
-        norm_eval=False,
-        with_cp=False,
-        # init_cfg (the ImageNet-1K weights) is set by the size config
-    ),
-    neck=dict(
-        type='FPN',
-        in_channels=None,  # set by the size config
-        out_channels=256,
-        num_outs=4),
-    decode_head=dict(
-        type='FPNHead',
-        in_channels=[256, 256, 256, 256],
-        in_index=[0, 1, 2, 3],
-        feature_strides=[4, 8, 16, 32],
-        channels=128,
-        dropout_ratio=0.1,
-        num_classes=150,
-        norm_cfg=norm_cfg,
-        align_corners=False,
-        loss_decode=dict(
-            type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0)),
-    train_cfg=dict(),
-    test_cfg=dict(mode='whole'))
+    pretrained=None,  # the ResNet's; MAViT's weights are in backbone.init_cfg
+    backbone=dict(_base_.mavit_backbone, _delete_=True),
+    neck=dict(in_channels=None),  # set by the size config
+    decode_head=dict(num_classes=150))

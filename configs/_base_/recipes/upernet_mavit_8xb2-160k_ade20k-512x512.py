@@ -1,10 +1,14 @@
-# UperNet + MAViT, 160k iterations on ADE20K (512x512 crops, 8 GPUs x 2
-# images), as published: AdamW lr 6e-5, betas (0.9, 0.999), weight decay 0.01,
+# MALA's UperNet + MAViT recipe: 160k iterations on ADE20K (512x512 crops, 8
+# GPUs x 2 images), AdamW lr 6e-5, betas (0.9, 0.999), weight decay 0.01,
 # 1500-iteration linear warm-up, poly (power 1.0), auxiliary FCN head on stage
 # 3 (loss weight 0.4), AMP.
 _base_ = [
     '../models/upernet_mavit.py',
     '../datasets/ade20k.py',
     '../schedules/schedule_160k.py',
-    '../default_runtime_seg.py',
+    'mmseg::_base_/default_runtime.py',
 ]
+
+# Batches padded to the 512x512 training crops, as mmseg's ADE20K configs.
+data_preprocessor = dict(size=_base_.crop_size)
+model = dict(data_preprocessor=data_preprocessor)

@@ -1,33 +1,10 @@
-# "3x" detection schedule as published: 36 epochs, lr x0.1 after epochs 27 and
-# 33, 500-iteration linear warm-up; AdamW lr 4e-4 / weight decay 0.05, no
-# weight decay on norm layers, mixed precision. 16 images per iteration.
+# MALA's "3x" detection recipe: the 1x schedule and optimizer (schedule_1x.py)
+# over 36 epochs, lr x0.1 after epochs 27 and 33.
+_base_ = './schedule_1x.py'
+
 max_epochs = 36
-train_cfg = dict(
-    type='EpochBasedTrainLoop', max_epochs=max_epochs, val_interval=1)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
-
+train_cfg = dict(max_epochs=max_epochs)
 param_scheduler = [
-    dict(
-        type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=500),
-    dict(
-        type='MultiStepLR',
-        begin=0,
-        end=max_epochs,
-        by_epoch=True,
-        milestones=[27, 33],
-        gamma=0.1)
+    _base_.param_scheduler[0],  # the 500-iteration warm-up
+    dict(_base_.param_scheduler[1], end=max_epochs, milestones=[27, 33]),
 ]
-
-# Mixed precision where a GPU is (mmengine's AmpOptimWrapper), fp32 on a CPU:
-# AmpWhereAvailableOptimWrapper (mavit_mm/engine/amp.py) picks at build time.
-optim_wrapper = dict(
-    type='AmpWhereAvailableOptimWrapper',
-    loss_scale='dynamic',
-    optimizer=dict(
-        type='AdamW', lr=0.0004, betas=(0.9, 0.999), weight_decay=0.05),
-    paramwise_cfg=dict(norm_decay_mult=0.))
-
-# The learning rate above is for 16 images per iteration (8 GPUs x 2 images);
-# enable auto_scale_lr (--auto-scale-lr) to scale it to another batch size.
-auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -2,7 +2,8 @@
 
 ``mala_attention`` is the one entry point the backbone uses; ``impl`` picks the
 PyTorch path (``'torch'``, :mod:`.naive`), the fused Triton kernels
-(``'triton'``, :mod:`.function` / :mod:`.kernels`) or the best available one
+(``'triton'``: the op in :mod:`.function`, planned by :mod:`.plan`, launched by
+:mod:`.launches`, written in :mod:`.kernels`) or the best available one
 (``'auto'``).
 
 * ``'auto'``: Triton for supported CUDA cases. Off CUDA, the PyTorch path,
@@ -28,7 +29,7 @@ import torch
 
 from ..amp import autocast_disabled
 from ..rope2d import RotaryTables
-from .naive import MALA_EPS, mala_naive
+from .naive import MALA_EPS, linear_attention_torch, mala_naive
 
 MALA_IMPLS = ('auto', 'torch', 'triton')
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -40,7 +41,10 @@ TRITON_MAX_BATCH_HEADS = 65535
 _warned_fallback_reasons = set()
 _triton_import_error: Optional[str] = None
 _triton_import_tried = False
-_function = None  # the .function module (kernels' launches), once imported
+# The Triton modules, once imported: .function (the op), .plan (its launch
+# plans and whether a GPU holds the kernels).
+_function = None
+_plan = None
 
 
 class Unsupported(NamedTuple):
@@ -95,7 +99,7 @@ def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:
         raise RuntimeError(f'the fused MALA kernels cannot run: {import_error}')
     try:
         return _triton_mala(q, k, v, rope)
-    except _function.OutOfResources as exc:
+    except _plan.OutOfResources as exc:
         reason = f'the kernels do not fit this GPU ({exc})'
         if impl == 'triton':
             raise RuntimeError(f"mala_impl='triton' cannot run this case: {reason}") from exc
@@ -142,7 +146,7 @@ def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
     # Compiling kernels cannot be traced: under torch.compile the launch itself
     # reports a GPU that cannot hold them (Triton's out-of-resources error).
     if not torch.compiler.is_compiling():
-        shortfall = _function.resource_shortfall(q, k, v, rope.width, needs_backward)
+        shortfall = _plan.resource_shortfall(q, k, v, rope.width, needs_backward)
         if shortfall is not None:
             return Unsupported(shortfall, RuntimeError)
     return None
@@ -180,7 +184,6 @@ def _torch_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
     # The formula of mala_naive, rotated by the stage's tables in the compute
     # dtype (one complex multiply in fp32). It picks its own (fp32) precision,
     # which autocast would undo.
-    from ..attention_variants import linear_attention_torch
     with autocast_disabled(q.device.type):
         return linear_attention_torch(q, k, v, rope, 'mala', 'elu')
 
@@ -191,11 +194,12 @@ def _triton_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
 
 def _triton_unavailable() -> Optional[str]:
     """Import the Triton modules once; the error text if that fails."""
-    global _function, _triton_import_error, _triton_import_tried
+    global _function, _plan, _triton_import_error, _triton_import_tried
     if not _triton_import_tried:
         _triton_import_tried = True
         try:
             _function = importlib.import_module('.function', __name__)
+            _plan = importlib.import_module('.plan', __name__)
         except ImportError as exc:
             _triton_import_error = f'triton is not available ({exc})'
     return _triton_import_error

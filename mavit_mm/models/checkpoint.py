@@ -1,0 +1,154 @@
+"""Reading checkpoints and fitting them to a model: the one policy.
+
+* :func:`extract_state_dict`, :func:`strip_wrapper_prefixes`: the tensors of a
+  loaded checkpoint, whatever container and wrapper saved them.
+* :func:`backbone_state_dict`, :func:`load_pretrained_backbone`: published
+  weights into the MAViT backbone (keys only one side has are listed).
+* :func:`fit_whole_model`: a whole detector / segmentor checkpoint against the
+  model of a config, exactly (the converter of full checkpoints, the demo).
+* :func:`normalised_dataset_meta`: class names and palette as a checkpoint's
+  ``meta.dataset_meta`` holds them (as mmengine's Runner saves it).
+
+Everywhere: a tensor whose shape differs from the model's is an error naming it.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from typing import Mapping, Optional
+
+import torch
+from torch import nn
+
+# Where published and OpenMMLab checkpoints keep their weights.
+_STATE_DICT_KEYS = ('state_dict', 'model', 'module')
+# Prefixes a backbone's weights carry inside wrapped or full-detector checkpoints.
+_WRAPPER_PREFIXES = ('module.', '_orig_mod.')
+
+
+def extract_state_dict(checkpoint) -> 'OrderedDict[str, torch.Tensor]':
+    """The tensor dict of a loaded checkpoint, unwrapped from its container."""
+    state_dict = checkpoint
+    for key in _STATE_DICT_KEYS:
+        if isinstance(state_dict, dict) and key in state_dict and isinstance(state_dict[key], dict):
+            state_dict = state_dict[key]
+            break
+    if not isinstance(state_dict, dict) or not all(torch.is_tensor(v) for v in state_dict.values()):
+        raise ValueError('checkpoint holds no state dict of tensors (looked at the top '
+                         f'level and under {_STATE_DICT_KEYS})')
+    return OrderedDict(state_dict)
+
+
+def strip_wrapper_prefixes(state_dict: Mapping) -> 'OrderedDict[str, torch.Tensor]':
+    """Keys without the prefixes of (Distributed)DataParallel (``module.``) and
+    ``torch.compile`` (``_orig_mod.``)."""
+    out = OrderedDict()
+    for key, value in state_dict.items():
+        for wrapper in _WRAPPER_PREFIXES:
+            if key.startswith(wrapper):
+                key = key[len(wrapper):]
+        out[key] = value
+    return out
+
+
+def backbone_state_dict(state_dict: dict, prefix: Optional[str] = None) -> 'OrderedDict[str, torch.Tensor]':
+    """Strip wrapper prefixes; from a whole detector / segmentor keep ``backbone.*``."""
+    out = strip_wrapper_prefixes(state_dict)
+    prefix = prefix if prefix is not None else (
+        'backbone.' if any(k.startswith('backbone.') for k in out) else None)
+    if prefix:
+        prefix = prefix if prefix.endswith('.') else prefix + '.'
+        out = OrderedDict((k[len(prefix):], v) for k, v in out.items() if k.startswith(prefix))
+        if not out:
+            raise ValueError(f'checkpoint has no weights under the prefix {prefix!r}')
+    return out
+
+
+def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: Optional[str] = None,
+                             logger=None) -> dict:
+    """Load published weights into ``model``, reporting what did not match.
+
+    The policy, the same as ``tools/model_converters/convert_checkpoint.py``'s: a tensor whose
+    shape differs from the model's is an error (a checkpoint of another size
+    or arch, never silently skipped). Keys the model lacks (a classification
+    head) or the checkpoint lacks (``extra_norms``, absent from classification
+    checkpoints) are expected and reported.
+    Returns ``dict(loaded=[...], missing=[...], unexpected=[...])``.
+    """
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    is_remote = '://' in checkpoint
+    if not is_remote and not os.path.isfile(checkpoint):
+        raise FileNotFoundError(f'MAViT pretrained checkpoint not found: {checkpoint}')
+    loaded = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+    state_dict = backbone_state_dict(extract_state_dict(loaded), prefix)
+    own = model.state_dict()
+    usable = OrderedDict()
+    mismatched, unexpected = [], []
+    for key, value in state_dict.items():
+        if key not in own:
+            unexpected.append(key)
+        elif own[key].shape != value.shape:
+            mismatched.append(f'{key}: checkpoint {tuple(value.shape)} vs model {tuple(own[key].shape)}')
+        else:
+            usable[key] = value
+    if mismatched:
+        shown = '; '.join(mismatched[:6]) + (' ...' if len(mismatched) > 6 else '')
+        raise ValueError(f'{checkpoint} does not fit this MAViT ({len(mismatched)} tensors '
+                         f'differ in shape: {shown}); is it a checkpoint of another size? '
+                         'Set the arch that matches it.')
+    if not usable:
+        raise ValueError(f'no tensor of {checkpoint} matches the MAViT backbone: is it a '
+                         'MAViT checkpoint?')
+    result = model.load_state_dict(usable, strict=False)
+    report = dict(loaded=list(usable), missing=list(result.missing_keys),
+                  unexpected=unexpected)
+    if logger is not None:
+        logger.info(f'MAViT: loaded {len(usable)} tensors from {checkpoint}')
+        for name in ('missing', 'unexpected'):
+            if report[name]:
+                shown = ', '.join(report[name][:8]) + (' ...' if len(report[name]) > 8 else '')
+                logger.warning(f'MAViT pretrained: {len(report[name])} {name} keys: {shown}')
+    return report
+
+
+def _shown(items, limit: int = 6) -> str:
+    return ', '.join(items[:limit]) + (f' ... ({len(items)} in all)' if len(items) > limit else '')
+
+
+def fit_whole_model(expected: Mapping, state_dict: Mapping,
+                    source: str = 'the checkpoint') -> 'OrderedDict[str, torch.Tensor]':
+    """``state_dict`` (wrapper prefixes stripped) checked against a whole
+    model's ``expected`` state dict: the same keys and the same shapes, or a
+    ValueError naming what does not fit (keys missing, keys the model does
+    not have, shapes). Returns the tensors in the model's order, ready for
+    ``load_state_dict(..., strict=True)``."""
+    state_dict = strip_wrapper_prefixes(state_dict)
+    missing = [k for k in expected if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in expected]
+    wrong_shape = [f'{k}: checkpoint {tuple(state_dict[k].shape)} vs model '
+                   f'{tuple(expected[k].shape)}'
+                   for k in expected if k in state_dict
+                   and tuple(state_dict[k].shape) != tuple(expected[k].shape)]
+    problems = []
+    if wrong_shape:
+        problems.append(f'shapes differ ({len(wrong_shape)}): {_shown(wrong_shape)}')
+    if missing:
+        problems.append(f'keys of the model missing from it ({len(missing)}): '
+                        f'{_shown(missing)}')
+    if unexpected:
+        problems.append(f'keys the model does not have ({len(unexpected)}): '
+                        f'{_shown(unexpected)}')
+    if problems:
+        raise ValueError(f'{source} does not fit the model: ' + '; '.join(problems))
+    return OrderedDict((k, state_dict[k]) for k in expected)
+
+
+def normalised_dataset_meta(classes, palette=None) -> dict:
+    """``dict(classes=(name, ...), palette=[(r, g, b), ...])``, the palette only
+    when there is one: class names and colours as plain strings and ints,
+    however a dataset or an old checkpoint kept them."""
+    meta = dict(classes=tuple(str(name) for name in classes))
+    if palette is not None:
+        meta['palette'] = [tuple(int(c) for c in colour) for colour in palette]
+    return meta

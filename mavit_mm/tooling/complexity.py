@@ -1,0 +1,125 @@
+"""MAC counting for ``tools/analysis_tools/get_flops.py``, in both conventions
+the literature uses.
+
+``layer_macs`` counts convolutions (transposed ones too: Mask R-CNN's mask
+head upsamples with one) and linear layers only (what the paper's FLOPs
+columns match), InLine's dynamic 3x3 residual included (a depthwise
+convolution); ``attention_macs`` counts the attention products those counters
+miss (softmax variants: ``q k^T`` and ``a v``, plus ``||q||`` for
+``softmax_qnorm``; linear variants, MALA's relatives alike: ``k^T v``, ``q kv``
+and ``z = q . mean(k)``; element-wise scaling is not counted). Figures are
+multiply-accumulates (MACs), as in mmdet/mmseg tables. mmengine's own counter
+gets the fused MALA operator's formula from :mod:`mavit_mm.ops.mala.flops`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict
+
+import torch
+from torch import nn
+
+from ..models.mavit import GatedAttention
+from ..ops.attention_variants import LINEAR_ATTN_TYPES, SOFTMAX_ATTN_TYPES
+from ..ops.mala.flops import linear_attention_macs_per_head
+
+
+@dataclass
+class Complexity:
+    params: int = 0
+    layer_macs: int = 0
+    attention_macs: int = 0
+    per_module_type: Dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_macs(self) -> int:
+        return self.layer_macs + self.attention_macs
+
+    def as_dict(self) -> dict:
+        return dict(params=self.params, layer_macs=self.layer_macs,
+                    attention_macs=self.attention_macs, total_macs=self.total_macs,
+                    per_module_type=dict(self.per_module_type))
+
+
+def conv_macs(module: nn.Conv2d, output: torch.Tensor) -> int:
+    kernel = module.kernel_size[0] * module.kernel_size[1]
+    return output.numel() * (module.in_channels // module.groups) * kernel
+
+
+def conv_transpose_macs(module: nn.ConvTranspose2d, inputs) -> int:
+    """Every input pixel scatters a ``k x k x out/groups`` kernel (mmengine's
+    counter, which mmdet's get_flops.py uses, counts the same)."""
+    kernel = module.kernel_size[0] * module.kernel_size[1]
+    return inputs[0].numel() * (module.out_channels // module.groups) * kernel
+
+
+def linear_macs(module: nn.Linear, output: torch.Tensor) -> int:
+    return output.numel() * module.in_features
+
+
+def gated_attention_macs(module: GatedAttention, inputs) -> int:
+    """The products inside the attention, per image batch (convs excluded)."""
+    x = inputs[0]
+    batch, _, height, width = x.shape
+    tokens, head_dim, heads = height * width, module.head_dim, module.num_heads
+    if module.attn_type in SOFTMAX_ATTN_TYPES:
+        per_head = 2 * tokens * tokens * head_dim           # q k^T and a v
+        if module.attn_type == 'softmax_qnorm':
+            per_head += tokens * head_dim                   # ||q||
+    elif module.attn_type in LINEAR_ATTN_TYPES:
+        per_head = linear_attention_macs_per_head(tokens, head_dim)
+    else:
+        raise ValueError(f'no MAC count for attn_type {module.attn_type!r}')
+    return batch * heads * per_head
+
+
+def local_residual_macs(module: GatedAttention, inputs) -> int:
+    """InLine's residual: a 3x3 depthwise conv of v with per-image weights (its
+    MLP's 1x1 convs are modules, counted by their own hooks)."""
+    if module.residual is None:
+        return 0
+    return 9 * inputs[0].numel()
+
+
+def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:
+    """Count MACs of everything ``run()`` executes in ``model``, with hooks."""
+    result = Complexity(params=sum(p.numel() for p in model.parameters()))
+
+    def add(kind: str, macs: int, attention: bool = False) -> None:
+        if attention:
+            result.attention_macs += macs
+        else:
+            result.layer_macs += macs
+        result.per_module_type[kind] = result.per_module_type.get(kind, 0) + macs
+
+    def on_conv(module, inputs, output):
+        add('conv', conv_macs(module, output))
+
+    def on_conv_transpose(module, inputs, output):
+        add('conv_transpose', conv_transpose_macs(module, inputs))
+
+    def on_linear(module, inputs, output):
+        add('linear', linear_macs(module, output))
+
+    def on_attention(module, inputs, output):
+        add(f'{module.attn_type}_attention', gated_attention_macs(module, inputs), True)
+        if module.residual is not None:
+            add('inline_residual', local_residual_macs(module, inputs))
+
+    handles = []
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            handles.append(module.register_forward_hook(on_conv))
+        elif isinstance(module, nn.ConvTranspose2d):
+            handles.append(module.register_forward_hook(on_conv_transpose))
+        elif isinstance(module, nn.Linear):
+            handles.append(module.register_forward_hook(on_linear))
+        elif isinstance(module, GatedAttention):
+            handles.append(module.register_forward_hook(on_attention))
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return result
