@@ -1,8 +1,9 @@
-# The two commands of the README: `make demo` (main job) and `make test`.
+# The two commands of the README: `make demo` (main job) and `make test`
+# (lint, then the tests).
 # Both set up .venv first (idempotent; seconds when it is already complete).
 PYTHON_VENV := .venv/bin/python
 
-.PHONY: setup demo test test-slow bench
+.PHONY: setup demo lint test test-slow bench
 
 setup:
 	@bash scripts/setup.sh
@@ -10,7 +11,13 @@ setup:
 demo: setup
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) tools/main_job.py
 
-test: setup
+# ruff (lint, format check) and import-linter's contracts (.importlinter).
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	PYTHONPATH=$(CURDIR) .venv/bin/lint-imports
+
+test: lint
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest
 
 test-slow: setup

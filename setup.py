@@ -15,7 +15,7 @@ setup(
     long_description=(ROOT / 'README.md').read_text() if (ROOT / 'README.md').exists() else '',
     long_description_content_type='text/markdown',
     packages=find_packages(include=['mavit_mm', 'mavit_mm.*']),
-    python_requires='>=3.8',
+    python_requires='>=3.10',
     # torch is deliberately unpinned: a user's CUDA build must stay in place.
     # scripts/setup.sh installs the full, pinned OpenMMLab stack.
     install_requires=['torch>=2.0', 'mmengine>=0.10.7', 'numpy'],

@@ -13,6 +13,7 @@ Example (the targets of the GPU issue)::
     python benchmarks/tune_mala.py --dtypes bf16 --head-dims 64 96 \\
         --batch-heads 16 1 --tokens 65536 --output tune.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,8 @@ import itertools
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -40,23 +41,41 @@ TILES_PER_PROGRAM = (1, 2, 4, 8, 16, 32)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument('--dtypes', nargs='+', choices=sorted(DTYPES), default=['bf16'])
     parser.add_argument('--head-dims', type=int, nargs='+', default=[64, 96])
     parser.add_argument('--batch-heads', type=int, nargs='+', default=[16, 1])
-    parser.add_argument('--tokens', type=int, nargs='+', default=[65536],
-                        help='tokens per image, a square feature map')
-    parser.add_argument('--kernels', nargs='+', default=list(TOKEN_KERNELS) + ['combine'],
-                        help='kernels whose tiles to tune')
+    parser.add_argument(
+        '--tokens',
+        type=int,
+        nargs='+',
+        default=[65536],
+        help='tokens per image, a square feature map',
+    )
+    parser.add_argument(
+        '--kernels',
+        nargs='+',
+        default=list(TOKEN_KERNELS) + ['combine'],
+        help='kernels whose tiles to tune',
+    )
     parser.add_argument('--rep', type=int, default=25, help='do_bench measuring time in ms')
-    parser.add_argument('--output', type=Path, required=False,
-                        help='JSON file to write (default: print only)')
-    parser.add_argument('--budget-s', type=float, default=None,
-                        help='stop timing candidates once this many seconds have passed; what '
-                             'was measured stays in the JSON, marked incomplete')
-    parser.add_argument('--dry-run', action='store_true',
-                        help='list the candidates per kernel and exit (no GPU needed)')
+    parser.add_argument(
+        '--output', type=Path, required=False, help='JSON file to write (default: print only)'
+    )
+    parser.add_argument(
+        '--budget-s',
+        type=float,
+        default=None,
+        help='stop timing candidates once this many seconds have passed; what '
+        'was measured stays in the JSON, marked incomplete',
+    )
+    parser.add_argument(
+        '--dry-run',
+        action='store_true',
+        help='list the candidates per kernel and exit (no GPU needed)',
+    )
     return parser.parse_args(argv)
 
 
@@ -73,9 +92,11 @@ class Case:
 
     def __init__(self, dtype, batch_heads, num_tokens, head_dim, device):
         from mavit_mm.ops.mala import launches, plan
+
         self.launch_module, self.plan_module = launches, plan
-        self.views, rope = backbone_inputs(batch_heads, num_tokens, head_dim, dtype, device,
-                                           requires_grad=False)
+        self.views, rope = backbone_inputs(
+            batch_heads, num_tokens, head_dim, dtype, device, requires_grad=False
+        )
         self.angle = rope.angle.float().contiguous()
         self.width = rope.width
         self.shape = (batch_heads, num_tokens, head_dim)
@@ -85,15 +106,17 @@ class Case:
 
     def plan(self, **overrides):
         batch_heads, num_tokens, head_dim = self.shape
-        return self.plan_module.make_launch_plan(num_tokens, batch_heads, head_dim, self.dtype,
-                                                 self.device, **overrides)
+        return self.plan_module.make_launch_plan(
+            num_tokens, batch_heads, head_dim, self.dtype, self.device, **overrides
+        )
 
     def launches(self, plan):
         q, k, v = self.views
         forward = self.launch_module.ForwardLaunches(q, k, v, self.angle, self.width, plan)
         out, stats = forward.run()
-        backward = self.launch_module.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
-                                                       self.width, plan)
+        backward = self.launch_module.BackwardLaunches(
+            self.dout, q, k, v, self.angle, stats, self.width, plan
+        )
         backward.run()
         return forward, backward
 
@@ -109,11 +132,14 @@ class Case:
         q, k, v = self.views
 
         def step():
-            _, stats = self.launch_module.ForwardLaunches(q, k, v, self.angle, self.width,
-                                                          plan).run()
+            _, stats = self.launch_module.ForwardLaunches(
+                q, k, v, self.angle, self.width, plan
+            ).run()
             if with_backward:
-                self.launch_module.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
-                                                    self.width, plan).run()
+                self.launch_module.BackwardLaunches(
+                    self.dout, q, k, v, self.angle, stats, self.width, plan
+                ).run()
+
         return step
 
 
@@ -121,15 +147,16 @@ class BudgetSpent(Exception):
     """The ``--budget-s`` time is up."""
 
 
-_deadline: Optional[float] = None
+_deadline: float | None = None
 
 
-def bench(make_step: Callable[[], Callable], rep: int) -> Optional[float]:
+def bench(make_step: Callable[[], Callable], rep: int) -> float | None:
     """Median ms of the step that ``make_step`` builds; ``None`` when building,
     compiling or running it fails (a tile that does not fit, say): the failure
     is printed and the sweep goes on. Raises :class:`BudgetSpent` once the
     ``--budget-s`` time has passed."""
     import triton.testing
+
     if _deadline is not None and time.time() > _deadline:
         raise BudgetSpent()
     try:
@@ -143,11 +170,11 @@ class Results:
     """The JSON file, rewritten after every measurement: a crash or a time-out
     keeps everything measured before it."""
 
-    def __init__(self, path: Optional[Path], environment: Dict):
+    def __init__(self, path: Path | None, environment: dict):
         self.path = path
         self.document = {'environment': environment, 'complete': False, 'results': []}
 
-    def start(self, record: Dict) -> Dict:
+    def start(self, record: dict) -> dict:
         self.document['results'].append(record)
         self.save()
         return record
@@ -162,8 +189,9 @@ class Results:
         partial.replace(self.path)
 
 
-def tune_shape(case: Case, kernels: List[str], rep: int, record: Dict,
-               save: Callable[[], None]) -> Dict:
+def tune_shape(
+    case: Case, kernels: list[str], rep: int, record: dict, save: Callable[[], None]
+) -> dict:
     batch_heads, num_tokens, head_dim = case.shape
     default = case.plan()
     record.update(default_plan=_plan_dict(default), kernels={})
@@ -186,17 +214,25 @@ def tune_shape(case: Case, kernels: List[str], rep: int, record: Dict,
         best = min(valid, key=lambda t: t['ms'])
         default_ms = next((t['ms'] for t in timings if tuple(t['tile']) == default_tuple), None)
         best_tiles[kernel] = tuple(best['tile'])
-        record['kernels'][kernel] = {'timings': timings, 'best': best,
-                                     'default': list(default_tuple), 'default_ms': default_ms}
-        print(f'    {kernel:9} best {best["tile"]} {best["ms"] * 1e3:8.1f} us; '
-              f'default {list(default_tuple)} '
-              f'{"n/a" if default_ms is None else f"{default_ms * 1e3:8.1f} us"} '
-              f'({len(timings)} candidates, {time.time() - started:.0f} s)')
+        record['kernels'][kernel] = {
+            'timings': timings,
+            'best': best,
+            'default': list(default_tuple),
+            'default_ms': default_ms,
+        }
+        print(
+            f'    {kernel:9} best {best["tile"]} {best["ms"] * 1e3:8.1f} us; '
+            f'default {list(default_tuple)} '
+            f'{"n/a" if default_ms is None else f"{default_ms * 1e3:8.1f} us"} '
+            f'({len(timings)} candidates, {time.time() - started:.0f} s)'
+        )
 
     # Split-N chunking: the reduction passes with the winning tiles.
     chunk_timings = []
-    reduce_block = max(best_tiles.get('partials', (default.partials.block_n,))[0],
-                       best_tiles.get('query', (default.query.block_n,))[0])
+    reduce_block = max(
+        best_tiles.get('partials', (default.partials.block_n,))[0],
+        best_tiles.get('query', (default.query.block_n,))[0],
+    )
     for chunks in CHUNK_COUNTS:
         tokens_per_chunk = -(-num_tokens // chunks)
         tokens_per_chunk = -(-tokens_per_chunk // reduce_block) * reduce_block
@@ -205,12 +241,20 @@ def tune_shape(case: Case, kernels: List[str], rep: int, record: Dict,
         plan = case.plan(tiles=best_tiles, tokens_per_chunk=tokens_per_chunk)
         fwd_ms = bench(lambda: _reduce_step(case, plan, 'forward'), rep)
         bwd_ms = bench(lambda: _reduce_step(case, plan, 'backward'), rep)
-        chunk_timings.append({'chunks': plan.num_chunks, 'tokens_per_chunk': tokens_per_chunk,
-                              'forward_reduce_ms': fwd_ms, 'backward_reduce_ms': bwd_ms})
+        chunk_timings.append(
+            {
+                'chunks': plan.num_chunks,
+                'tokens_per_chunk': tokens_per_chunk,
+                'forward_reduce_ms': fwd_ms,
+                'backward_reduce_ms': bwd_ms,
+            }
+        )
         record['chunking'] = chunk_timings
         save()
-        print(f'    chunks {plan.num_chunks:4} ({tokens_per_chunk:6} tokens): forward reduce '
-              f'{_us(fwd_ms)}, backward reduce {_us(bwd_ms)}')
+        print(
+            f'    chunks {plan.num_chunks:4} ({tokens_per_chunk:6} tokens): forward reduce '
+            f'{_us(fwd_ms)}, backward reduce {_us(bwd_ms)}'
+        )
 
     program_timings = []
     for tiles_per_program in TILES_PER_PROGRAM:
@@ -218,12 +262,14 @@ def tune_shape(case: Case, kernels: List[str], rep: int, record: Dict,
         plan = case.plan(tiles=best_tiles, tokens_per_program=tiles_per_program * block)
         out_ms = bench(lambda: case.launches(plan)[0].output, rep)
         key_ms = bench(lambda: case.launches(plan)[1].key, rep)
-        program_timings.append({'tiles_per_program': tiles_per_program, 'output_ms': out_ms,
-                                'key_ms': key_ms})
+        program_timings.append(
+            {'tiles_per_program': tiles_per_program, 'output_ms': out_ms, 'key_ms': key_ms}
+        )
         record['tokens_per_program'] = program_timings
         save()
-        print(f'    {tiles_per_program:3} tiles per program: output {_us(out_ms)}, '
-              f'key {_us(key_ms)}')
+        print(
+            f'    {tiles_per_program:3} tiles per program: output {_us(out_ms)}, key {_us(key_ms)}'
+        )
 
     record['best_tiles'] = {name: list(tile) for name, tile in best_tiles.items()}
     tuned = case.plan(tiles=best_tiles)
@@ -231,8 +277,10 @@ def tune_shape(case: Case, kernels: List[str], rep: int, record: Dict,
         record[f'{name}_fwd_ms'] = bench(lambda: case.pass_step(plan, False), rep)
         record[f'{name}_fwd_bwd_ms'] = bench(lambda: case.pass_step(plan, True), rep)
         save()
-        print(f'    {name:11} plan: fwd {_us(record[f"{name}_fwd_ms"])}, '
-              f'fwd+bwd {_us(record[f"{name}_fwd_bwd_ms"])}')
+        print(
+            f'    {name:11} plan: fwd {_us(record[f"{name}_fwd_ms"])}, '
+            f'fwd+bwd {_us(record[f"{name}_fwd_bwd_ms"])}'
+        )
     return record
 
 
@@ -247,8 +295,9 @@ def _us(ms):
     return 'n/a' if ms is None else f'{ms * 1e3:8.1f} us'
 
 
-def _plan_dict(plan) -> Dict:
+def _plan_dict(plan) -> dict:
     import dataclasses
+
     return dataclasses.asdict(plan)
 
 
@@ -257,8 +306,7 @@ def main(argv=None) -> int:
     if args.dry_run:
         for head_dim in args.head_dims:
             for kernel in args.kernels:
-                print(f'd={head_dim} {kernel}: {len(tile_candidates(kernel, head_dim))} '
-                      'candidates')
+                print(f'd={head_dim} {kernel}: {len(tile_candidates(kernel, head_dim))} candidates')
         return 0
     if not torch.cuda.is_available():
         print('tune_mala.py needs a CUDA GPU (use --dry-run to list the candidates)')
@@ -269,10 +317,12 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device)
     results = Results(args.output, environment(name, device, None))
     for dtype_name, batch_heads, num_tokens, head_dim in itertools.product(
-            args.dtypes, args.batch_heads, args.tokens, args.head_dims):
+        args.dtypes, args.batch_heads, args.tokens, args.head_dims
+    ):
         print(f'{dtype_name} BH={batch_heads} N={num_tokens} d={head_dim}', flush=True)
-        record = results.start(dict(dtype=dtype_name, batch_heads=batch_heads,
-                                    tokens=num_tokens, head_dim=head_dim))
+        record = results.start(
+            dict(dtype=dtype_name, batch_heads=batch_heads, tokens=num_tokens, head_dim=head_dim)
+        )
         try:
             case = Case(DTYPES[dtype_name], batch_heads, num_tokens, head_dim, device)
             tune_shape(case, args.kernels, args.rep, record, results.save)
@@ -287,8 +337,9 @@ def main(argv=None) -> int:
             print(f'    failed: {record["error"]}')
         results.save()
         torch.cuda.empty_cache()
-    results.save(complete=not any('stopped' in r or 'error' in r
-                                  for r in results.document['results']))
+    results.save(
+        complete=not any('stopped' in r or 'error' in r for r in results.document['results'])
+    )
     if args.output:
         print(f'wrote {args.output}')
     return 0

@@ -32,7 +32,7 @@ fingerprint() {
 
 stack_imports() {
     "$PY" - <<'PY' 2>/dev/null
-import pkg_resources, torch, mmengine, mmcv, mmcv.ops, mmdet, mmseg, pycocotools, triton, pytest, onnx, onnxruntime, onnxscript, mmdeploy.apis, mavit_mm
+import pkg_resources, torch, mmengine, mmcv, mmcv.ops, mmdet, mmseg, pycocotools, triton, pytest, importlinter, onnx, onnxruntime, onnxscript, mmdeploy.apis, mavit_mm
 PY
 }
 

@@ -7,21 +7,20 @@
   schedule (the main job, the end-to-end tests, the distributed test).
 * :func:`iter_dataset_cfgs`: the real datasets under Repeat/Concat wrappers.
 
-:class:`ConfigCheckError` is what a config that cannot work raises, here and
-in the pre-flight checks (``tooling.preflight``).
+:class:`ConfigCheckError` (``mavit_mm.errors``) is what a config that cannot
+work raises, here and in the pre-flight checks (``tooling.preflight``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional, Tuple
 
 from mmengine.config import Config
 
+from ..errors import ConfigCheckError
+
 SCOPES = ('mmdet', 'mmseg')
-
-
-class ConfigCheckError(ValueError):
-    """A config names a path or value that cannot work; raised before training."""
 
 
 def check_scope(cfg: Config, where: str = 'the config') -> str:
@@ -32,7 +31,7 @@ def check_scope(cfg: Config, where: str = 'the config') -> str:
     return scope
 
 
-def load_config(path, cfg_options: Optional[dict] = None) -> Config:
+def load_config(path, cfg_options: dict | None = None) -> Config:
     """``Config.fromfile(path)`` with ``cfg_options`` (``--cfg-options``) merged in;
     a missing file or a scope other than mmdet / mmseg is a ConfigCheckError."""
     if not Path(path).is_file():
@@ -44,7 +43,7 @@ def load_config(path, cfg_options: Optional[dict] = None) -> Config:
     return cfg
 
 
-def iter_dataset_cfgs(dataset_cfg, where: str) -> Iterator[Tuple[dict, str]]:
+def iter_dataset_cfgs(dataset_cfg, where: str) -> Iterator[tuple[dict, str]]:
     """Leaf dataset configs of ``dataset_cfg`` (unwrapping Repeat/Concat/... wrappers),
     each with where it sits in the config."""
     if dataset_cfg is None:
@@ -81,11 +80,11 @@ def set_iterations(cfg, max_iters: int, checkpoint_interval: int = None) -> None
         if scheduler.get('end', 1) <= scheduler.get('begin', 0):
             scheduler['end'] = scheduler.get('begin', 0) + 1
         if 'milestones' in scheduler:
-            scheduler['milestones'] = [max(1, int(round(m * factor)))
-                                       for m in scheduler['milestones']]
+            scheduler['milestones'] = [
+                max(1, int(round(m * factor))) for m in scheduler['milestones']
+            ]
     hooks = cfg.default_hooks
     hooks.checkpoint.interval = checkpoint_interval or max_iters
     hooks.logger.interval = min(hooks.logger.get('interval', 50), max_iters)
     if cfg.get('log_processor'):
-        cfg.log_processor['window_size'] = min(cfg.log_processor.get('window_size', 10),
-                                               max_iters)
+        cfg.log_processor['window_size'] = min(cfg.log_processor.get('window_size', 10), max_iters)

@@ -1,11 +1,12 @@
 """What the benchmarks record about the machine they ran on, and measure on it."""
+
 from __future__ import annotations
 
 import importlib
 import platform
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict, Optional
 
 import torch
 
@@ -19,7 +20,7 @@ def device_name(device: torch.device) -> str:
     return f'cpu {cpu_model() or platform.machine()}'
 
 
-def library_versions() -> Dict[str, str]:
+def library_versions() -> dict[str, str]:
     """Python's and the stack's versions, for results files."""
     found = dict(python=platform.python_version())
     for name in ('torch', 'mmengine', 'mmcv', 'mmdet', 'mmseg', 'triton'):
@@ -30,13 +31,23 @@ def library_versions() -> Dict[str, str]:
     return found
 
 
-def git_commit(repo_root: Path = REPO_ROOT) -> Optional[str]:
+def git_commit(repo_root: Path = REPO_ROOT) -> str | None:
     """The checkout's short commit, ``+changes`` when tracked files differ from it."""
     try:
-        out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=repo_root,
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
-                               cwd=repo_root, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ['git', 'rev-parse', '--short', 'HEAD'],
+            cwd=repo_root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        dirty = subprocess.run(
+            ['git', 'status', '--porcelain', '--untracked-files=no'],
+            cwd=repo_root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return out.stdout.strip() + ('+changes' if dirty.stdout.strip() else '') or None
     except (OSError, subprocess.SubprocessError):
         return None

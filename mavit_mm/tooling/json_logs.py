@@ -7,17 +7,17 @@ Layout of a work dir after a run (timestamp = ``YYYYmmdd_HHMMSS``)::
 
 Each file holds one JSON object per line.
 """
+
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
-from typing import Dict, List, Optional
 
 _TIMESTAMP = re.compile(r'^\d{8}_\d{6}$')
 
 
-def run_dirs(work_dir) -> List[Path]:
+def run_dirs(work_dir) -> list[Path]:
     """The per-run log folders of ``work_dir``, oldest first."""
     work_dir = Path(work_dir)
     if not work_dir.is_dir():
@@ -25,7 +25,7 @@ def run_dirs(work_dir) -> List[Path]:
     return sorted(p for p in work_dir.iterdir() if p.is_dir() and _TIMESTAMP.match(p.name))
 
 
-def read_json_lines(path) -> List[dict]:
+def read_json_lines(path) -> list[dict]:
     records = []
     for line in Path(path).read_text().splitlines():
         line = line.strip()
@@ -34,14 +34,14 @@ def read_json_lines(path) -> List[dict]:
     return records
 
 
-def training_records(run_dir) -> List[dict]:
+def training_records(run_dir) -> list[dict]:
     """Train and val records of one training run (``vis_data/<timestamp>.json``)."""
     run_dir = Path(run_dir)
     path = run_dir / 'vis_data' / f'{run_dir.name}.json'
     return read_json_lines(path) if path.is_file() else []
 
 
-def test_record(run_dir) -> Optional[dict]:
+def test_record(run_dir) -> dict | None:
     """The metrics record of one test run (``<timestamp>.json``), if it finished."""
     run_dir = Path(run_dir)
     path = run_dir / f'{run_dir.name}.json'
@@ -53,13 +53,13 @@ def is_metric_record(record: dict, metric_prefixes=('coco/', 'mIoU', 'aAcc', 'mA
     return any(key.startswith(metric_prefixes) for key in record)
 
 
-def metrics_only(record: dict) -> Dict[str, float]:
+def metrics_only(record: dict) -> dict[str, float]:
     """Drop the bookkeeping keys (time, data_time, step, ...) of a metric record."""
     bookkeeping = {'time', 'data_time', 'step', 'iter', 'epoch', 'lr', 'memory'}
     return {k: v for k, v in record.items() if k not in bookkeeping}
 
 
-def latest_test_metrics(work_dir) -> Optional[Dict[str, float]]:
+def latest_test_metrics(work_dir) -> dict[str, float] | None:
     """Metrics of the newest finished test run in ``work_dir``."""
     for run_dir in reversed(run_dirs(work_dir)):
         record = test_record(run_dir)
@@ -68,7 +68,7 @@ def latest_test_metrics(work_dir) -> Optional[Dict[str, float]]:
     return None
 
 
-def validation_metrics_by_step(work_dir) -> Dict[int, Dict[str, float]]:
+def validation_metrics_by_step(work_dir) -> dict[int, dict[str, float]]:
     """``{iteration (or epoch): metrics}`` of every validation of the training runs."""
     found = {}
     for run_dir in run_dirs(work_dir):

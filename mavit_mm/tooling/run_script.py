@@ -1,19 +1,25 @@
 """Run one of the repository's Python scripts (``tools/train.py`` ...) in a
 subprocess with this interpreter, as a user would: used by the main job and
 the tests."""
+
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
 
 
-def run_script(script, *args, cwd=None, timeout: Optional[float] = None,
-               transcript: Optional[Path] = None,
-               environ: Optional[Mapping[str, str]] = None) -> subprocess.CompletedProcess:
+def run_script(
+    script,
+    *args,
+    cwd=None,
+    timeout: float | None = None,
+    transcript: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess:
     """``python <script> <args>``; the result has ``.seconds`` (wall time).
     ``environ``: the environment to start from (default: this process's).
 
@@ -27,13 +33,20 @@ def run_script(script, *args, cwd=None, timeout: Optional[float] = None,
     env = dict(os.environ if environ is None else environ, PYTHONUNBUFFERED='1')
     start = time.time()
     if transcript is None:
-        result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env,
-                                timeout=timeout)
+        result = subprocess.run(
+            command, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+        )
     else:
         lines = []
         with open(transcript, 'w') as log_file:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
+            process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+                cwd=cwd,
+            )
             try:
                 for line in process.stdout:
                     sys.stdout.write(line)

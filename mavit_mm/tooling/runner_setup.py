@@ -5,12 +5,12 @@ building mmengine's Runner.
 The tools work for detection and segmentation configs alike: the task comes
 from ``cfg.default_scope`` ('mmdet' or 'mmseg'); mmengine's Runner does the rest.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import os.path as osp
-from typing import Optional
 
 from mmengine.config import Config
 from mmengine.logging import print_log
@@ -25,11 +25,16 @@ CFG_OPTIONS_HELP = (
     'override settings of the config, as key=value pairs merged into it, e.g. '
     'train_cfg.max_iters=100 optim_wrapper.optimizer.lr=1e-4. A list value is given as '
     'key="[a,b]" or key=a,b, nested lists/tuples as key="[(a,b),(c,d)]" (quotes needed, '
-    'no spaces).')
-LAUNCHER_HELP = ('how the processes were started: none (one process), pytorch (torchrun / '
-                 'tools/dist_train.sh, tools/dist_test.sh) or slurm (srun)')
-LOCAL_RANK_HELP = ('rank of this process on its node; set by older launchers '
-                   '(torch.distributed.launch). torchrun sets the LOCAL_RANK variable instead')
+    'no spaces).'
+)
+LAUNCHER_HELP = (
+    'how the processes were started: none (one process), pytorch (torchrun / '
+    'tools/dist_train.sh, tools/dist_test.sh) or slurm (srun)'
+)
+LOCAL_RANK_HELP = (
+    'rank of this process on its node; set by older launchers '
+    '(torch.distributed.launch). torchrun sets the LOCAL_RANK variable instead'
+)
 
 
 def log(message: str, level: int = logging.INFO) -> None:
@@ -46,7 +51,7 @@ def export_local_rank(local_rank: int) -> None:
         os.environ['LOCAL_RANK'] = str(local_rank)
 
 
-def set_work_dir(cfg: Config, work_dir: Optional[str], config_path: str) -> None:
+def set_work_dir(cfg: Config, work_dir: str | None, config_path: str) -> None:
     """Priority: --work-dir, then the config's work_dir, then ./work_dirs/<config name>."""
     if work_dir is not None:
         cfg.work_dir = work_dir
@@ -56,6 +61,7 @@ def set_work_dir(cfg: Config, work_dir: Optional[str], config_path: str) -> None
 
 def cuda_available() -> bool:
     import torch
+
     return torch.cuda.is_available()
 
 
@@ -81,8 +87,11 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
             optim_wrapper.type = 'OptimWrapper'
             for key in _AMP_ONLY_KEYS:
                 optim_wrapper.pop(key, None)
-            log('No CUDA device: the config\'s AmpOptimWrapper is replaced by OptimWrapper '
-                '(fp32 training; mixed precision needs a GPU).', logging.WARNING)
+            log(
+                "No CUDA device: the config's AmpOptimWrapper is replaced by OptimWrapper "
+                '(fp32 training; mixed precision needs a GPU).',
+                logging.WARNING,
+            )
         if amp_requested:
             log('--amp ignored: no CUDA device, training in fp32.', logging.WARNING)
         return
@@ -103,7 +112,7 @@ def configure_dist_backend(cfg: Config) -> None:
     cpu_distributed.adapt_to_cpu(cfg, log)
 
 
-def configure_resume(cfg: Config, resume: Optional[str]) -> None:
+def configure_resume(cfg: Config, resume: str | None) -> None:
     """--resume (no value / 'auto'): latest checkpoint of the work dir; --resume FILE: that file."""
     if resume is None:
         return
@@ -117,7 +126,8 @@ def configure_auto_scale_lr(cfg: Config) -> None:
         raise ConfigCheckError(
             '--auto-scale-lr needs auto_scale_lr = dict(enable=False, base_batch_size=N) in '
             'the config, N being the total batch size its learning rate is meant for '
-            '(16 for the published MAViT recipes)')
+            '(16 for the published MAViT recipes)'
+        )
     auto_scale_lr.enable = True
 
 
@@ -126,8 +136,10 @@ def configure_visualization(cfg: Config, show_dir: str) -> None:
     hooks = cfg.get('default_hooks') or {}
     hook = hooks.get('visualization')
     if hook is None:
-        raise ConfigCheckError("--show-dir needs default_hooks.visualization (a "
-                               "DetVisualizationHook / SegVisualizationHook) in the config")
+        raise ConfigCheckError(
+            '--show-dir needs default_hooks.visualization (a '
+            'DetVisualizationHook / SegVisualizationHook) in the config'
+        )
     hook['draw'] = True
     if cfg.default_scope == 'mmdet':
         # DetVisualizationHook saves to <work_dir>/<timestamp>/<test_out_dir>.
@@ -150,8 +162,10 @@ def configure_prediction_output(cfg: Config, out: str) -> None:
         for evaluator in evaluators if isinstance(evaluators, list) else [evaluators]:
             evaluator['output_dir'] = out
     elif not out.endswith(('.pkl', '.pickle')):
-        raise ConfigCheckError(f'--out {out}: detection predictions are dumped to a pickle '
-                               'file; give a path ending in .pkl or .pickle')
+        raise ConfigCheckError(
+            f'--out {out}: detection predictions are dumped to a pickle '
+            'file; give a path ending in .pkl or .pickle'
+        )
 
 
 def attach_prediction_dump(runner, cfg: Config, out: str) -> None:
@@ -159,6 +173,7 @@ def attach_prediction_dump(runner, cfg: Config, out: str) -> None:
     if cfg.default_scope != 'mmdet':
         return
     from mmdet.evaluation import DumpDetResults
+
     runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=out))
 
 
@@ -168,6 +183,7 @@ def close_process_group() -> None:
     process that has finished its work ("terminate called without an active
     exception", SIGABRT), and torchrun then reports the whole run as failed."""
     import torch.distributed as dist
+
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -182,6 +198,8 @@ def build_runner(cfg: Config):
         cpu_distributed.init_process_group(cfg)
     if 'runner_type' in cfg:
         from mmengine.registry import RUNNERS
+
         return RUNNERS.build(cfg)
     from mmengine.runner import Runner
+
     return Runner.from_cfg(cfg)
