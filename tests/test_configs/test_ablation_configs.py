@@ -1,4 +1,4 @@
-"""The ablation configs of issue 12 (configs/ablations/): one per attention
+"""The ablation configs (configs/ablations/): one per attention
 variant and kernel function, for MAViT-T Semantic FPN 80k and Mask R-CNN 1x.
 Each is a thin child of the published config that changes the backbone's
 attention settings and nothing else; every one builds, keeps the published

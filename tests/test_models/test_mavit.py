@@ -123,7 +123,7 @@ def test_outputs_are_contiguous_nchw_for_mmcv_roi_align():
     """mmcv's RoIAlign reads raw memory as NCHW and ignores strides. An FPN
     lateral 1x1 conv keeps its input's memory format, so a channels_last
     backbone output (a permuted LayerNorm view) gave Mask R-CNN's RoI head
-    scrambled features (issue 8) while the conv-only RPN still learned."""
+    scrambled features while the conv-only RPN still learned."""
     roi_align = pytest.importorskip('mmcv.ops').roi_align
     torch.manual_seed(0)
     model = MAViT('t', depths=[1, 1, 1, 1]).eval()

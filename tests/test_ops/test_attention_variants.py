@@ -1,4 +1,4 @@
-"""The attention variants of issue 12 (MALA paper Tables 1, 9-11, Figs. 2-4; the
+"""The attention variants (MALA paper Tables 1, 9-11, Figs. 2-4; the
 InLine slides): the papers' properties on ``attention_scores``, the model's
 linear-time path against ``scores @ v`` with gradients, and MAViT with every
 variant and kernel function. Comparisons in float64."""

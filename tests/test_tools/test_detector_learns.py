@@ -1,5 +1,5 @@
 """Mask R-CNN + MAViT-T must leave the background-only plateau within a few
-dozen iterations (issue 8).
+dozen iterations.
 
 The bug this guards against: the backbone returned channels_last views, mmcv's
 RoIAlign read them as NCHW, and the R-CNN head got scrambled RoI features. The

@@ -449,8 +449,9 @@ def test_dist_train_two_processes_on_cpu(tmp_path):
 @pytest.mark.skipif(not (DEMO_DATA / 'ade20k').is_dir(),
                     reason='bundled demo data missing: python tools/make_demo_data.py')
 def test_dist_train_upernet_demo_config(tmp_path):
-    """The issue's command on the bundled demo data: the UperNet-T demo config
-    as shipped, 4 iterations, 2 processes; then test.py and dist_test.sh."""
+    """dist_train.sh CONFIG 2 --auto-scale-lr on the bundled demo data: the
+    UperNet-T demo config as shipped, 4 iterations, 2 processes; then test.py
+    and dist_test.sh."""
     pytest.importorskip('mmseg.models')
     max_iters = 4
     cfg = load_config(REPO_ROOT / DEMO_JOBS['upernet'].config)

@@ -32,7 +32,7 @@ def fake_results(bbox_map=0.62, bbox_map50=0.93, miou=94.0):
     }
 
 
-def test_the_detector_bars_are_the_issues():
+def test_mask_rcnn_bars_are_map50_0_8_and_map_0_5():
     assert ('mask_rcnn', 'coco/bbox_mAP_50', 0.8) in main_job.BARS
     assert ('mask_rcnn', 'coco/bbox_mAP', 0.5) in main_job.BARS
     assert all(name in main_job.JOBS for name, _, _ in main_job.BARS)

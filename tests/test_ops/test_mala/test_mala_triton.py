@@ -837,7 +837,7 @@ def test_combine_chunk_blocks_cover_the_cases(name):
 
 
 def test_combine_chunk_blocks_of_the_default_tiles():
-    # The case, B*heads = 1 and 256 chunks: 8 KV rounds for d = 64
+    # One batch x head over 256 chunks: 8 KV rounds for d = 64
     # (32 chunks a block, 32 programs of 2 rows), 32 for d = 96 (8 a block, 24
     # programs of 4 rows).
     for head_dim, blocks, programs in ((64, (64, 32), 32), (96, (32, 8), 24)):
