@@ -22,11 +22,13 @@ Steps (``--steps`` runs any of them in any order):
 ``env``           device, driver, library versions and the measured
                   device-to-device copy bandwidth (the yardstick of the kernel
                   targets: ``bench_mala.copy_bandwidth_tbps``).
-``kernel-tests``  ``tests/test_mala_cuda.py``: every dtype, head dims 16-128,
-                  both layouts, default and small plans, B*heads 1-64,
-                  gradients against fp64; the 512x2048 bf16 backbone.
-``model-tests``   ``tests/test_mala_triton.py`` on CUDA: dispatch, fallbacks,
-                  MAViT-T parity with the golden data with ``mala_impl='triton'``.
+``kernel-tests``  ``tests/test_ops/test_mala/test_mala_cuda.py``: every dtype,
+                  head dims 16-128, both layouts, default and small plans,
+                  B*heads 1-64, gradients against fp64; the 512x2048 bf16
+                  backbone.
+``model-tests``   ``tests/test_ops/test_mala/test_mala_triton.py`` on CUDA:
+                  dispatch, fallbacks, MAViT-T parity with the golden data
+                  with ``mala_impl='triton'``.
 ``bench``         the ``bench_mala.py`` sweep (both paths, every dtype, fwd and
                   fwd+bwd, N 16384 / 65536, d 64 / 96, B*heads 1 / 16).
 ``backbone``      MAViT-T (``triton`` and ``torch`` MALA, fp32 and bf16
@@ -98,7 +100,10 @@ PARTS = {
     3: ['env', 'sdpa', 'sweep', 'profile'],
 }
 PART_LIMIT_MIN = 9.5  # budgets, plus start-up, stay under 10 minutes
-TEST_FILES = {'kernel-tests': 'tests/test_mala_cuda.py', 'model-tests': 'tests/test_mala_triton.py'}
+TEST_FILES = {
+    'kernel-tests': 'tests/test_ops/test_mala/test_mala_cuda.py',
+    'model-tests': 'tests/test_ops/test_mala/test_mala_triton.py',
+}
 BENCH_ARGS = [
     '--tokens',
     '65536',

@@ -30,7 +30,7 @@ subfolder per ``gpu_check.py`` command (its ``--out``), each with the
   python benchmarks/readme_tables.py --write    # put them into their files
   python benchmarks/readme_tables.py --check    # exit 1 if a file differs
 
-``tests/test_readme_tables.py`` runs the check, so a page whose figures
+``tests/test_benchmarks/test_readme_tables.py`` runs the check, so a page whose figures
 differ from the newest results files fails the tests.
 """
 

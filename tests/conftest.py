@@ -4,20 +4,15 @@ Without a CUDA GPU the Triton kernels run in Triton's CPU interpreter; the
 variable must be set before any ``@triton.jit`` function is defined, hence here.
 """
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from helpers.paths import REFERENCE_DIR
+
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-# The published implementation's golden outputs and key lists, copied byte for
-# byte into the repository (tests/data/reference/README.md says from where).
-REFERENCE_DIR = REPO_ROOT / 'tests' / 'data' / 'reference'
-sys.path.insert(0, str(REPO_ROOT))
 
 
 @pytest.fixture(scope='module')

@@ -1,0 +1,361 @@
+"""The MAViT backbone against the published model: keys, shapes, numerics,
+mmdet backbone conventions and input validation."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import mavit_mm
+from mavit_mm.models import MAViT
+from mavit_mm.models import mavit as mavit_module
+from mavit_mm.ops import rope2d
+
+from helpers.paths import REPO_ROOT
+
+SIZES = ['t', 's', 'b', 'l']
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((actual - expected).norm() / expected.norm()).item()
+
+
+def reference_shapes(reference_dir, size):
+    return json.loads((reference_dir / f'mavit_{size}_state_dict_shapes.json').read_text())
+
+
+@pytest.fixture(scope='module')
+def parity_model(parity_data):
+    model = MAViT(arch=None, **parity_data['config']).double().eval()
+    model.load_state_dict(parity_data['state_dict'], strict=True)
+    return model
+
+
+# -- the published contract ----------------------------------------------------
+
+@pytest.mark.parametrize('size', SIZES)
+def test_state_dict_matches_published_keys_and_shapes(reference_dir, size):
+    reference = reference_shapes(reference_dir, size)
+    model = MAViT(arch=size)
+    ours = [(key, list(value.shape)) for key, value in model.state_dict().items()]
+    assert ours == list(reference['state_dict'].items())
+    assert sum(p.numel() for p in model.parameters()) == reference['num_params']
+
+
+@pytest.mark.parametrize('size', SIZES)
+def test_published_state_dict_loads_strictly(reference_dir, size):
+    reference = reference_shapes(reference_dir, size)
+    generator = torch.Generator().manual_seed(0)
+    published = {key: torch.randn(shape, generator=generator, dtype=torch.float64).float()
+                 if shape else torch.tensor(7)
+                 for key, shape in reference['state_dict'].items()}
+    model = MAViT(arch=size)
+    model.load_state_dict(published, strict=True)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, published[key].to(value.dtype)), key
+
+
+@pytest.mark.parametrize('size', SIZES)
+def test_preset_matches_published_config(reference_dir, size):
+    config = reference_shapes(reference_dir, size)['config']
+    model = MAViT(arch=size)
+    assert model.embed_dims == config['embed_dims']
+    assert model.depths == config['depths']
+    assert model.num_heads == config['num_heads']
+    assert model.mlp_ratios == config['mlp_ratios']
+    assert model.layer_init_values == config['layer_init_values']
+    assert model.drop_path_rate == pytest.approx(config['drop_path_rate'])
+    gammas = [block.gamma_1 for stage in model.layers for block in stage.blocks]
+    expected = [v for v, depth in zip(config['layer_init_values'], config['depths'])
+                for _ in range(depth)]
+    assert [g.flatten()[0].item() for g in gammas] == pytest.approx(expected)
+
+
+def test_stage_outputs_match_published(parity_model, parity_data):
+    with torch.no_grad():
+        outputs = parity_model(parity_data['input'])
+    assert len(outputs) == len(parity_data['outputs']) == 4
+    for ours, published in zip(outputs, parity_data['outputs']):
+        assert ours.shape == published.shape
+        assert relative_error(ours, published) <= 1e-8
+
+
+def test_attention_module_matches_published(parity_model, parity_data):
+    record = parity_data['attention']
+    assert record['module'] == 'layers.0.blocks.0.attn'
+    attn = parity_model.get_submodule(record['module'])
+    x = record['input']
+    with torch.no_grad():
+        out = attn(x, parity_model.layers[0].RoPE(x.shape[2], x.shape[3]))
+    assert relative_error(out, record['output']) <= 1e-8
+
+
+def test_arch_aliases_and_explicit_overrides():
+    assert MAViT('tiny').embed_dims == MAViT('T').embed_dims == [64, 128, 256, 512]
+    model = MAViT('small', depths=[1, 1, 1, 1], drop_path_rate=0.0)
+    assert model.embed_dims == [64, 128, 320, 512] and model.depths == [1, 1, 1, 1]
+    assert model.drop_path_rate == 0.0
+    assert MAViT('t', projection=1024).embed_dims == [64, 128, 256, 512]
+
+
+# -- behaviour -------------------------------------------------------------------
+
+def conv_out(size: int) -> int:
+    """Spatial size after a 3x3, stride-2, padding-1 conv."""
+    return (size - 1) // 2 + 1
+
+
+@pytest.mark.parametrize('height,width', [(97, 131), (64, 64), (33, 50)])
+def test_any_input_size(height, width):
+    model = MAViT('t', depths=[1, 1, 1, 1]).eval()
+    with torch.no_grad():
+        outputs = model(torch.randn(2, 3, height, width))
+    expected_h, expected_w = conv_out(conv_out(height)), conv_out(conv_out(width))
+    for out, dim in zip(outputs, model.embed_dims):
+        assert out.shape == (2, dim, expected_h, expected_w)
+        assert torch.isfinite(out).all()
+        expected_h, expected_w = conv_out(expected_h), conv_out(expected_w)
+
+
+def test_outputs_are_contiguous_nchw_for_mmcv_roi_align():
+    """mmcv's RoIAlign reads raw memory as NCHW and ignores strides. An FPN
+    lateral 1x1 conv keeps its input's memory format, so a channels_last
+    backbone output (a permuted LayerNorm view) gave Mask R-CNN's RoI head
+    scrambled features while the conv-only RPN still learned."""
+    roi_align = pytest.importorskip('mmcv.ops').roi_align
+    torch.manual_seed(0)
+    model = MAViT('t', depths=[1, 1, 1, 1]).eval()
+    with torch.no_grad():
+        outputs = model(torch.randn(2, 3, 64, 96))
+        for level, out in enumerate(outputs):
+            assert out.is_contiguous(), f'output {level} is not contiguous NCHW: {out.stride()}'
+        lateral = nn.Conv2d(outputs[0].shape[1], 8, 1)(outputs[0])
+        rois = torch.tensor([[0, 4.0, 4.0, 40.0, 30.0], [1, 10.0, 2.0, 90.0, 60.0]])
+        pooled = roi_align(lateral, rois, (7, 7), 0.25, 0, 'avg', True)
+        expected = roi_align(lateral.contiguous(), rois, (7, 7), 0.25, 0, 'avg', True)
+    torch.testing.assert_close(pooled, expected)
+
+
+def test_out_indices_subset_has_no_unused_parameters():
+    model = MAViT('t', depths=[1, 1, 1, 1], out_indices=(1, 2, 3))
+    assert sorted(model.extra_norms) == ['1', '2', '3']
+    outputs = model(torch.randn(1, 3, 64, 64))
+    assert [o.shape[1] for o in outputs] == [128, 256, 512]
+    sum(o.sum() for o in outputs).backward()
+    unused = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert unused == []
+
+
+def test_frozen_stages_and_norm_eval():
+    model = MAViT('t', depths=[1, 1, 1, 1], frozen_stages=2, norm_eval=True)
+    model.train()
+    frozen = [model.patch_embed, model.layers[0], model.layers[1],
+              model.extra_norms['0'], model.extra_norms['1']]
+    for module in frozen:
+        assert not module.training
+        assert all(not p.requires_grad for p in module.parameters())
+    assert all(p.requires_grad for p in model.layers[2].parameters())
+    assert model.layers[2].training
+    batch_norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert batch_norms and all(not bn.training for bn in batch_norms)
+
+
+def test_with_cp_gives_same_outputs_and_gradients():
+    torch.manual_seed(0)
+    plain = MAViT('t', depths=[1, 1, 1, 1], drop_path_rate=0.0, norm_eval=True).double()
+    checkpointed = MAViT('t', depths=[1, 1, 1, 1], drop_path_rate=0.0, norm_eval=True,
+                         with_cp=True).double()
+    checkpointed.load_state_dict(plain.state_dict())
+    x = torch.randn(1, 3, 48, 64, dtype=torch.float64)
+    grads = []
+    for model in (plain, checkpointed):
+        model.train()
+        model.zero_grad()
+        inp = x.clone().requires_grad_()
+        loss = sum((o ** 2).mean() for o in model(inp))
+        loss.backward()
+        grads.append((loss.detach(), inp.grad, model.layers[0].blocks[0].attn.qkvo.weight.grad))
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_rope_tables_are_built_once_per_stage_and_size(monkeypatch):
+    builds = []
+    original = rope2d._angles_theta
+
+    def counting_theta(angle, height, width):
+        builds.append((height, width))
+        return original(angle, height, width)
+
+    monkeypatch.setattr(rope2d, '_angles_theta', counting_theta)
+    model = MAViT('t', depths=[2, 2, 2, 2], mala_impl='torch').eval()
+    with torch.no_grad():
+        model(torch.randn(2, 3, 64, 96))
+        assert builds == [(16, 24), (8, 12), (4, 6), (2, 3)]
+        model(torch.randn(1, 3, 64, 96))          # same sizes: the cached tables
+        assert len(builds) == 4
+        model(torch.randn(1, 3, 32, 32))          # a new size: built once more per stage
+        assert builds[4:] == [(8, 8), (4, 4), (2, 2), (1, 1)]
+        model.load_state_dict(model.state_dict())  # a load may change the angles
+        model(torch.randn(1, 3, 64, 96))
+        assert builds[8:] == [(16, 24), (8, 12), (4, 6), (2, 3)]
+
+
+def test_softmax_stages_use_sdpa(monkeypatch):
+    calls = []
+    original = mavit_module.F.scaled_dot_product_attention
+
+    def counting_sdpa(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(mavit_module.F, 'scaled_dot_product_attention', counting_sdpa)
+    model = MAViT('t', depths=[1, 1, 3, 2]).eval()
+    with torch.no_grad():
+        model(torch.randn(1, 3, 64, 64))
+    # stages 3-4 are softmax: 3 + 2 blocks, heads 4 and 8, N = 4*4 and 2*2.
+    assert calls == [(1, 4, 16, 64)] * 3 + [(1, 8, 4, 64)] * 2
+
+
+def test_rotary_tables_are_broadcast_not_copied():
+    tables = rope2d.RotaryTables(rope2d.rope_angles(32), 6, 10)
+    cos, signed_sin = tables.tables(torch.float32)
+    assert cos.shape == signed_sin.shape == (60, 32)
+    assert tables.tables(torch.float32)[0] is cos
+
+
+# -- pretrained weights ------------------------------------------------------------
+
+def test_init_cfg_pretrained_loads_classification_checkpoint(tmp_path):
+    source = MAViT('t', depths=[1, 1, 1, 1])
+    classification = {k: v for k, v in source.state_dict().items()
+                      if not k.startswith('extra_norms')}
+    classification['head.weight'] = torch.zeros(1000, 512)
+    path = tmp_path / 'mavit_t_in1k.pth'
+    torch.save({'model': classification}, path)
+    model = MAViT('t', depths=[1, 1, 1, 1],
+                  init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model.init_weights()
+    for key, value in classification.items():
+        if key != 'head.weight':
+            assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_init_cfg_pretrained_from_detector_checkpoint(tmp_path):
+    source = MAViT('t', depths=[1, 1, 1, 1])
+    detector = {f'backbone.{k}': v for k, v in source.state_dict().items()}
+    detector['neck.lateral_convs.0.conv.weight'] = torch.zeros(256, 64, 1, 1)
+    path = tmp_path / 'mask_rcnn.pth'
+    torch.save({'state_dict': detector, 'meta': {}}, path)
+    model = MAViT('t', depths=[1, 1, 1, 1], pretrained=str(path))
+    model.init_weights()
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
+
+
+def test_init_cfg_pretrained_of_another_size_is_an_error(tmp_path):
+    """Same policy as tools/model_converters/convert_checkpoint.py: a shape mismatch is never
+    skipped silently (the model would train from a half-random backbone)."""
+    path = tmp_path / 'mavit_s.pth'
+    torch.save({'model': MAViT('s', depths=[1, 1, 1, 1]).state_dict()}, path)
+    model = MAViT('t', depths=[1, 1, 1, 1], init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    with pytest.raises(ValueError, match=r'does not fit this MAViT \(\d+ tensors differ in shape: '
+                                         r'layers\.1\.downsample'):
+        model.init_weights()
+
+
+def test_missing_pretrained_checkpoint_names_the_path(tmp_path):
+    missing = tmp_path / 'nowhere' / 'mavit_t.pth'
+    model = MAViT('t', init_cfg=dict(type='Pretrained', checkpoint=str(missing)))
+    with pytest.raises(FileNotFoundError, match='nowhere/mavit_t.pth'):
+        model.init_weights()
+
+
+# -- bad input ---------------------------------------------------------------------
+
+def test_input_must_be_4d():
+    with pytest.raises(ValueError, match='4-D'):
+        MAViT('t', depths=[1, 1, 1, 1])(torch.randn(3, 64, 64))
+
+
+def test_input_channel_count_is_checked():
+    with pytest.raises(ValueError, match='3 input channels, got 4'):
+        MAViT('t', depths=[1, 1, 1, 1])(torch.randn(1, 4, 64, 64))
+
+
+def test_unknown_arch():
+    with pytest.raises(ValueError, match="unknown MAViT arch 'huge'"):
+        MAViT('huge')
+
+
+def test_head_dim_must_be_divisible_by_4():
+    with pytest.raises(ValueError, match='head dim 18'):
+        MAViT('t', embed_dims=[36, 128, 256, 512], num_heads=[2, 2, 4, 8])
+
+
+def test_embed_dims_divisible_by_num_heads():
+    with pytest.raises(ValueError, match='embed_dims 64 is not divisible by num_heads 3'):
+        MAViT('t', num_heads=[3, 2, 4, 8])
+
+
+@pytest.mark.parametrize('name,value', [
+    ('embed_dims', [64, 128, 256]),
+    ('num_heads', [1, 2, 4]),
+    ('mlp_ratios', [3.5, 3.5]),
+    ('layer_init_values', [1, 1, 1, 1, 1]),
+    ('layerscales', [True]),
+    ('attn_types', ['mala', 'softmax']),
+])
+def test_list_arguments_of_wrong_length(name, value):
+    with pytest.raises(ValueError, match=f'{name} must have 4 entries'):
+        MAViT('t', **{name: value})
+
+
+def test_unknown_attention_type_and_mala_impl():
+    # The message names the stage and lists the choices.
+    with pytest.raises(ValueError, match="attn_types\\[1\\] must be one of .*'inline'.*"
+                                         "got 'flash'"):
+        MAViT('t', attn_types=['mala', 'flash', 'softmax', 'softmax'])
+    with pytest.raises(ValueError, match="kernel_function must be one of .*'relu'.*got 'gelu'"):
+        MAViT('t', kernel_function='gelu')
+    with pytest.raises(ValueError, match='mala_impl'):
+        MAViT('t', mala_impl='cuda')
+
+
+# -- registries --------------------------------------------------------------------
+
+def test_registered_in_mmdet_and_mmseg():
+    """Registered once, in mmengine's root MODELS; mmdet's and mmseg's
+    registries (children of it) find it, and build it inside their scope."""
+    from mmengine.registry import DefaultScope
+    from mmdet.registry import MODELS as DET_MODELS
+    from mmseg.registry import MODELS as SEG_MODELS
+    assert mavit_mm.REGISTERED_IN == ['mmengine.registry']
+    assert 'MAViT' not in DET_MODELS.module_dict and 'MAViT' not in SEG_MODELS.module_dict
+    for scope, registry in (('mmdet', DET_MODELS), ('mmseg', SEG_MODELS)):
+        assert registry.get('MAViT') is MAViT
+        with DefaultScope.overwrite_default_scope(scope):
+            model = registry.build(dict(type='MAViT', arch='t', depths=[1, 1, 1, 1]))
+        assert isinstance(model, MAViT)
+
+
+def test_core_runs_without_mmcv_mmdet_mmseg():
+    """The model code needs torch and mmengine only."""
+    script = '''
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('mmcv', 'mmdet', 'mmseg', 'triton'):
+            raise ImportError('blocked: ' + name)
+sys.meta_path.insert(0, Block())
+import torch, mavit_mm
+assert mavit_mm.REGISTERED_IN == ['mmengine.registry'], mavit_mm.REGISTERED_IN
+assert not [m for m in sys.modules if m.split('.')[0] in ('mmdet', 'mmseg', 'mmcv')]
+out = mavit_mm.MAViT('t', depths=[1, 1, 1, 1])(torch.randn(1, 3, 64, 64))
+print([tuple(o.shape) for o in out])
+'''
+    result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert '(1, 512, 2, 2)' in result.stdout

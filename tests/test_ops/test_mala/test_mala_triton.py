@@ -1,0 +1,894 @@
+"""The fused Triton MALA against the PyTorch reference, and the dispatch.
+
+Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``
+from tests/conftest.py), which is slow: shapes stay tiny. The reference is
+``mala_naive`` in float64 on the same inputs.
+"""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip('triton')
+
+from mavit_mm import MAViT  # noqa: E402
+from mavit_mm.ops import mala as mala_ops  # noqa: E402
+from mavit_mm.ops.mala import function as mala_function  # noqa: E402
+from mavit_mm.ops.mala import launches as mala_launches  # noqa: E402
+from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
+from mavit_mm.ops.mala import triton_support  # noqa: E402
+from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
+from mavit_mm.ops.rope2d import RoPE2d, RotaryTables  # noqa: E402
+
+from helpers.paths import REPO_ROOT  # noqa: E402
+
+DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+HEIGHT, WIDTH = 5, 7          # odd N = 35, not a multiple of any block
+SMALL_BLOCKS = dict(block_n=16, tokens_per_chunk=16)   # 3 chunks, the last partial
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    expected = expected.double()
+    return ((actual.double() - expected).abs().max() / expected.abs().max()).item()
+
+
+def qkv_views(x: torch.Tensor, heads: int, head_dim: int):
+    """(B, heads, N, d) views of the q, k, v channel blocks of a (B, 3C, H, W)
+    map, split as GatedAttention splits its qkvo map (``split_heads``)."""
+    batch, _, height, width = x.shape
+    return [t.reshape(batch, heads, head_dim, height * width).transpose(-1, -2)
+            for t in x.chunk(3, dim=1)]
+
+
+def backbone_qkv(batch, heads, head_dim, dtype=torch.float32, qk_scale=1.0, v_scale=1.0,
+                 seed=0, layout='channels_last'):
+    """q, k, v as GatedAttention passes them. The backbone keeps channels_last
+    maps ('channels_last': (B, N, heads, d) memory, channel stride 1, token
+    stride 3C); 'nchw' gives the token-contiguous views of an NCHW map
+    ((B, heads, d, N) memory), which the op accepts as well."""
+    generator = torch.Generator().manual_seed(seed)
+    channels = heads * head_dim
+    x = torch.randn(batch, 3 * channels, HEIGHT, WIDTH, generator=generator, dtype=torch.float64)
+    x[:, :2 * channels] *= qk_scale
+    x[:, 2 * channels:] *= v_scale
+    memory_format = torch.channels_last if layout == 'channels_last' else torch.contiguous_format
+    x = x.to(device=DEVICE, dtype=dtype, memory_format=memory_format).requires_grad_()
+    return qkv_views(x, heads, head_dim)
+
+
+def token_major(t: torch.Tensor) -> bool:
+    """Whether a (B, heads, N, d) tensor is (B, N, heads, d) in memory."""
+    return t.transpose(1, 2).is_contiguous()
+
+
+def token_contiguous(t: torch.Tensor) -> bool:
+    """Whether a (B, heads, N, d) tensor is (B, heads, d, N) in memory."""
+    return t.transpose(-1, -2).is_contiguous()
+
+
+def reference(q, k, v, dout, rope: RotaryTables):
+    """Float64 output and grads of the PyTorch reference."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out = mala_naive(q64, k64, v64, *rope.tables(torch.float64, q64.device))
+    grads = torch.autograd.grad(out, (q64, k64, v64), dout.double())
+    return out, grads
+
+
+def fused_with_grads(q, k, v, dout, rope: RotaryTables, **plan):
+    out = mala_function.fused_mala(q, k, v, rope.angle_on(q.device), rope.width, **plan)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    return out, grads
+
+
+def random_like(t: torch.Tensor, scale: float = 1.0, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(t.shape, generator=generator, dtype=torch.float64) * scale).to(t)
+
+
+def check_against_reference(q, k, v, rope, tolerance, dout_scale=1.0, **plan):
+    dout = random_like(q, dout_scale)
+    out, grads = fused_with_grads(q, k, v, dout, rope, **plan)
+    expected_out, expected_grads = reference(q, k, v, dout, rope)
+    errors = {'out': relative_error(out, expected_out)}
+    errors.update({name: relative_error(g, e) for name, g, e in
+                   zip(('dq', 'dk', 'dv'), grads, expected_grads)})
+    assert max(errors.values()) <= tolerance, errors
+    return out, grads
+
+
+# --------------------------------------------------------------------------
+# Numerics
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize('head_dim,layout', [(16, 'channels_last'), (48, 'nchw'),
+                                             (64, 'channels_last'), (96, 'channels_last')])
+def test_fp32_matches_reference_on_backbone_layouts(head_dim, layout):
+    q, k, v = backbone_qkv(batch=2, heads=2, head_dim=head_dim, layout=layout)
+    rope = RoPE2d(head_dim)(HEIGHT, WIDTH)
+    out, grads = check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
+    # Results and gradients are dense in the inputs' order of dimensions, so
+    # the backbone's merge of the heads (and the conv's backward) copies nothing.
+    dense_in_input_order = token_major if layout == 'channels_last' else token_contiguous
+    assert dense_in_input_order(out) and all(dense_in_input_order(g) for g in grads)
+
+
+def test_fp32_matches_reference_on_contiguous_layout_with_default_plan():
+    generator = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 3, HEIGHT * WIDTH, 32, generator=generator)
+               .to(DEVICE).requires_grad_() for _ in range(3))
+    rope = RoPE2d(32)(HEIGHT, WIDTH)
+    out, _ = check_against_reference(q, k, v, rope, tolerance=1e-4)
+    assert out.is_contiguous()
+
+
+@pytest.mark.parametrize('head_dim', [48, 64])
+def test_fp16_matches_reference(head_dim):
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=head_dim, dtype=torch.float16)
+    rope = RoPE2d(head_dim)(HEIGHT, WIDTH)
+    check_against_reference(q, k, v, rope, tolerance=1e-2, **SMALL_BLOCKS)
+
+
+def test_bf16_matches_reference():
+    # Triton 3.9's interpreter handles bf16 (its fp32 -> bf16 cast truncates,
+    # hence the tolerance of a couple of bf16 ulps).
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=64, dtype=torch.bfloat16)
+    rope = RoPE2d(64)(HEIGHT, WIDTH)
+    check_against_reference(q, k, v, rope, tolerance=2e-2, **SMALL_BLOCKS)
+
+
+def test_fp16_large_activations_stay_finite():
+    # q, k ~ 1e3: z ~ 1e6 and KV ~ 1e3 overflow fp16 if kept in half. v and
+    # dout are small so that the exact results themselves fit in fp16.
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=64, dtype=torch.float16,
+                           qk_scale=1e3, v_scale=1e-2)
+    rope = RoPE2d(64)(HEIGHT, WIDTH)
+    dout = random_like(q, 1e-2)
+    expected_out, expected_grads = reference(q, k, v, dout, rope)
+    fp16_max = torch.finfo(torch.float16).max
+    assert all(t.abs().max() < fp16_max / 2 for t in (expected_out, *expected_grads))
+    out, grads = fused_with_grads(q, k, v, dout, rope, **SMALL_BLOCKS)
+    for name, t in zip(('out', 'dq', 'dk', 'dv'), (out, *grads)):
+        assert torch.isfinite(t).all(), name
+    assert relative_error(out, expected_out) <= 1e-2
+    assert max(relative_error(g, e) for g, e in zip(grads, expected_grads)) <= 1e-2
+
+
+# --------------------------------------------------------------------------
+# Dispatch
+# --------------------------------------------------------------------------
+@pytest.fixture
+def fresh_fallback_warnings(monkeypatch):
+    monkeypatch.setattr(mala_ops, '_warned_fallback_reasons', set())
+
+
+def plain_qkv(head_dim, dtype=torch.float32, device=DEVICE):
+    return [torch.randn(1, 2, HEIGHT * WIDTH, head_dim, dtype=dtype, device=device)
+            for _ in range(3)]
+
+
+def rope_for(head_dim):
+    # RoPE2d refuses head dims that are not multiples of 4: build the tables directly.
+    return RotaryTables(torch.ones(head_dim // 2), HEIGHT, WIDTH)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks the CPU fallback')
+def test_auto_on_cpu_uses_torch_path_silently(monkeypatch, fresh_fallback_warnings):
+    # On a CPU the PyTorch path is the best there is: no warning, even with the
+    # interpreter on ('auto' never runs the interpreter).
+    def no_triton(*args):
+        raise AssertionError("'auto' must not run the kernels on CPU")
+    monkeypatch.setattr(mala_ops, '_triton_mala', no_triton)
+    q, k, v = plain_qkv(32)
+    rope = RoPE2d(32)(HEIGHT, WIDTH)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        outs = [mala_attention(q, k, v, rope, impl='auto') for _ in range(3)]
+    assert not [w for w in caught if 'falls back' in str(w.message)]
+    expected = mala_attention(q, k, v, rope, impl='torch')
+    assert all(torch.equal(out, expected) for out in outs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_auto_on_cuda_falls_back_once_per_reason(fresh_fallback_warnings):
+    wide = plain_qkv(132)
+    double = plain_qkv(32, dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for _ in range(3):
+            mala_attention(*wide, rope_for(132), impl='auto')
+            mala_attention(*double, RoPE2d(32)(HEIGHT, WIDTH), impl='auto')
+    assert len([w for w in caught if 'falls back' in str(w.message)]) == 2
+
+
+def test_triton_rejects_head_dim_130():
+    q, k, v = plain_qkv(130)
+    with pytest.raises(ValueError, match='head dim 130'):
+        mala_attention(q, k, v, rope_for(130), impl='triton')
+
+
+def test_triton_rejects_float64():
+    q, k, v = plain_qkv(32, dtype=torch.float64)
+    with pytest.raises(ValueError, match='float64'):
+        mala_attention(q, k, v, RoPE2d(32)(HEIGHT, WIDTH), impl='triton')
+
+
+def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
+    monkeypatch.setattr(mala_ops, 'triton_interpreter_enabled', lambda: False)
+    q, k, v = plain_qkv(32, device='cpu')
+    with pytest.raises(RuntimeError, match='CUDA'):
+        mala_attention(q, k, v, RoPE2d(32)(HEIGHT, WIDTH), impl='triton')
+
+
+def test_unknown_impl_is_rejected():
+    q, k, v = plain_qkv(32)
+    with pytest.raises(ValueError, match='mala_impl'):
+        mala_attention(q, k, v, RoPE2d(32)(HEIGHT, WIDTH), impl='cuda')
+
+
+def test_triton_rejects_unpaired_rope_angles():
+    q, k, v = plain_qkv(32)
+    rope = RotaryTables(torch.arange(16, dtype=torch.float32), HEIGHT, WIDTH)
+    with pytest.raises(ValueError, match='repeat each frequency'):
+        mala_attention(q, k, v, rope, impl='triton')
+
+
+def test_import_and_fallback_without_triton():
+    script = (
+        "import sys, warnings\n"
+        "sys.modules['triton'] = None\n"          # makes `import triton` fail
+        "import torch, mavit_mm\n"
+        "from mavit_mm.ops.mala import mala_attention\n"
+        "from mavit_mm.ops.rope2d import RoPE2d\n"
+        "assert not any(m.startswith('triton') for m in sys.modules if sys.modules[m])\n"
+        "q = k = v = torch.randn(1, 1, 12, 16)\n"
+        "rope = RoPE2d(16)(3, 4)\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    mala_attention(q, k, v, rope, impl='auto')\n"
+        "try:\n"
+        "    mala_attention(q, k, v, rope, impl='triton')\n"
+        "except RuntimeError as exc:\n"
+        "    assert 'triton is not available' in str(exc) or 'CUDA' in str(exc), exc\n"
+        "else:\n"
+        "    raise SystemExit('no error without triton')\n"
+    )
+    result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------
+# The backbone
+# --------------------------------------------------------------------------
+def test_mavit_with_triton_mala_matches_published_outputs(parity_data, monkeypatch):
+    calls = []
+    fused = mala_function.fused_mala
+
+    def counting_fused(*args, **kwargs):
+        calls.append(args[0].shape)
+        return fused(*args, **kwargs)
+    monkeypatch.setattr(mala_function, 'fused_mala', counting_fused)
+    # On a GPU, keep the model's convolutions in exact fp32 as well.
+    monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', False)
+
+    model = MAViT(**parity_data['config'], mala_impl='triton')
+    model.load_state_dict({key: value.float() for key, value in parity_data['state_dict'].items()})
+    model.to(DEVICE).eval()
+    with torch.no_grad():
+        outputs = model(parity_data['input'].float().to(DEVICE))
+    assert calls, 'the Triton path was not used'
+    for index, (output, expected) in enumerate(zip(outputs, parity_data['outputs'])):
+        assert relative_error(output.cpu(), expected) <= 1e-4, f'stage {index}'
+
+
+# --------------------------------------------------------------------------
+# The default plans that real feature maps get (several chunks, several tiles
+# per program), as a GPU would choose them: the SM count is what decides.
+# --------------------------------------------------------------------------
+def feature_map_qkv(batch, heads, head_dim, height, width, layout, dtype, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    channels = heads * head_dim
+    if layout == 'backbone':   # channels_last map, as GatedAttention passes it
+        x = torch.randn(batch, 3 * channels, height, width, generator=generator,
+                        dtype=torch.float64).to(device=DEVICE, dtype=dtype,
+                                                memory_format=torch.channels_last)
+        return qkv_views(x.requires_grad_(), heads, head_dim)
+    return [torch.randn(batch, heads, height * width, head_dim, generator=generator,
+                        dtype=torch.float64).to(device=DEVICE, dtype=dtype).requires_grad_()
+            for _ in range(3)]
+
+
+FP32, BF16 = (torch.float32, 1e-4), (torch.bfloat16, 2e-2)
+
+
+# Each map size, dtype and layout twice; the interpreter needs ~40 s a case.
+@pytest.mark.parametrize('height,width,head_dim,dtype,tolerance,layout', [
+    (64, 64, 32, *FP32, 'backbone'), (64, 64, 32, *BF16, 'contiguous'),
+    (48, 80, 64, *FP32, 'contiguous'), (48, 80, 64, *BF16, 'backbone')])
+def test_default_plan_with_chunks_and_token_loops_matches_reference(
+        monkeypatch, height, width, head_dim, dtype, tolerance, layout):
+    # 8 SMs: the default plan splits N into several chunks and has each output /
+    # key program loop over several tiles, the paths full-size maps take on a GPU.
+    if DEVICE.type == 'cpu':
+        monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 8)
+    q, k, v = feature_map_qkv(1, 3, head_dim, height, width, layout, dtype)
+    plan = mala_plan.make_launch_plan(height * width, 3, head_dim, dtype, DEVICE)
+    if DEVICE.type == 'cpu':
+        assert plan.num_chunks > 1
+        assert plan.output_tokens_per_program > plan.output.block_n
+        assert plan.key_tokens_per_program > plan.key.block_n
+    rope = RoPE2d(head_dim)(height, width)
+    check_against_reference(q, k, v, rope, tolerance)
+
+
+@pytest.mark.parametrize('sm_count,batch_heads,num_tokens,expected_programs', [
+    (132, 16, 65536, 528),   # two whole waves of 264 programs, not 17 x 16 in three
+    (132, 1, 65536, 128),    # B*heads = 1: 512-token chunks, one program per SM
+    (132, 3, 64 * 64, 24),   # small maps: at least 512 tokens per chunk
+])
+def test_split_n_grid_fills_whole_waves(monkeypatch, sm_count, batch_heads, num_tokens,
+                                        expected_programs):
+    monkeypatch.setattr(mala_plan, '_sm_count', lambda device: sm_count)
+    plan = mala_plan.make_launch_plan(num_tokens, batch_heads, 64, torch.bfloat16, DEVICE)
+    assert plan.num_chunks * batch_heads == expected_programs
+    slots = mala_plan.RESIDENT_PROGRAMS_PER_SM * sm_count
+    programs = plan.num_chunks * batch_heads
+    assert programs <= slots or programs % slots == 0
+    assert plan.tokens_per_chunk >= mala_plan.MIN_TOKENS_PER_CHUNK
+
+
+# --------------------------------------------------------------------------
+# The PyTorch operator: mavit_mm::mala, torch.compile, no host syncs
+# --------------------------------------------------------------------------
+def test_custom_op_passes_opcheck():
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    angle = RoPE2d(32).angle.to(DEVICE)
+    args = (q, k, v, angle, WIDTH, 16, 16, 0)
+    torch.library.opcheck(torch.ops.mavit_mm.mala.default, args)
+    out, stats = torch.ops.mavit_mm.mala(*args)
+    dout = random_like(out)
+    # No double backward: the backward op is checked on inputs without grad.
+    backward_args = (dout, q.detach(), k.detach(), v.detach(), angle, stats.detach(), WIDTH,
+                     16, 16, 0)
+    torch.library.opcheck(torch.ops.mavit_mm.mala_backward.default, backward_args)
+
+
+def _model_error(model, image, expected_out, expected_grad):
+    image = image.clone().requires_grad_()
+    outputs = model(image)
+    loss = sum((out * torch.linspace(-1, 1, out.numel(), device=out.device, dtype=out.dtype)
+                .view_as(out)).sum() for out in outputs)
+    (grad,) = torch.autograd.grad(loss, image)
+    out_error = max(relative_error(out, ref) for out, ref in zip(outputs, expected_out))
+    return out_error, relative_error(grad, expected_grad)
+
+
+# The Triton path goes through AOT autograd (the op's fake and autograd
+# registrations). The PyTorch path is traced by dynamo the same way (fullgraph:
+# no graph break) and run eagerly: under aot_eager (torch 2.13, CPU) its
+# backward fails with "view size is not compatible", a reshape of a q/k/v
+# gradient traced as a view whose real strides differ from the fake ones.
+@pytest.mark.parametrize('impl,backend', [('triton', 'aot_eager'), ('torch', 'eager')])
+def test_torch_compile_fullgraph_matches_eager_accuracy(impl, backend):
+    torch.manual_seed(0)
+    model = MAViT(arch='tiny', mala_impl=impl).to(DEVICE).eval()
+    image = torch.randn(1, 3, 64, 96, device=DEVICE)
+    # The float64 eager reference (the PyTorch path: the kernels have no fp64).
+    reference_model = MAViT(arch='tiny', mala_impl='torch').to(DEVICE).double().eval()
+    reference_model.load_state_dict(model.state_dict())
+    image64 = image.double().requires_grad_()
+    outputs64 = reference_model(image64)
+    loss64 = sum((out * torch.linspace(-1, 1, out.numel(), dtype=torch.float64,
+                                       device=DEVICE).view_as(out)).sum() for out in outputs64)
+    (grad64,) = torch.autograd.grad(loss64, image64)
+
+    eager = _model_error(model, image, outputs64, grad64)
+    torch._dynamo.reset()
+    compiled_model = torch.compile(model, fullgraph=True, backend=backend)
+    compiled = _model_error(compiled_model, image, outputs64, grad64)
+    # As close to float64 as eager fp32 is (fp32 round-off, not a different result).
+    for name, eager_error, compiled_error in zip(('out', 'grad'), eager, compiled):
+        assert compiled_error <= max(2 * eager_error, 1e-5), (name, eager, compiled)
+
+
+def test_forward_does_not_look_at_the_angle_values(monkeypatch):
+    # The paired-angle check happens when RoPE2d is built or loaded: a forward
+    # that compared the buffer would sync with the GPU (and break CUDA graphs).
+    rope_module = RoPE2d(32).to(DEVICE)
+    rope = rope_module(HEIGHT, WIDTH)
+    q, k, v = plain_qkv(32)
+
+    def no_equal(*args, **kwargs):
+        raise AssertionError('torch.equal in the forward')
+    monkeypatch.setattr(torch, 'equal', no_equal)
+    mala_attention(q, k, v, rope, impl='triton')
+
+
+def test_loading_unpaired_angles_is_caught_at_load_time():
+    rope_module = RoPE2d(32)
+    rope_module.load_state_dict({'angle': torch.arange(16, dtype=torch.float32)})
+    assert not rope_module.angles_paired
+    q, k, v = plain_qkv(32)
+    with pytest.raises(ValueError, match='repeat each frequency'):
+        mala_attention(q, k, v, rope_module(HEIGHT, WIDTH), impl='triton')
+    rope_module.load_state_dict(RoPE2d(32).state_dict())
+    assert rope_module.angles_paired
+    mala_attention(q, k, v, rope_module.to(DEVICE)(HEIGHT, WIDTH), impl='triton')
+
+
+# --------------------------------------------------------------------------
+# Resource and version safety
+# --------------------------------------------------------------------------
+def out_of_resources():
+    return triton_support.OutOfResources(300000, 232448, 'shared memory')
+
+
+def test_out_of_resources_falls_back_under_auto(monkeypatch, fresh_fallback_warnings):
+    def too_big(*args, **kwargs):
+        raise out_of_resources()
+    monkeypatch.setattr(mala_function, 'mala_forward', too_big)
+    q, k, v = plain_qkv(32)
+    rope = RoPE2d(32)(HEIGHT, WIDTH)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        out = mala_ops._triton_or_fallback(q, k, v, rope, 'auto')
+        mala_ops._triton_or_fallback(q, k, v, rope, 'auto')
+    messages = [str(w.message) for w in caught if 'falls back' in str(w.message)]
+    assert len(messages) == 1 and 'do not fit' in messages[0] and 'shared memory' in messages[0]
+    assert torch.equal(out, mala_attention(q, k, v, rope, impl='torch'))
+    with pytest.raises(RuntimeError, match="mala_impl='triton'.*do not fit"):
+        mala_attention(q, k, v, rope, impl='triton')
+
+
+def test_head_offsets_past_int32_are_refused():
+    q = torch.empty_strided((1, 1, 65536, 64), (0, 0, 1, 2 ** 26), device='meta')
+    reason = mala_ops._int32_offset_overflow(q, q, q)
+    assert reason is not None and 'int32' in reason
+    small = torch.empty_strided((1, 1, 65536, 64), (0, 0, 1, 65536), device='meta')
+    assert mala_ops._int32_offset_overflow(small, small, small) is None
+
+
+def test_unsupported_triton_version_is_refused_with_its_reason():
+    script = (
+        "import triton\n"
+        "triton.__version__ = '3.11.0'\n"
+        "import torch\n"
+        "from mavit_mm.ops.mala import mala_attention\n"
+        "from mavit_mm.ops.rope2d import RoPE2d\n"
+        "q = k = v = torch.randn(1, 1, 12, 16)\n"
+        "try:\n"
+        "    mala_attention(q, k, v, RoPE2d(16)(3, 4), impl='triton')\n"
+        "except RuntimeError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, 'TRITON_INTERPRET': '1'})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'triton 3.11.0 is outside the versions' in result.stdout
+
+
+@pytest.mark.parametrize('registers,shared_kib,num_warps,expected', [
+    (124, 40, 8, 2),    # d = 64 partials on sm_90: registers allow 2 (128 x 256 = 32K each)
+    (255, 40, 8, 1),    # d = 96 / query kernel: 256 x 256 fills the 64K registers
+    (32, 100, 4, 2),    # shared memory binds: 2 x (100 + 1 reserved) KiB of 228
+    (32, 0, 4, 16),     # tiny blocks: threads (2048 / 128) and the block limit
+    (255, 0, 16, 1),    # never below 1
+])
+def test_resident_blocks_follow_the_tightest_sm_limit(registers, shared_kib, num_warps,
+                                                      expected):
+    resources = mala_plan.KernelResources(registers, shared_kib * 1024, num_warps)
+    assert mala_plan.resident_blocks(resources) == expected
+
+
+def test_resident_blocks_shape_the_split_grid(monkeypatch):
+    # 132 SMs, B*heads = 16, N = 65536: whole waves whatever the SM holds.
+    monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 132)
+    chunks = {}
+    for resident in (1, 2, 3):
+        plan = mala_plan.make_launch_plan(65536, 16, 64, torch.bfloat16, DEVICE,
+                                              resident_per_sm=resident)
+        slots = resident * 132
+        programs = plan.num_chunks * 16
+        assert programs <= slots or programs % slots == 0, (resident, programs)
+        chunks[resident] = plan.num_chunks
+    assert len(set(chunks.values())) > 1, chunks   # the count does change the grid
+
+
+def _launch_signature(launches, name):
+    """What Triton specialises a launch on: grid, dtypes, alignment, ints, for
+    the arguments as compiled_resources hands them to the compiler."""
+    grid, args = launches.arguments(name)
+    return grid, [mala_plan._specialisation(mala_plan._for_compiling(arg))
+                  for arg in args]
+
+
+@pytest.mark.parametrize('layout', ['backbone', 'contiguous'])
+def test_stand_in_buffers_compile_what_the_launch_runs(layout):
+    # compiled_resources compiles the kernels with stand-in buffers (no GPU
+    # memory): every argument must specialise as the real launch's does, or the
+    # GPU would compile and measure a different binary.
+    q, k, v = feature_map_qkv(2, 3, 32, 8, 12, layout, torch.bfloat16)
+    angle = RoPE2d(32).angle.to(DEVICE)
+    plan = mala_plan.make_launch_plan(96, 6, 32, torch.bfloat16, DEVICE, block_n=16,
+                                          tokens_per_chunk=32)
+    real = mala_launches.ForwardLaunches(q, k, v, angle, 12, plan)
+    stand_in = mala_launches.ForwardLaunches(q, k, v, angle, 12, plan, allocate=False)
+    for name in real.KERNELS:
+        assert _launch_signature(stand_in, name) == _launch_signature(real, name), name
+    assert all(buffer.is_meta for buffer in (stand_in.out, stand_in.workspace,
+                                             stand_in.stats))   # nothing allocated
+    out, stats = real.run()
+    dout = random_like(out)
+    real_back = mala_launches.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan)
+    stand_in_back = mala_launches.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan,
+                                                   allocate=False)
+    for name in real_back.KERNELS:
+        assert _launch_signature(stand_in_back, name) == _launch_signature(real_back, name), name
+    with pytest.raises(KeyError, match="'query' is not a forward kernel"):
+        real.arguments('query')
+
+
+def test_no_resource_check_off_cuda():
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
+    assert mala_plan.resource_shortfall(q, k, v, WIDTH, backward=True) is None
+
+
+@pytest.mark.skipif(DEVICE.type == 'cuda', reason='compiles for sm_90 ahead of time on a CPU')
+def test_default_resident_count_is_the_sm90_compile(tmp_path):
+    # RESIDENT_PROGRAMS_PER_SM (the plan where no compiled kernel can be asked)
+    # must be what resident_blocks gives for the sm_90 compile of the d = 64
+    # split-N forward kernel.
+    env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
+    env['TRITON_CACHE_DIR'] = str(tmp_path / 'triton-cache')
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'bench_mala.py'), '--compile-report',
+         '90', '--dtypes', 'bf16', '--head-dims', '64'],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if '_forward_partials_kernel' in line)
+    assert 'FAILED' not in line, line
+    assert f"'resident_per_sm': {mala_plan.RESIDENT_PROGRAMS_PER_SM}," in line, line
+
+
+def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
+    # The GPU path without a GPU: warmup must get the launch's own grid,
+    # arguments and meta-parameters; the loaded kernel's registers, shared
+    # memory and warps are read once per specialisation; internals a Triton
+    # release lacks give None (plan defaults) rather than a failed forward.
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
+    angle = RoPE2d(32).angle.to(DEVICE)
+    plan = mala_plan.make_launch_plan(HEIGHT * WIDTH, 2, 32, q.dtype, DEVICE)
+    launches = mala_launches.ForwardLaunches(q, k, v, angle, WIDTH, plan, allocate=False)
+    calls = []
+
+    class Loaded:
+        n_regs = 124
+        metadata = type('Metadata', (), dict(shared=40960, num_warps=8))
+
+        def _init_handles(self):
+            calls.append('load')
+
+    class Kernel:
+        def warmup(self, *args, grid, **meta):
+            calls.append((grid, args, meta))
+            return Loaded()
+
+    kernel, meta = launches.table['partials']
+    launches.table = dict(launches.table, partials=(Kernel(), meta))
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 0)
+    monkeypatch.setattr(mala_plan, '_compiled_resources', {})
+    resources = mala_plan.compiled_resources(launches, 'partials')
+    assert resources == mala_plan.KernelResources(124, 40960, 8)
+    assert mala_plan.resident_blocks(resources) == 2
+    grid, args = launches.arguments('partials')
+    assert calls[1:] == ['load'] and calls[0][0] == grid and calls[0][2] == meta
+    assert [mala_plan._specialisation(arg) for arg in calls[0][1]] == [
+        mala_plan._specialisation(mala_plan._for_compiling(arg)) for arg in args]
+    assert not any(isinstance(arg, torch.Tensor) and arg.is_meta for arg in calls[0][1])
+    assert all((given is arg) if isinstance(arg, torch.Tensor) else given == arg
+               for given, arg in zip(calls[0][1], args)   # the rest untouched
+               if not (isinstance(arg, torch.Tensor) and arg.is_meta))
+    mala_plan.compiled_resources(launches, 'partials')
+    assert len(calls) == 2    # cached
+    del Loaded.n_regs         # a release without it
+    monkeypatch.setattr(mala_plan, '_compiled_resources', {})
+    assert mala_plan.compiled_resources(launches, 'partials') is None
+
+
+# --------------------------------------------------------------------------
+# The host path: plans made once per case, the cache bounded
+# --------------------------------------------------------------------------
+@pytest.fixture
+def counted_plans(monkeypatch):
+    """A fresh plan cache, and the plans made (make_launch_plan calls) since."""
+    monkeypatch.setattr(mala_plan, '_plans',
+                        mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
+    made = []
+    make = mala_plan.make_launch_plan
+
+    def counting(*args, **kwargs):
+        made.append(args[:4])
+        return make(*args, **kwargs)
+    monkeypatch.setattr(mala_plan, 'make_launch_plan', counting)
+    return made
+
+
+def plan_of(q, k=None, v=None, angle=None, width=WIDTH, **overrides):
+    angle = RoPE2d(q.shape[-1]).angle.to(q.device) if angle is None else angle
+    return mala_plan.plan_for(q, q if k is None else k, q if v is None else v, angle, width,
+                                  **overrides)
+
+
+def test_a_layer_plans_once_and_stays_exact(counted_plans):
+    # New tensors (new addresses, new values) of the same case: the forward and
+    # backward plans are made on the first call only, and results stay exact.
+    rope = RoPE2d(32)(HEIGHT, WIDTH)
+    made = []
+    for seed in range(3):
+        q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32, seed=seed)
+        check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
+        made.append(len(counted_plans))
+    assert made[0] >= 2 and made == [made[0]] * 3, made   # forward + backward, once
+    if DEVICE.type == 'cpu':
+        assert made[0] == 2
+    assert len(mala_plan._plans) == 2
+
+
+def test_another_case_makes_another_plan(monkeypatch, counted_plans):
+    q = torch.randn(1, 2, HEIGHT * WIDTH, 32, device=DEVICE)
+    first = plan_of(q)
+    made = len(counted_plans)
+    assert plan_of(torch.randn_like(q)) is first and len(counted_plans) == made
+    misaligned = torch.randn(q.numel() + 1, device=DEVICE)[1:].view(q.shape)
+    assert misaligned.data_ptr() % 16 != 0
+    stats = torch.empty(2, 32 + 3, 32, device=DEVICE)
+    cases = {
+        'strides': lambda: plan_of(q.transpose(-1, -2).contiguous().transpose(-1, -2)),
+        'k strides': lambda: plan_of(q, k=q.transpose(1, 2).contiguous().transpose(1, 2)),
+        'shape': lambda: plan_of(torch.randn(2, 2, HEIGHT * WIDTH, 32, device=DEVICE)),
+        'tokens': lambda: plan_of(torch.randn(1, 2, 48, 32, device=DEVICE)),
+        'dtype': lambda: plan_of(q.half()),
+        'alignment': lambda: plan_of(misaligned),
+        'width': lambda: plan_of(q, width=5),
+        'overrides': lambda: plan_of(q, block_n=16),
+        'backward': lambda: plan_of(q, dout=q, stats=stats),
+    }
+    for name, plan in cases.items():
+        made = len(counted_plans)
+        plan()
+        assert len(counted_plans) > made, name        # a new case: planned
+        made = len(counted_plans)
+        plan()
+        assert len(counted_plans) == made, name       # and then cached
+    assert plan_of(q, block_n=16).output.block_n == 16
+    assert plan_of(q.half()).dot_precision == 'tf32' and first.dot_precision == 'ieee'
+    # What the plan is computed from (the SM count) is part of the case too.
+    monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 8)
+    made = len(counted_plans)
+    plan_of(q)
+    assert len(counted_plans) > made
+
+
+def test_a_failed_plan_is_not_cached(counted_plans):
+    q = torch.randn(1, 2, HEIGHT * WIDTH, 32, device=DEVICE)
+    for _ in range(2):
+        with pytest.raises(ValueError, match='block_n'):
+            plan_of(q, block_n=24)
+    assert len(counted_plans) == 2 and len(mala_plan._plans) == 0
+
+
+def test_plan_cache_is_bounded_and_drops_the_least_recent(monkeypatch, counted_plans):
+    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(3))
+    qs = [torch.randn(1, 2, num_tokens, 32, device=DEVICE) for num_tokens in (16, 32, 48, 64)]
+    for q in qs[:3]:
+        plan_of(q)
+    plan_of(qs[0])                 # now the most recently used
+    plan_of(qs[3])                 # a fourth case: qs[1] goes
+    assert len(mala_plan._plans) == 3
+    made = len(counted_plans)
+    for q in (qs[0], qs[2], qs[3]):
+        plan_of(q)
+    assert len(counted_plans) == made
+    plan_of(qs[1])
+    assert len(counted_plans) > made
+    # The default bound holds too.
+    size = mala_plan.PLAN_CACHE_SIZE
+    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(size))
+    for num_tokens in range(1, size + 21):
+        plan_of(torch.empty(1, 1, num_tokens, 32, device=DEVICE))
+    assert len(mala_plan._plans) == size
+    assert isinstance(mala_plan._shortfalls, mala_plan._LRUCache)
+    assert mala_plan._shortfalls.maxsize == size
+
+
+def test_shortfall_verdicts_are_cached_and_bounded(monkeypatch):
+    # The GPU's verdict without a GPU: the kernels "compiled" are counted.
+    compiled = []
+    monkeypatch.setattr(mala_plan, 'compiled_resources',
+                        lambda launches, name: compiled.append(name))
+    monkeypatch.setattr(mala_plan, '_shortfalls', mala_plan._LRUCache(2))
+    qs = [torch.randn(1, 2, num_tokens, 32) for num_tokens in (16, 32, 48)]
+    for q in qs + [qs[2], qs[1]]:
+        assert mala_plan._compiled_shortfall(q, q, q, 4, backward=False) is None
+    per_case = len(mala_launches.ForwardLaunches.KERNELS)
+    assert len(compiled) == 3 * per_case and len(mala_plan._shortfalls) == 2
+    mala_plan._compiled_shortfall(qs[0], qs[0], qs[0], 4, backward=False)
+    assert len(compiled) == 4 * per_case                  # dropped as the least recent, redone
+
+
+@pytest.mark.parametrize('shape', [(2, 3, 5, 4), (1, 2, 5, 4), (2, 1, 1, 4), (2, 3, 0, 4)])
+def test_output_layouts_follow_the_input_stride_order(shape):
+    # The cached dense strides are what permuting a buffer laid out in the
+    # inputs' stride order gives (the rule before the cache), for every order.
+    import itertools
+    for order in itertools.permutations(range(4)):
+        x = torch.empty([shape[dim] for dim in order]).permute([order.index(d) for d in range(4)])
+        expected_order = sorted(range(4), key=lambda dim: (-x.stride(dim), dim))
+        expected = x.new_empty([x.shape[dim] for dim in expected_order]).permute(
+            [expected_order.index(dim) for dim in range(4)])
+        out = mala_launches._empty_like_layout(x)
+        assert (out.shape, out.stride()) == (expected.shape, expected.stride()), order
+
+
+def test_dynamic_shapes_compile_the_op_with_symbolic_layouts(monkeypatch):
+    # Under torch.compile(dynamic=True) the fake op sees symbolic sizes, which
+    # the layout cache cannot hash: the rule is applied uncached, and the
+    # compiled graph gives the eager results and layouts for two token counts.
+    symbolic = []
+    memory_order = mala_launches._memory_order
+
+    def recording(strides):
+        symbolic.append(any(isinstance(s, torch.SymInt) for s in strides))
+        return memory_order(strides)
+    monkeypatch.setattr(mala_launches, '_memory_order', recording)
+    angle = RoPE2d(32).angle.to(DEVICE)
+
+    def mala(x):
+        q, k, v = x.unbind(0)
+        return mala_function.fused_mala(q, k, v, angle, WIDTH, **SMALL_BLOCKS) * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(mala, dynamic=True, fullgraph=True, backend='aot_eager')
+    for height in (HEIGHT, HEIGHT + 1):
+        # (3, B, heads, N, d): q, k, v channel-contiguous, as the backbone's
+        x = torch.randn(3, 1, height * WIDTH, 2, 32, device=DEVICE).transpose(2, 3)
+        out, expected = compiled(x), mala(x)
+        assert out.stride() == expected.stride() and torch.allclose(out, expected)
+    assert any(symbolic)
+
+
+def test_host_overhead_benchmark_runs_the_whole_path_with_stub_launches(tmp_path):
+    # The host-time benchmark (interpreter off, launches stubbed) checks the
+    # launches a call makes: 3 for a forward, 5 for forward + backward.
+    env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
+    output = tmp_path / 'host.json'
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'mala_host_overhead.py'), '--calls', '2',
+         '--rounds', '1', '--warmup', '1', '--image', '64', '64', '--output', str(output)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    import json
+    report = json.loads(output.read_text())
+    assert set(report['results']) == {'forward', 'train', 'plan'}
+    assert all(stage['median_us'] > 0 for mode in report['results'].values()
+               for stage in mode['stages'])
+
+
+# --------------------------------------------------------------------------
+# The combine kernel: chunks summed a block at a time (tl.sum over the block)
+# --------------------------------------------------------------------------
+# name: (height, width, head_dim, tokens per chunk, combine tile or None for the
+# default). With the default narrow tile (2 rows, 4 warps) and d = 32, a block
+# is 128 chunks for the means and 64 for the KV rows.
+COMBINE_CASES = {
+    # 225 chunks of one token: 2 mean blocks (128 + 97), 4 KV blocks (64 x 3 + 33).
+    'many chunks': (15, 15, 32, 1, None),
+    'one chunk': (HEIGHT, WIDTH, 16, 64, None),
+    # odd N = 35 in 18 chunks, the last of 1 token; tiny tiles: 2 rows x 64
+    # channels (d = 48 padded), 1 warp: mean blocks of 16 (16 + 2), KV blocks of
+    # 8 (8 + 8 + 2), 24 programs per head.
+    'odd N, tiny tiles': (HEIGHT, WIDTH, 48, 2, (2, 1, 1)),
+    # 12 chunks, a KV block of 1 chunk and 32 rows: the second row block is half past d.
+    'rows past d': (HEIGHT, WIDTH, 48, 3, (32, 1, 1)),
+}
+COMBINE_BLOCKS = {'many chunks': (225, 128, 64), 'one chunk': (1, 1, 1),
+                  'odd N, tiny tiles': (18, 16, 8), 'rows past d': (12, 16, 1)}
+
+
+def combine_case_plan(name):
+    height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
+    return mala_plan.make_launch_plan(
+        height * width, 1, head_dim, torch.float32, DEVICE, block_n=16,
+        tokens_per_chunk=tokens_per_chunk, tiles=None if tile is None else {'combine': tile})
+
+
+@pytest.fixture
+def combine_tile(monkeypatch):
+    """Sets the default combine tile of the case's head width (fused_mala takes
+    no tile overrides), with a fresh plan cache so no other test sees it."""
+    monkeypatch.setattr(mala_plan, '_plans',
+                        mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
+
+    def use(head_dim, tile):
+        if tile is not None:
+            family = mala_plan.tile_family(head_dim)
+            tiles = {name: dict(table) for name, table in mala_plan.KERNEL_TILES.items()}
+            tiles[family]['combine'] = tile
+            monkeypatch.setattr(mala_plan, 'KERNEL_TILES', tiles)
+    return use
+
+
+@pytest.mark.parametrize('name', list(COMBINE_CASES))
+def test_combine_chunk_blocks_cover_the_cases(name):
+    plan = combine_case_plan(name)
+    meta = mala_launches.launch_table(plan)['combine'][1]
+    num_chunks, mean_chunks, kv_chunks = COMBINE_BLOCKS[name]
+    assert (plan.num_chunks, meta['MEAN_CHUNKS'], meta['KV_CHUNKS']) == COMBINE_BLOCKS[name]
+    assert mala_launches.combine_chunk_blocks(plan) == (mean_chunks, kv_chunks)
+    budget = mala_launches.COMBINE_VALUES_PER_THREAD * plan.combine.num_warps * 32
+    for chunks, values in ((mean_chunks, plan.block_d),
+                           (kv_chunks, plan.combine.block_n * plan.block_d)):
+        assert chunks & (chunks - 1) == 0                     # a power of two
+        assert chunks == 1 or chunks * values <= budget        # the register budget
+        assert chunks < 2 * num_chunks                         # no block of mostly padding
+
+
+def test_combine_chunk_blocks_of_the_default_tiles():
+    # One batch x head over 256 chunks: 8 KV rounds for d = 64
+    # (32 chunks a block, 32 programs of 2 rows), 32 for d = 96 (8 a block, 24
+    # programs of 4 rows).
+    for head_dim, blocks, programs in ((64, (64, 32), 32), (96, (32, 8), 24)):
+        plan = mala_plan.make_launch_plan(256 * 512, 1, head_dim, torch.bfloat16, DEVICE,
+                                              tokens_per_chunk=512)
+        assert plan.num_chunks == 256
+        assert mala_launches.combine_chunk_blocks(plan) == blocks
+        assert -(-head_dim // plan.combine.block_n) == programs
+
+
+def reference_stats(k, v, rope):
+    """The forward's saved stats in float64, (B*heads, d + 3, d): the centred
+    KVc = (s/N) kr^T (v - vm), then mean ka, mean kr, mean v."""
+    k64, v64 = k.detach().double(), v.detach().double()
+    num_tokens, head_dim = k.shape[-2:]
+    ka = torch.nn.functional.elu(k64) + 1
+    kr = rope.rotate(ka.contiguous())
+    vm = v64.mean(-2, keepdim=True)
+    kv = (head_dim ** -0.5 / num_tokens) * kr.transpose(-1, -2) @ (v64 - vm)
+    means = torch.stack([ka.mean(-2), kr.mean(-2), vm.squeeze(-2)], dim=-2)
+    return torch.cat([kv, means], dim=-2).flatten(0, 1)
+
+
+@pytest.mark.parametrize('name', list(COMBINE_CASES))
+def test_combine_stats_match_float64(name):
+    # The stats the combine kernel writes, each part against float64 (errors
+    # ~1e-7 here). v has a mean 50x its spread and k one of 3: uncentred, the
+    # sums are 100-240x KVc and their fp32 rounding alone would be ~1e-5 of it,
+    # so the centring must survive the blocked sums.
+    height, width, head_dim, _, _ = COMBINE_CASES[name]
+    plan = combine_case_plan(name)
+    q, k, v = (t.detach() for t in feature_map_qkv(1, 1, head_dim, height, width, 'backbone',
+                                                     torch.float32, seed=4))
+    k, v = k + 3.0, v + 50.0
+    rope = RoPE2d(head_dim)(height, width)
+    _, stats = mala_launches.ForwardLaunches(q, k, v, rope.angle_on(DEVICE), width, plan).run()
+    expected = reference_stats(k, v, rope)
+    for part, rows in (('KVc', slice(0, head_dim)), ('km', head_dim), ('krm', head_dim + 1),
+                       ('vm', head_dim + 2)):
+        assert relative_error(stats[:, rows], expected[:, rows]) <= 2e-6, part
+
+
+@pytest.mark.parametrize('name', list(COMBINE_CASES))
+def test_combine_blocks_give_reference_outputs_and_grads(name, combine_tile):
+    height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
+    combine_tile(head_dim, tile)
+    plan = mala_plan.make_launch_plan(height * width, 1, head_dim, torch.float32, DEVICE,
+                                          block_n=16, tokens_per_chunk=tokens_per_chunk)
+    assert (plan.num_chunks, *mala_launches.combine_chunk_blocks(plan)) == COMBINE_BLOCKS[name]
+    # B * heads = 1, the case the blocked combine is for.
+    q, k, v = feature_map_qkv(1, 1, head_dim, height, width, 'backbone', torch.float32, seed=5)
+    rope = RoPE2d(head_dim)(height, width)
+    check_against_reference(q, k, v, rope, tolerance=1e-4, block_n=16,
+                            tokens_per_chunk=tokens_per_chunk)

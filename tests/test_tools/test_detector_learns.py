@@ -1,0 +1,76 @@
+"""Mask R-CNN + MAViT-T must leave the background-only plateau within a few
+dozen iterations.
+
+The bug this guards against: the backbone returned channels_last views, mmcv's
+RoIAlign read them as NCHW, and the R-CNN head got scrambled RoI features. The
+RPN still learned (it is all convs), so only the head's loss and accuracy show
+it: it sat at "background for everything" (acc 75 %, the background share of
+its RoI sample; loss_cls about 1) for 1200 iterations.
+
+One real run of tools/train.py on the demo-sized data (64 images of 160 px),
+with the demo config's own schedule, cut at ITERS iterations.
+"""
+import statistics
+
+import pytest
+
+from mavit_mm.tooling.config import load_config
+from mavit_mm.tooling.json_logs import run_dirs, training_records
+from helpers.paths import REPO_ROOT
+from helpers.tools import explain, retarget_data_root, run_tool
+
+pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for Mask R-CNN')
+pytest.importorskip('mmdet.models')
+
+CONFIG = 'configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py'
+ITERS = 40
+LAST = 10  # the iterations whose mean is judged
+# Predicting the class prior (75 % background, 4 x 6.25 % objects) costs
+# 0.909 nats of cross-entropy: the best a head that sees nothing can do.
+PRIOR_LOSS = 0.909
+BACKGROUND_ACC = 75.0
+
+
+@pytest.fixture(scope='module')
+def rcnn_records(tmp_path_factory):
+
+    from mavit_mm.data.synthetic import make_coco_dataset
+
+    root = tmp_path_factory.mktemp('learns')
+    data = make_coco_dataset(root / 'coco', num_train=64, num_val=16, image_size=(160, 160),
+                             max_objects=3, seed=0)
+    cfg = load_config(REPO_ROOT / CONFIG)
+    retarget_data_root(cfg, str(data['root']))
+    # The demo schedule as it is (warm-up included), stopped early; no validation.
+    cfg.train_cfg.max_iters = ITERS
+    cfg.train_cfg.val_interval = ITERS + 1
+    cfg.default_hooks.logger.interval = 1
+    cfg.default_hooks.checkpoint.interval = ITERS + 1
+    cfg.default_hooks.checkpoint.save_last = False
+    cfg.randomness = dict(seed=0)
+    config = root / 'mask_rcnn_learns.py'
+    cfg.dump(str(config))
+    work_dir = root / 'work'
+    result = run_tool('train.py', config, '--work-dir', work_dir, cwd=root, timeout=1800)
+    assert result.returncode == 0, explain(result)
+    records = [r for r in training_records(run_dirs(work_dir)[-1]) if 'loss_cls' in r]
+    assert len(records) == ITERS, f'expected {ITERS} training records, got {len(records)}'
+    return records
+
+
+def test_rcnn_head_leaves_the_background_plateau(rcnn_records):
+    last = rcnn_records[-LAST:]
+    loss_cls = statistics.mean(r['loss_cls'] for r in last)
+    acc = statistics.mean(r['acc'] for r in last)
+    trace = [(r.get('step', r.get('iter')), round(r['loss_cls'], 3), round(r['acc'], 1)) for r in rcnn_records]
+    # The logged values are 10-iteration running means. Measured with the fix:
+    # loss_cls 0.36-0.44 and acc 77-94 % (mean 83) over iterations 31-39; stalled runs
+    # sat at 1.0-1.3 (spiking to 5-15) and 71-78 % for hundreds of iterations.
+    assert loss_cls < 0.6 * PRIOR_LOSS, f'R-CNN loss_cls {loss_cls:.3f} over the last {LAST}: {trace}'
+    assert acc > BACKGROUND_ACC + 3, f'R-CNN acc {acc:.1f} over the last {LAST}: {trace}'
+
+
+def test_rpn_learns_too(rcnn_records):
+    first = statistics.mean(r['loss_rpn_cls'] for r in rcnn_records[:LAST])
+    last = statistics.mean(r['loss_rpn_cls'] for r in rcnn_records[-LAST:])
+    assert last < 0.5 * first, f'RPN loss_cls {first:.3f} -> {last:.3f}'

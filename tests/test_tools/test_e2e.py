@@ -1,0 +1,171 @@
+"""End to end, through the real tools: every pipeline (Mask R-CNN, RetinaNet,
+Cascade Mask R-CNN, Semantic FPN, UperNet; MAViT-T) trains a few iterations
+with tools/train.py on tiny generated data, is evaluated by tools/test.py from
+its saved checkpoint with the real evaluators, and resumes from a checkpoint.
+
+Each tool runs in its own process, as a user runs it. Tiny on purpose (64 px
+images, 4 train / 2 val images, 2 iterations): these tests check the plumbing
+and the metric reporting, not accuracy (the main job shows learning).
+"""
+import math
+import pickle
+
+import pytest
+
+from mavit_mm.tooling.demo_jobs import DEMO_JOBS
+from mavit_mm.tooling.json_logs import (latest_test_metrics, run_dirs, training_records,
+                                        validation_metrics_by_step)
+from helpers.tools import explain, make_tiny_data, run_tool, write_tiny_config
+
+pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for these tests')
+pytest.importorskip('mmdet.models')
+pytest.importorskip('mmseg.models')
+
+MAX_ITERS = 2
+
+
+@pytest.fixture(scope='session')
+def tiny_roots(tmp_path_factory):
+    return make_tiny_data(tmp_path_factory.mktemp('e2e_data'))
+
+
+@pytest.fixture(scope='session')
+def e2e_root(tmp_path_factory):
+    return tmp_path_factory.mktemp('e2e')
+
+
+class TrainedRuns:
+    """Trains each pipeline once per session (tests share the runs)."""
+
+    def __init__(self, roots, root):
+        self.roots, self.root, self.runs = roots, root, {}
+
+    def config(self, name):
+        return write_tiny_config(name, self.roots, self.root / 'configs', MAX_ITERS,
+                                 checkpoint_interval=1)
+
+    def get(self, name, *extra_args):
+        if name not in self.runs:
+            work_dir = self.root / name
+            result = run_tool('train.py', self.config(name), '--work-dir', work_dir,
+                              *extra_args, cwd=self.root)
+            assert result.returncode == 0, explain(result)
+            self.runs[name] = (work_dir, result)
+        return self.runs[name]
+
+
+@pytest.fixture(scope='session')
+def trained(tiny_roots, e2e_root):
+    return TrainedRuns(tiny_roots, e2e_root)
+
+
+def _check_metrics(metrics: dict, names, kind: str):
+    assert metrics is not None
+    for name in names:
+        assert name in metrics, f'{name} missing from {sorted(metrics)}'
+        value = metrics[name]
+        assert isinstance(value, (int, float)) and math.isfinite(value), (name, value)
+        # COCO AP is a fraction; mmseg reports percentages.
+        upper = 1.0 if kind == 'coco' else 100.0
+        assert 0.0 <= value <= upper, (name, value)
+
+
+def _check_training(work_dir, kind, metric_names):
+    assert (work_dir / f'iter_{MAX_ITERS}.pth').is_file()
+    assert (work_dir / 'iter_1.pth').is_file()
+    records = training_records(run_dirs(work_dir)[-1])
+    train_steps = [r['step'] for r in records if 'loss' in r]
+    assert train_steps == list(range(1, MAX_ITERS + 1))
+    assert all(math.isfinite(r['loss']) and r['loss'] > 0 for r in records if 'loss' in r)
+    # The config's validation ran at the end of training, with the real evaluator.
+    _check_metrics(validation_metrics_by_step(work_dir).get(MAX_ITERS), metric_names, kind)
+
+
+@pytest.mark.parametrize('name', list(DEMO_JOBS))
+def test_train_then_test(trained, name, tmp_path):
+    _, kind, metric_names = DEMO_JOBS[name]
+    extra = ('--amp',) if name == 'retinanet' else ()
+    work_dir, train_result = trained.get(name, *extra)
+    _check_training(work_dir, kind, metric_names)
+    # No CUDA here: the recipes' AmpWhereAvailableOptimWrapper trains in fp32, loudly.
+    import torch
+    if not torch.cuda.is_available():
+        assert 'AmpWhereAvailableOptimWrapper: no CUDA' in train_result.stdout + \
+            train_result.stderr
+        if extra:
+            assert '--amp ignored' in train_result.stdout + train_result.stderr
+
+    out = tmp_path / ('predictions.pkl' if kind == 'coco' else 'predictions')
+    show_dir = 'painted'
+    test_dir = tmp_path / 'test'
+    result = run_tool('test.py', trained.config(name), work_dir / f'iter_{MAX_ITERS}.pth',
+                      '--work-dir', test_dir, '--out', out, '--show-dir',
+                      tmp_path / show_dir if kind == 'ade20k' else show_dir, cwd=tmp_path)
+    assert result.returncode == 0, explain(result)
+    _check_metrics(latest_test_metrics(test_dir), metric_names, kind)
+
+    if kind == 'coco':
+        with open(out, 'rb') as f:
+            predictions = pickle.load(f)
+        assert len(predictions) == 2  # one entry per val image
+        assert all('pred_instances' in p and 'bboxes' in p['pred_instances']
+                   for p in predictions)
+        painted = list((run_dirs(test_dir)[-1] / show_dir).rglob('*.jpg'))
+    else:
+        assert len(list(out.rglob('*.png'))) == 2  # one label map per val image
+        painted = list((tmp_path / show_dir).rglob('*.png'))
+    assert len(painted) == 2, painted
+
+
+def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
+    """--resume CKPT: weights, optimizer and iteration come from the checkpoint."""
+    work_dir, _ = trained.get('mask_rcnn')
+    resumed_dir = tmp_path / 'resumed'
+    result = run_tool('train.py', trained.config('mask_rcnn'), '--work-dir', resumed_dir,
+                      '--resume', work_dir / 'iter_1.pth', cwd=tmp_path)
+    assert result.returncode == 0, explain(result)
+    assert 'resumed epoch: 0, iter: 1' in result.stdout + result.stderr
+    records = training_records(run_dirs(resumed_dir)[-1])
+    assert [r['step'] for r in records if 'loss' in r] == [2]  # iteration 1 not redone
+    assert (resumed_dir / 'iter_2.pth').is_file() and not (resumed_dir / 'iter_1.pth').exists()
+
+
+def test_auto_resume_from_the_work_dir(trained, tmp_path):
+    """--resume without a value: the latest checkpoint of the work dir."""
+    import shutil
+    work_dir, _ = trained.get('upernet')
+    copy = tmp_path / 'upernet'
+    shutil.copytree(work_dir, copy, ignore=shutil.ignore_patterns('2*'))  # no old logs
+    (copy / 'last_checkpoint').write_text(str(copy / f'iter_{MAX_ITERS}.pth'))
+    result = run_tool('train.py', trained.config('upernet'), '--work-dir', copy, '--resume',
+                      '--cfg-options', f'train_cfg.max_iters={MAX_ITERS + 1}', cwd=tmp_path)
+    assert result.returncode == 0, explain(result)
+    assert f'resumed epoch: 0, iter: {MAX_ITERS}' in result.stdout + result.stderr
+    records = training_records(run_dirs(copy)[-1])
+    assert [r['step'] for r in records if 'loss' in r] == [MAX_ITERS + 1]
+    assert (copy / f'iter_{MAX_ITERS + 1}.pth').is_file()
+
+
+def test_our_checkpoints_feed_load_from_and_pretrained(trained, tmp_path):
+    """A saved Mask R-CNN checkpoint as load_from of Cascade Mask R-CNN (shared
+    backbone/neck/RPN) and as init_cfg=Pretrained of a segmentor's backbone:
+    both read through torch.load(weights_only=True) with no env var."""
+    work_dir, _ = trained.get('mask_rcnn')
+    checkpoint = work_dir / f'iter_{MAX_ITERS}.pth'
+    cascade = run_tool('train.py', trained.config('cascade_mask_rcnn'), '--work-dir',
+                       tmp_path / 'cascade', '--cfg-options', f'load_from={checkpoint}',
+                       'train_cfg.max_iters=1', cwd=tmp_path)
+    assert cascade.returncode == 0, explain(cascade)
+    assert f'Load checkpoint from {checkpoint}' in cascade.stdout + cascade.stderr
+    # The demo configs train from scratch (init_cfg=None): replace it, as a user would.
+    pretrained_config = tmp_path / 'fpn_pretrained.py'
+    pretrained_config.write_text(
+        f"_base_ = [{str(trained.config('sem_fpn'))!r}]\n"
+        f"model = dict(backbone=dict(init_cfg=dict(\n"
+        f"    _delete_=True, type='Pretrained', checkpoint={str(checkpoint)!r})))\n")
+    fpn = run_tool('train.py', pretrained_config, '--work-dir', tmp_path / 'fpn',
+                   '--cfg-options', 'train_cfg.max_iters=1', cwd=tmp_path)
+    assert fpn.returncode == 0, explain(fpn)
+    log = fpn.stdout + fpn.stderr
+    assert f'MAViT: loaded' in log and str(checkpoint) in log
+    assert 'missing keys' not in log  # every backbone tensor came from the checkpoint

@@ -1,0 +1,256 @@
+"""tools/train.py and tools/test.py refuse bad input at once, naming the path or
+value, before the Runner (model, datasets) is built; and apply their options."""
+import json
+import logging
+import time
+
+import pytest
+from mmengine.config import Config
+
+from mavit_mm.tooling import runner_setup
+from mavit_mm.tooling.config import ConfigCheckError, load_config
+from helpers.paths import REPO_ROOT
+from helpers.tools import load_tool, make_tiny_data, run_tool, write_tiny_config
+
+
+@pytest.fixture(scope='module')
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp('checks')
+    roots = make_tiny_data(root / 'data')
+    return dict(
+        roots=roots,
+        det=write_tiny_config('mask_rcnn', roots, root / 'configs'),
+        seg=write_tiny_config('upernet', roots, root / 'configs'))
+
+
+@pytest.fixture(scope='module')
+def train_tool():
+    return load_tool('train')
+
+
+@pytest.fixture(scope='module')
+def test_tool():
+    return load_tool('test')
+
+
+def _train_error(train_tool, config, *extra, work_dir) -> str:
+    with pytest.raises(ConfigCheckError) as error:
+        train_tool.main([str(config), '--work-dir', str(work_dir), *map(str, extra)])
+    assert not work_dir.exists(), 'failed after the Runner started writing its work dir'
+    return str(error.value)
+
+
+def test_missing_data_root(tiny, train_tool, tmp_path):
+    missing = tmp_path / 'no_such_root'
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'train_dataloader.dataset.data_root={missing}',
+                           work_dir=tmp_path / 'work')
+    assert str(missing) in message and 'data_root' in message
+
+
+def test_missing_annotation_file(tiny, train_tool, tmp_path):
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           'val_dataloader.dataset.ann_file=annotations/instances_nope.json',
+                           work_dir=tmp_path / 'work')
+    assert str(tiny['roots']['coco'] / 'annotations' / 'instances_nope.json') in message
+    assert 'not found' in message
+
+
+@pytest.mark.parametrize('content', ['{"images": [{"id": 1', 'not json at all', '[1, 2]', ''])
+def test_corrupt_annotation_file(tiny, train_tool, tmp_path, content):
+    corrupt = tmp_path / 'instances_corrupt.json'
+    corrupt.write_text(content)
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'train_dataloader.dataset.ann_file={corrupt}',
+                           work_dir=tmp_path / 'work')
+    assert str(corrupt) in message
+
+
+def test_missing_evaluator_annotation_file(tiny, test_tool, train_tool, tmp_path):
+    """CocoMetric reads its own copy of the annotation path."""
+    missing = tmp_path / 'instances_gone.json'
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'val_evaluator.ann_file={missing}', work_dir=tmp_path / 'work')
+    assert str(missing) in message and 'val_evaluator' in message
+    checkpoint = tmp_path / 'iter_1.pth'
+    checkpoint.write_bytes(b'')  # exists; never read, the check fails first
+    with pytest.raises(ConfigCheckError, match='test_evaluator'):
+        test_tool.main([str(tiny['det']), str(checkpoint), '--work-dir', str(tmp_path / 'w'),
+                        '--cfg-options', f'test_evaluator.ann_file={missing}'])
+
+
+def test_coco_file_without_images(tiny, train_tool, tmp_path):
+    wrong = tmp_path / 'instances_wrong.json'
+    wrong.write_text(json.dumps({'annotations': []}))
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'train_dataloader.dataset.ann_file={wrong}',
+                           work_dir=tmp_path / 'work')
+    assert str(wrong) in message and "'images'" in message
+
+
+def test_missing_segmentation_label_folder(tiny, train_tool, tmp_path):
+    message = _train_error(train_tool, tiny['seg'], '--cfg-options',
+                           'train_dataloader.dataset.data_prefix.seg_map_path=annotations/nope',
+                           work_dir=tmp_path / 'work')
+    assert str(tiny['roots']['ade20k'] / 'annotations' / 'nope') in message
+
+
+@pytest.mark.parametrize('config_key', ['det', 'seg'])
+def test_unknown_backbone_size(tiny, train_tool, tmp_path, config_key):
+    message = _train_error(train_tool, tiny[config_key], '--cfg-options',
+                           'model.backbone.arch=huge', work_dir=tmp_path / 'work')
+    assert "'huge'" in message and 'model.backbone.arch' in message
+
+
+def test_missing_test_checkpoint(tiny, test_tool, tmp_path):
+    missing = tmp_path / 'iter_99.pth'
+    with pytest.raises(ConfigCheckError, match=str(missing)):
+        test_tool.main([str(tiny['det']), str(missing), '--work-dir', str(tmp_path / 'work')])
+    assert not (tmp_path / 'work').exists()
+
+
+def test_missing_resume_and_load_from_checkpoints(tiny, train_tool, tmp_path):
+    missing = tmp_path / 'iter_7.pth'
+    message = _train_error(train_tool, tiny['det'], '--resume', missing,
+                           work_dir=tmp_path / 'work')
+    assert str(missing) in message and 'resume' in message
+    message = _train_error(train_tool, tiny['seg'], '--cfg-options', f'load_from={missing}',
+                           work_dir=tmp_path / 'work')
+    assert str(missing) in message and 'load_from' in message
+
+
+def test_stale_auto_resume_pointer(tiny, train_tool, tmp_path):
+    work_dir = tmp_path / 'work'
+    work_dir.mkdir()
+    (work_dir / 'last_checkpoint').write_text(str(work_dir / 'iter_5.pth'))
+    with pytest.raises(ConfigCheckError, match='iter_5.pth'):
+        train_tool.main([str(tiny['det']), '--work-dir', str(work_dir), '--resume'])
+
+
+def test_missing_pretrained_backbone_of_the_published_config(tmp_path, train_tool, tiny):
+    """The published configs start from ImageNet weights that are not bundled."""
+    config = REPO_ROOT / 'configs' / 'mask_rcnn' / 'mask-rcnn_mavit-t_fpn_1x_coco.py'
+    expected = load_config(config).model.backbone.init_cfg.checkpoint
+    message = _train_error(train_tool, config, work_dir=tmp_path / 'work')
+    assert expected in message and 'init_cfg' in message
+
+
+def test_auto_scale_lr_needs_the_config_entry(tiny, train_tool, tmp_path):
+    message = _train_error(train_tool, tiny['det'], '--auto-scale-lr', '--cfg-options',
+                           'auto_scale_lr=None', work_dir=tmp_path / 'work')
+    assert 'auto_scale_lr' in message
+
+
+def test_missing_config_file(train_tool, tmp_path):
+    missing = tmp_path / 'nope.py'
+    with pytest.raises(ConfigCheckError, match=str(missing)):
+        train_tool.main([str(missing)])
+
+
+def test_command_line_reports_the_error_and_exits(tiny, tmp_path):
+    """Through the real command line: non-zero exit, the path on stderr, quickly."""
+    missing = tmp_path / 'no_such_root'
+    work_dir = tmp_path / 'work'
+    start = time.time()
+    result = run_tool('train.py', tiny['det'], '--work-dir', work_dir, '--cfg-options',
+                      f'train_dataloader.dataset.data_root={missing}')
+    assert result.returncode != 0
+    assert f'train.py: error: train_dataloader.dataset: data_root not found: {missing}' \
+        in result.stderr
+    assert 'Traceback' not in result.stderr
+    assert not work_dir.exists()
+    assert time.time() - start < 120  # imports only; nothing was built
+
+
+def test_help_lists_the_flags():
+    train_help = run_tool('train.py', '--help').stdout
+    for flag in ('--work-dir', '--resume', '--amp', '--cfg-options', '--launcher',
+                 '--auto-scale-lr', '--local-rank'):
+        assert flag in train_help
+    test_help = run_tool('test.py', '--help').stdout
+    for flag in ('--work-dir', '--out', '--show-dir', '--cfg-options', '--launcher'):
+        assert flag in test_help
+
+
+# -- options applied to the config ---------------------------------------------
+
+def _amp_config():
+    return Config(dict(optim_wrapper=dict(type='AmpOptimWrapper', loss_scale='dynamic',
+                                          optimizer=dict(type='AdamW', lr=1e-4))))
+
+
+def test_amp_wrapper_becomes_fp32_without_cuda(monkeypatch, caplog):
+    monkeypatch.setattr(runner_setup, 'cuda_available', lambda: False)
+    messages = []
+    monkeypatch.setattr(runner_setup, 'log', lambda message, level=logging.INFO: messages.append(message))
+    cfg = _amp_config()
+    runner_setup.configure_amp(cfg, amp_requested=False)
+    assert cfg.optim_wrapper.type == 'OptimWrapper'
+    assert 'loss_scale' not in cfg.optim_wrapper
+    assert cfg.optim_wrapper.optimizer.lr == 1e-4
+    assert len(messages) == 1 and 'OptimWrapper' in messages[0]
+    runner_setup.configure_amp(Config(dict(optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)))),
+                      amp_requested=True)
+    assert '--amp ignored' in messages[-1]
+
+
+def test_amp_flag_with_cuda(monkeypatch):
+    monkeypatch.setattr(runner_setup, 'cuda_available', lambda: True)
+    monkeypatch.setattr(runner_setup, 'log', lambda *args, **kwargs: None)
+    cfg = Config(dict(optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1))))
+    runner_setup.configure_amp(cfg, amp_requested=True)
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    kept = _amp_config()
+    runner_setup.configure_amp(kept, amp_requested=False)
+    assert kept.optim_wrapper.type == 'AmpOptimWrapper'
+
+
+def test_amp_where_available_wrapper_left_to_itself(monkeypatch):
+    """The recipes' AmpWhereAvailableOptimWrapper chooses AMP or fp32 itself when
+    built: configure_amp leaves it as it is, with or without CUDA, and --amp on
+    a GPU says mixed precision is already on."""
+    messages = []
+    monkeypatch.setattr(runner_setup, 'log', lambda message, level=logging.INFO: messages.append(message))
+    for cuda in (False, True):
+        monkeypatch.setattr(runner_setup, 'cuda_available', lambda cuda=cuda: cuda)
+        cfg = Config(dict(optim_wrapper=dict(type='AmpWhereAvailableOptimWrapper',
+                                             loss_scale='dynamic',
+                                             optimizer=dict(type='AdamW', lr=1e-4))))
+        runner_setup.configure_amp(cfg, amp_requested=False)
+        assert cfg.optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
+        assert cfg.optim_wrapper.loss_scale == 'dynamic'
+        assert messages == []
+        runner_setup.configure_amp(cfg, amp_requested=True)
+        assert cfg.optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
+        expected = 'already on' if cuda else '--amp ignored'
+        assert len(messages) == 1 and expected in messages[0], messages
+        messages.clear()
+
+
+def test_resume_options():
+    cfg = Config(dict(load_from='x.pth', resume=False))
+    runner_setup.configure_resume(cfg, None)
+    assert cfg.resume is False and cfg.load_from == 'x.pth'
+    runner_setup.configure_resume(cfg, 'auto')
+    assert cfg.resume is True and cfg.load_from is None
+    runner_setup.configure_resume(cfg, 'run/iter_4.pth')
+    assert cfg.resume is True and cfg.load_from == 'run/iter_4.pth'
+
+
+def test_resume_flag_parsing(train_tool):
+    assert train_tool.parse_args(['c.py']).resume is None
+    assert train_tool.parse_args(['c.py', '--resume']).resume == 'auto'
+    assert train_tool.parse_args(['c.py', '--resume', 'a.pth']).resume == 'a.pth'
+
+
+def test_prediction_output_folder_exists_before_any_rank_writes(tiny, tmp_path):
+    # mmseg's IoUMetric creates --out in the main process only: every rank
+    # must find the folder before saving its first label map.
+    out = tmp_path / 'nested' / 'predictions'
+    cfg = load_config(tiny['seg'])
+    runner_setup.configure_prediction_output(cfg, str(out))
+    assert out.is_dir()
+    assert cfg.test_evaluator['output_dir'] == str(out)
+    det = load_config(tiny['det'])
+    with pytest.raises(ConfigCheckError, match='ending in .pkl'):
+        runner_setup.configure_prediction_output(det, str(tmp_path / 'predictions'))
