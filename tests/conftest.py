@@ -3,12 +3,12 @@
 Without a CUDA GPU the Triton kernels run in Triton's CPU interpreter; the
 variable must be set before any ``@triton.jit`` function is defined, hence here.
 """
+
 import os
 from pathlib import Path
 
 import pytest
 import torch
-
 from helpers.paths import REFERENCE_DIR
 
 if not torch.cuda.is_available():

@@ -1,4 +1,5 @@
 """The bundled synthetic datasets: formats, learnable content, determinism."""
+
 import hashlib
 import json
 from pathlib import Path
@@ -6,22 +7,32 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from helpers.paths import REPO_ROOT
+from helpers.tools import dataset_cfgs_of
 
-from mavit_mm.data.synthetic import (DEMO_DATA_ROOT, SHAPE_CLASSES, ade20k_metainfo,
-                                     coco_metainfo, dataset_complete, make_ade20k_dataset,
-                                     make_coco_dataset, read_manifest)
+from mavit_mm.data.synthetic import (
+    DEMO_DATA_ROOT,
+    SHAPE_CLASSES,
+    ade20k_metainfo,
+    coco_metainfo,
+    dataset_complete,
+    make_ade20k_dataset,
+    make_coco_dataset,
+    read_manifest,
+)
 from mavit_mm.tooling.config import load_config
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
 from mavit_mm.tooling.run_script import run_script
-from helpers.paths import REPO_ROOT
-from helpers.tools import dataset_cfgs_of
 
 SMALL = dict(num_train=5, num_val=2, image_size=(72, 96), max_objects=3)
 
 
 def _digests(root: Path) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob('*')) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob('*'))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize('maker', [make_coco_dataset, make_ade20k_dataset])
@@ -37,12 +48,14 @@ def test_same_seed_gives_byte_identical_files(tmp_path, maker):
 
 def test_coco_dataset_masks_match_the_pixels(tmp_path):
     from pycocotools.coco import COCO
+
     paths = make_coco_dataset(tmp_path, seed=1, **SMALL)
     for split, count in (('train', SMALL['num_train']), ('val', SMALL['num_val'])):
         coco = COCO(str(paths[f'{split}_ann']))
         assert len(coco.getImgIds()) == count
-        assert [c['name'] for c in coco.loadCats(coco.getCatIds())] == \
-            [name for name, _ in SHAPE_CLASSES]
+        assert [c['name'] for c in coco.loadCats(coco.getCatIds())] == [
+            name for name, _ in SHAPE_CLASSES
+        ]
         assert len(coco.getAnnIds()) >= count  # every image has at least one object
         for ann in coco.loadAnns(coco.getAnnIds()):
             info = coco.loadImgs(ann['image_id'])[0]
@@ -113,11 +126,26 @@ def test_command_line(tmp_path):
     help_text = help_result.stdout
     for flag in ('--out', '--kind', '--num-train', '--num-val', '--image-size', '--seed'):
         assert flag in help_text
-    result = run_script(tool, '--out', tmp_path, '--num-train', '2', '--num-val', '1',
-                        '--image-size', '64', '--seed', '5')
+    result = run_script(
+        tool,
+        '--out',
+        tmp_path,
+        '--num-train',
+        '2',
+        '--num-val',
+        '1',
+        '--image-size',
+        '64',
+        '--seed',
+        '5',
+    )
     assert result.returncode == 0, result.stderr
-    assert json.loads((tmp_path / 'coco' / 'annotations' / 'instances_val.json').read_text())[
-        'images'][0]['height'] == 64
+    assert (
+        json.loads((tmp_path / 'coco' / 'annotations' / 'instances_val.json').read_text())[
+            'images'
+        ][0]['height']
+        == 64
+    )
     assert len(list((tmp_path / 'ade20k' / 'images' / 'training').glob('*.jpg'))) == 2
     assert read_manifest(tmp_path / 'ade20k')['seed'] == 5
     bad = run_script(tool, '--num-train', '0')

@@ -1,4 +1,5 @@
 """Where the dispatch meets Triton's failures: imports, compiler errors."""
+
 import warnings
 
 import pytest
@@ -9,9 +10,11 @@ pytest.importorskip('triton')
 from mavit_mm.ops import mala as mala_ops  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
 from mavit_mm.ops.mala import launches as mala_launches  # noqa: E402
+from mavit_mm.ops.mala import (
+    mala_attention,  # noqa: E402
+    triton_support,  # noqa: E402
+)
 from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
-from mavit_mm.ops.mala import triton_support  # noqa: E402
-from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
 
 HEIGHT, WIDTH = 5, 7
@@ -36,6 +39,7 @@ def test_fallback_imports_the_kernels_itself(monkeypatch, fresh_state):
 
     def too_big(*args, **kwargs):
         raise triton_support.OutOfResources(300000, 232448, 'shared memory')
+
     monkeypatch.setattr(mala_function, 'mala_forward', too_big)
     q, k, v = qkv()
     rope = RoPE2d(32)(HEIGHT, WIDTH)
@@ -71,8 +75,10 @@ def test_a_compiler_error_is_a_compile_failure_naming_the_kernel(monkeypatch, fr
 def test_a_compiler_error_becomes_a_reason_not_a_crash(monkeypatch, fresh_state):
     """What the GPU check would meet: the verdict names the failure, so 'auto'
     falls back (one warning) and 'triton' raises a clear error."""
+
     def failing(launches, name):
         raise mala_plan.CompileFailure(f'the {name} kernel failed to compile: RuntimeError: x')
+
     monkeypatch.setattr(mala_plan, 'compiled_resources', failing)
     q, k, v = qkv()
     reason = mala_plan._compiled_shortfall(q, k, v, WIDTH, backward=True)
@@ -81,6 +87,8 @@ def test_a_compiler_error_becomes_a_reason_not_a_crash(monkeypatch, fresh_state)
     monkeypatch.setattr(mala_plan, 'resource_shortfall', mala_plan._compiled_shortfall)
     monkeypatch.setenv('TRITON_INTERPRET', '1')
     rope = RoPE2d(32)(HEIGHT, WIDTH)
-    with pytest.raises(RuntimeError, match="mala_impl='triton' cannot run this case: the "
-                                           'partials kernel failed to compile'):
+    with pytest.raises(
+        RuntimeError,
+        match="mala_impl='triton' cannot run this case: the partials kernel failed to compile",
+    ):
         mala_attention(q, k, v, rope, impl='triton')

@@ -1,9 +1,9 @@
 """tools/analysis_tools/get_flops.py: parameters and MACs of the backbone and of
 whole models, against the published figures."""
+
 import json
 
 import pytest
-
 from helpers.paths import CONFIG_DIR
 from helpers.tools import load_tool
 
