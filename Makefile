@@ -11,10 +11,9 @@ setup:
 demo: setup
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) tools/main_job.py
 
-# ruff (lint, format check) and import-linter's contracts (.importlinter).
+# ruff's linter (ruff.toml) and import-linter's contracts (.importlinter).
 lint: setup
 	.venv/bin/ruff check .
-	.venv/bin/ruff format --check .
 	PYTHONPATH=$(CURDIR) .venv/bin/lint-imports
 
 test: lint

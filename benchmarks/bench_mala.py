@@ -30,7 +30,6 @@ Examples::
     python benchmarks/bench_mala.py --quick             # CPU smoke run
     python benchmarks/bench_mala.py --dtypes bf16 --tokens 65536 --head-dims 64
 """
-
 from __future__ import annotations
 
 import argparse
@@ -60,10 +59,10 @@ PEAK_BANDWIDTH_TBPS = [
     ('H200', 4.8),
     ('H100 NVL', 3.9),
     ('H100 PCIe', 2.0),
-    ('H100', 3.35),  # SXM
+    ('H100', 3.35),            # SXM
     ('A100-SXM4-80GB', 2.039),
     ('A100 80GB PCIe', 1.935),
-    ('A100', 1.555),  # 40 GB
+    ('A100', 1.555),           # 40 GB
     ('L40S', 0.864),
     ('RTX 4090', 1.008),
 ]
@@ -74,117 +73,63 @@ QUICK_SWEEP = dict(tokens=[4096, 1024], head_dims=[64, 96], batch_heads=[1, 4])
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        '--quick',
-        action='store_true',
-        help='small default shapes (N 4096/1024, batch x heads 1/4) for a fast '
-        'smoke run, e.g. on CPU; explicit --tokens/--head-dims/'
-        '--batch-heads still override',
-    )
-    parser.add_argument(
-        '--tokens',
-        type=int,
-        nargs='+',
-        metavar='N',
-        help='tokens per image, each a square feature map (N must be a perfect '
-        'square); default 65536 16384',
-    )
-    parser.add_argument(
-        '--head-dims', type=int, nargs='+', metavar='D', help='head dims to run; default 64 96'
-    )
-    parser.add_argument(
-        '--batch-heads',
-        type=int,
-        nargs='+',
-        metavar='BH',
-        help='batch x heads (run as batch=BH, 1 head); default 1 16',
-    )
-    parser.add_argument(
-        '--dtypes',
-        nargs='+',
-        choices=sorted(DTYPES),
-        default=['fp32', 'bf16', 'fp16'],
-        help='input dtypes; default all three',
-    )
-    parser.add_argument(
-        '--impls',
-        nargs='+',
-        choices=['torch', 'triton'],
-        default=['torch', 'triton'],
-        help="MALA implementations to compare; 'triton' is skipped on CPU",
-    )
-    parser.add_argument(
-        '--passes',
-        nargs='+',
-        choices=sorted(PASS_BYTES_PER_ELEMENT),
-        default=['fwd', 'fwd+bwd'],
-        help="'fwd' (forward only) and/or 'fwd+bwd' (forward, then the grads of q, k and v)",
-    )
-    parser.add_argument(
-        '--device',
-        default='cuda' if torch.cuda.is_available() else 'cpu',
-        help='torch device; default cuda when available, else cpu',
-    )
-    parser.add_argument(
-        '--warmup',
-        type=float,
-        default=None,
-        help='CUDA: warm-up time in ms for do_bench (default 25); CPU: warm-up calls (default 2)',
-    )
-    parser.add_argument(
-        '--rep',
-        type=float,
-        default=None,
-        help='CUDA: measuring time in ms for do_bench (default 100); '
-        'CPU: timed calls, the median is reported (default 5)',
-    )
-    parser.add_argument(
-        '--peak-bw',
-        type=float,
-        default=None,
-        metavar='TBPS',
-        help="the device's peak memory bandwidth in TB/s, for devices missing "
-        'from the built-in table (else "%% peak" is n/a)',
-    )
-    parser.add_argument(
-        '--output',
-        type=Path,
-        default=None,
-        help='JSON file to write; default benchmarks/results/bench-mala-<device>-<date>.json',
-    )
-    parser.add_argument(
-        '--no-save', action='store_true', help='print the table only, write no JSON'
-    )
-    parser.add_argument(
-        '--compile-report',
-        type=int,
-        nargs='+',
-        metavar='SM',
-        help='instead of timing, compile the Triton kernels ahead of time for '
-        'these NVIDIA compute capabilities (e.g. 80 90; no GPU needed) with '
-        'the launch plan of every --head-dims x --dtypes case and print '
-        'registers, stack (spills), shared memory and global loads / '
-        'stores (all, and vectorised) per kernel',
-    )
-    parser.add_argument(
-        '--layout',
-        choices=('backbone', 'nchw', 'contiguous'),
-        default='backbone',
-        help="--compile-report: the memory layout compiled for: 'backbone' "
-        "(B, N, heads, d) memory, channels contiguous, as the model's "
-        "channels_last maps give it; 'nchw' (B, heads, d, N) memory, "
-        "tokens contiguous; 'contiguous' (B, heads, N, d) "
-        '(default: backbone)',
-    )
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--quick', action='store_true',
+                        help='small default shapes (N 4096/1024, batch x heads 1/4) for a fast '
+                             'smoke run, e.g. on CPU; explicit --tokens/--head-dims/'
+                             '--batch-heads still override')
+    parser.add_argument('--tokens', type=int, nargs='+', metavar='N',
+                        help='tokens per image, each a square feature map (N must be a perfect '
+                             'square); default 65536 16384')
+    parser.add_argument('--head-dims', type=int, nargs='+', metavar='D',
+                        help='head dims to run; default 64 96')
+    parser.add_argument('--batch-heads', type=int, nargs='+', metavar='BH',
+                        help='batch x heads (run as batch=BH, 1 head); default 1 16')
+    parser.add_argument('--dtypes', nargs='+', choices=sorted(DTYPES),
+                        default=['fp32', 'bf16', 'fp16'], help='input dtypes; default all three')
+    parser.add_argument('--impls', nargs='+', choices=['torch', 'triton'],
+                        default=['torch', 'triton'],
+                        help="MALA implementations to compare; 'triton' is skipped on CPU")
+    parser.add_argument('--passes', nargs='+', choices=sorted(PASS_BYTES_PER_ELEMENT),
+                        default=['fwd', 'fwd+bwd'],
+                        help="'fwd' (forward only) and/or 'fwd+bwd' (forward, then the grads "
+                             "of q, k and v)")
+    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu',
+                        help='torch device; default cuda when available, else cpu')
+    parser.add_argument('--warmup', type=float, default=None,
+                        help='CUDA: warm-up time in ms for do_bench (default 25); '
+                             'CPU: warm-up calls (default 2)')
+    parser.add_argument('--rep', type=float, default=None,
+                        help='CUDA: measuring time in ms for do_bench (default 100); '
+                             'CPU: timed calls, the median is reported (default 5)')
+    parser.add_argument('--peak-bw', type=float, default=None, metavar='TBPS',
+                        help="the device's peak memory bandwidth in TB/s, for devices missing "
+                             'from the built-in table (else "%% peak" is n/a)')
+    parser.add_argument('--output', type=Path, default=None,
+                        help='JSON file to write; default '
+                             'benchmarks/results/bench-mala-<device>-<date>.json')
+    parser.add_argument('--no-save', action='store_true',
+                        help='print the table only, write no JSON')
+    parser.add_argument('--compile-report', type=int, nargs='+', metavar='SM',
+                        help='instead of timing, compile the Triton kernels ahead of time for '
+                             'these NVIDIA compute capabilities (e.g. 80 90; no GPU needed) with '
+                             'the launch plan of every --head-dims x --dtypes case and print '
+                             'registers, stack (spills), shared memory and global loads / '
+                             'stores (all, and vectorised) per kernel')
+    parser.add_argument('--layout', choices=('backbone', 'nchw', 'contiguous'),
+                        default='backbone',
+                        help="--compile-report: the memory layout compiled for: 'backbone' "
+                             '(B, N, heads, d) memory, channels contiguous, as the model\'s '
+                             "channels_last maps give it; 'nchw' (B, heads, d, N) memory, "
+                             "tokens contiguous; 'contiguous' (B, heads, N, d) "
+                             '(default: backbone)')
     args = parser.parse_args(argv)
     sweep = QUICK_SWEEP if args.quick else FULL_SWEEP
     args.tokens = args.tokens or sweep['tokens']
     args.head_dims = args.head_dims or sweep['head_dims']
     args.batch_heads = args.batch_heads or sweep['batch_heads']
     for num_tokens in args.tokens:
-        if round(num_tokens**0.5) ** 2 != num_tokens:
+        if round(num_tokens ** 0.5) ** 2 != num_tokens:
             parser.error(f'--tokens {num_tokens} is not a perfect square')
     return args
 
@@ -192,23 +137,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --------------------------------------------------------------------------
 # Device facts
 # --------------------------------------------------------------------------
-COPY_BYTES = 2**30
-COPY_METHOD = (
-    'torch copy_ of 1 GiB between two CUDA buffers, (read + write) bytes / '
-    'median time of triton.testing.do_bench'
-)
+COPY_BYTES = 2 ** 30
+COPY_METHOD = ('torch copy_ of 1 GiB between two CUDA buffers, (read + write) bytes / '
+               'median time of triton.testing.do_bench')
 
 
 def copy_bandwidth_tbps(device: torch.device) -> float:
     """Measured device-to-device copy bandwidth (read + write) in TB/s: the
     yardstick of the kernels' bandwidth targets."""
     import triton.testing
-
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    copy_ms = triton.testing.do_bench(
-        lambda: dst.copy_(src), warmup=25, rep=200, return_mode='median'
-    )
+    copy_ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200,
+                                      return_mode='median')
     src = dst = None  # freed before the cache is emptied
     torch.cuda.empty_cache()
     return 2 * COPY_BYTES / (copy_ms * 1e-3) / 1e12
@@ -227,51 +168,30 @@ def default_output_path(name: str, device: torch.device) -> Path:
     slug = re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')
     if device.type == 'cpu' and not slug.startswith('cpu'):
         slug = f'cpu-{slug}'
-    return (
-        REPO_ROOT
-        / 'benchmarks'
-        / 'results'
-        / f'bench-mala-{slug}-{datetime.date.today().isoformat()}.json'
-    )
+    return (REPO_ROOT / 'benchmarks' / 'results' /
+            f'bench-mala-{slug}-{datetime.date.today().isoformat()}.json')
 
 
 # --------------------------------------------------------------------------
 # Measuring
 # --------------------------------------------------------------------------
-def backbone_inputs(
-    batch_heads: int,
-    num_tokens: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    device: torch.device,
-    requires_grad: bool,
-):
+def backbone_inputs(batch_heads: int, num_tokens: int, head_dim: int, dtype: torch.dtype,
+                    device: torch.device, requires_grad: bool):
     """q, k, v laid out as the backbone passes them: (B, 1, N, d) views of a
     (B, 3d, H, W) conv output, i.e. token-contiguous, and the rotary tables."""
-    side = round(num_tokens**0.5)
-    qkv = torch.randn(
-        batch_heads,
-        3 * head_dim,
-        side,
-        side,
-        device=device,
-        dtype=dtype,
-        requires_grad=requires_grad,
-    )
-    views = tuple(
-        t.reshape(batch_heads, 1, head_dim, num_tokens).transpose(-1, -2)
-        for t in qkv.chunk(3, dim=1)
-    )
+    side = round(num_tokens ** 0.5)
+    qkv = torch.randn(batch_heads, 3 * head_dim, side, side, device=device, dtype=dtype,
+                      requires_grad=requires_grad)
+    views = tuple(t.reshape(batch_heads, 1, head_dim, num_tokens).transpose(-1, -2)
+                  for t in qkv.chunk(3, dim=1))
     return views, RoPE2d(head_dim).to(device)(side, side)
 
 
 def make_step(impl: str, pass_name: str, views, rope) -> Callable:
     if pass_name == 'fwd':
-
         def forward():
             with torch.no_grad():
                 return mala_attention(*views, rope, impl=impl)
-
         return forward
 
     dout = torch.randn_like(views[0])
@@ -280,17 +200,15 @@ def make_step(impl: str, pass_name: str, views, rope) -> Callable:
         out = mala_attention(*views, rope, impl=impl)
         # Grads of the views themselves: no accumulation into a .grad is timed.
         return torch.autograd.grad(out, views, dout)
-
     return forward_backward
 
 
-def time_ms(step: Callable, device: torch.device, warmup: float | None, rep: float | None) -> float:
+def time_ms(step: Callable, device: torch.device, warmup: float | None,
+            rep: float | None) -> float:
     if device.type == 'cuda':
         import triton.testing
-
-        return triton.testing.do_bench(
-            step, warmup=int(warmup or 25), rep=int(rep or 100), return_mode='median'
-        )
+        return triton.testing.do_bench(step, warmup=int(warmup or 25), rep=int(rep or 100),
+                                       return_mode='median')
     for _ in range(int(warmup if warmup is not None else 2)):
         step()
     samples = []
@@ -308,51 +226,24 @@ def peak_extra_memory(step: Callable, device: torch.device) -> int | None:
     return cuda_peak_extra_bytes(step, device)
 
 
-def run_case(
-    impl,
-    pass_name,
-    dtype_name,
-    batch_heads,
-    num_tokens,
-    head_dim,
-    args,
-    device,
-    peak_tbps,
-    copy_tbps=None,
-) -> dict:
+def run_case(impl, pass_name, dtype_name, batch_heads, num_tokens, head_dim, args, device,
+             peak_tbps, copy_tbps=None) -> dict:
     dtype = DTYPES[dtype_name]
-    views, rope = backbone_inputs(
-        batch_heads, num_tokens, head_dim, dtype, device, requires_grad=pass_name != 'fwd'
-    )
+    views, rope = backbone_inputs(batch_heads, num_tokens, head_dim, dtype, device,
+                                  requires_grad=pass_name != 'fwd')
     step = make_step(impl, pass_name, views, rope)
     milliseconds = time_ms(step, device, args.warmup, args.rep)
     memory = peak_extra_memory(step, device)
-    moved = (
-        PASS_BYTES_PER_ELEMENT[pass_name]
-        * batch_heads
-        * num_tokens
-        * head_dim
-        * torch.finfo(dtype).bits
-        // 8
-    )
+    moved = (PASS_BYTES_PER_ELEMENT[pass_name] * batch_heads * num_tokens * head_dim
+             * torch.finfo(dtype).bits // 8)
     bandwidth = moved / (milliseconds * 1e-3) / 1e9
-    side = round(num_tokens**0.5)
-    return {
-        'impl': impl,
-        'pass': pass_name,
-        'dtype': dtype_name,
-        'batch_heads': batch_heads,
-        'tokens': num_tokens,
-        'height': side,
-        'width': side,
-        'head_dim': head_dim,
-        'time_ms': milliseconds,
-        'bytes_moved': moved,
-        'bandwidth_gbps': bandwidth,
-        'percent_of_copy': None if copy_tbps is None else 100 * bandwidth / (copy_tbps * 1e3),
-        'percent_of_peak': None if peak_tbps is None else 100 * bandwidth / (peak_tbps * 1e3),
-        'peak_extra_memory_bytes': memory,
-    }
+    side = round(num_tokens ** 0.5)
+    return {'impl': impl, 'pass': pass_name, 'dtype': dtype_name, 'batch_heads': batch_heads,
+            'tokens': num_tokens, 'height': side, 'width': side, 'head_dim': head_dim,
+            'time_ms': milliseconds, 'bytes_moved': moved, 'bandwidth_gbps': bandwidth,
+            'percent_of_copy': None if copy_tbps is None else 100 * bandwidth / (copy_tbps * 1e3),
+            'percent_of_peak': None if peak_tbps is None else 100 * bandwidth / (peak_tbps * 1e3),
+            'peak_extra_memory_bytes': memory}
 
 
 # --------------------------------------------------------------------------
@@ -379,49 +270,37 @@ def add_speedups(results: list[dict]) -> None:
 def format_table(results: list[dict]) -> str:
     def fmt(value, spec):
         return 'n/a' if value is None else format(value, spec)
-
-    header = (
-        f'{"pass":8} {"dtype":5} {"BH":>3} {"N":>6} {"d":>3} {"impl":6} {"ms":>9} '
-        f'{"GB/s":>8} {"%copy":>6} {"peak MiB":>9} {"speedup":>7} {"mem x":>6}'
-    )
+    header = (f"{'pass':8} {'dtype':5} {'BH':>3} {'N':>6} {'d':>3} {'impl':6} {'ms':>9} "
+              f"{'GB/s':>8} {'%copy':>6} {'peak MiB':>9} {'speedup':>7} {'mem x':>6}")
     lines = [header, '-' * len(header)]
     for r in results:
         memory = r['peak_extra_memory_bytes']
-        memory = None if memory is None else memory / 2**20
+        memory = None if memory is None else memory / 2 ** 20
         lines.append(
-            f'{r["pass"]:8} {r["dtype"]:5} {r["batch_heads"]:>3} {r["tokens"]:>6} '
-            f'{r["head_dim"]:>3} '
-            f'{r["impl"]:6} {r["time_ms"]:>9.3f} {r["bandwidth_gbps"]:>8.1f} '
-            f'{fmt(r.get("percent_of_copy"), "6.1f"):>6} {fmt(memory, "9.1f"):>9} '
-            f'{fmt(r["speedup_vs_torch"], "7.2f"):>7} {fmt(r["memory_vs_torch"], "6.2f"):>6}'
-        )
+            f"{r['pass']:8} {r['dtype']:5} {r['batch_heads']:>3} {r['tokens']:>6} "
+            f"{r['head_dim']:>3} "
+            f"{r['impl']:6} {r['time_ms']:>9.3f} {r['bandwidth_gbps']:>8.1f} "
+            f"{fmt(r.get('percent_of_copy'), '6.1f'):>6} {fmt(memory, '9.1f'):>9} "
+            f"{fmt(r['speedup_vs_torch'], '7.2f'):>7} {fmt(r['memory_vs_torch'], '6.2f'):>6}")
     return '\n'.join(lines)
 
 
-def environment(
-    name: str, device: torch.device, peak_tbps: float | None, copy_tbps: float | None = None
-) -> dict:
+def environment(name: str, device: torch.device, peak_tbps: float | None,
+                copy_tbps: float | None = None) -> dict:
     try:
         import triton
-
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    return dict(
-        device=name,
-        device_type=device.type,
-        peak_bandwidth_tbps=peak_tbps,
-        peak_bandwidth_note='nominal, from the table in bench_mala.py (or --peak-bw)',
-        copy_bandwidth_tbps=copy_tbps,
-        copy_bandwidth_method=COPY_METHOD if copy_tbps is not None else None,
-        torch=torch.__version__,
-        triton=triton_version,
-        cuda=torch.version.cuda if device.type == 'cuda' else None,
-        python=platform.python_version(),
-        platform=platform.platform(),
-        cpu_threads=torch.get_num_threads(),
-        date=datetime.datetime.now().isoformat(timespec='seconds'),
-    )
+    return dict(device=name, device_type=device.type, peak_bandwidth_tbps=peak_tbps,
+                peak_bandwidth_note='nominal, from the table in bench_mala.py (or --peak-bw)',
+                copy_bandwidth_tbps=copy_tbps,
+                copy_bandwidth_method=COPY_METHOD if copy_tbps is not None else None,
+                torch=torch.__version__, triton=triton_version,
+                cuda=torch.version.cuda if device.type == 'cuda' else None,
+                python=platform.python_version(), platform=platform.platform(),
+                cpu_threads=torch.get_num_threads(),
+                date=datetime.datetime.now().isoformat(timespec='seconds'))
 
 
 # --------------------------------------------------------------------------
@@ -437,13 +316,11 @@ _TRITON_TYPES = {'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16'}
 def _kernel_launches(plan):
     """(kernel, its compile-time meta) for every kernel of a plan."""
     from mavit_mm.ops.mala.launches import launch_table
-
     return list(launch_table(plan).values())
 
 
-def _compile_for(
-    kernel, meta: dict, io_type: str, capability: int, layout: str = 'backbone'
-) -> dict:
+def _compile_for(kernel, meta: dict, io_type: str, capability: int,
+                 layout: str = 'backbone') -> dict:
     import os
     import subprocess
     import tempfile
@@ -475,18 +352,15 @@ def _compile_for(
             # ... and the other integers (N, W, d, strides) are multiples of 16.
             signature[arg] = 'i32'
             attrs[(index,)] = [['tt.divisibility', 16]]
-    compiled = triton.compile(
-        ASTSource(kernel, signature, constants, attrs),
-        target=GPUTarget('cuda', capability, 32),
-        options=dict(num_warps=num_warps, num_stages=num_stages),
-    )
+    compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
+                              target=GPUTarget('cuda', capability, 32),
+                              options=dict(num_warps=num_warps, num_stages=num_stages))
     with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
         cubin.write(compiled.asm['cubin'])
         cubin.flush()
         tool = Path(triton.__file__).parent / 'backends' / 'nvidia' / 'bin' / 'cuobjdump'
-        usage = subprocess.run(
-            [os.fspath(tool), '--dump-resource-usage', cubin.name], capture_output=True, text=True
-        ).stdout
+        usage = subprocess.run([os.fspath(tool), '--dump-resource-usage', cubin.name],
+                               capture_output=True, text=True).stdout
     registers = re.search(r'REG:(\d+)', usage)
     stack = re.search(r'STACK:(\d+)', usage)
     ptx = compiled.asm['ptx']
@@ -495,43 +369,30 @@ def _compile_for(
         # The rule the launches size their split-N grids by on a GPU, with an
         # A100 / H100 SM's budget.
         from mavit_mm.ops.mala.plan import KernelResources, resident_blocks
-
-        resident = resident_blocks(
-            KernelResources(int(registers.group(1)), compiled.metadata.shared, num_warps)
-        )
-    return dict(
-        num_warps=num_warps,
-        resident_per_sm=resident,
-        registers=int(registers.group(1)) if registers else None,
-        stack_bytes=int(stack.group(1)) if stack else None,
-        shared_bytes=compiled.metadata.shared,
-        global_loads=len(re.findall(r'ld\.global\.', ptx)),
-        vector_loads=len(re.findall(r'ld\.global\.[^ \t]*v[248]\.', ptx)),
-        global_stores=len(re.findall(r'st\.global\.', ptx)),
-        vector_stores=len(re.findall(r'st\.global\.[^ \t]*v[248]\.', ptx)),
-    )
+        resident = resident_blocks(KernelResources(int(registers.group(1)),
+                                                   compiled.metadata.shared, num_warps))
+    return dict(num_warps=num_warps, resident_per_sm=resident,
+                registers=int(registers.group(1)) if registers else None,
+                stack_bytes=int(stack.group(1)) if stack else None,
+                shared_bytes=compiled.metadata.shared,
+                global_loads=len(re.findall(r'ld\.global\.', ptx)),
+                vector_loads=len(re.findall(r'ld\.global\.[^ \t]*v[248]\.', ptx)),
+                global_stores=len(re.findall(r'st\.global\.', ptx)),
+                vector_stores=len(re.findall(r'st\.global\.[^ \t]*v[248]\.', ptx)))
 
 
 def compile_report(args) -> int:
     from mavit_mm.ops.mala.plan import make_launch_plan
-
     for capability in args.compile_report:
         for dtype_name in args.dtypes:
             for head_dim in args.head_dims:
-                plan = make_launch_plan(
-                    max(args.tokens),
-                    1,
-                    head_dim,
-                    DTYPES[dtype_name],
-                    torch.device('cpu'),
-                    tokens_per_chunk=1024,
-                )
+                plan = make_launch_plan(max(args.tokens), 1, head_dim, DTYPES[dtype_name],
+                                        torch.device('cpu'), tokens_per_chunk=1024)
                 print(f'sm_{capability} {dtype_name} d={head_dim} layout={args.layout}')
                 for kernel, meta in _kernel_launches(plan):
                     try:
-                        usage = _compile_for(
-                            kernel, meta, _TRITON_TYPES[dtype_name], capability, args.layout
-                        )
+                        usage = _compile_for(kernel, meta, _TRITON_TYPES[dtype_name], capability,
+                                             args.layout)
                     except Exception as exc:  # report and go on with the other kernels
                         usage = f'FAILED: {type(exc).__name__}: {str(exc)[:500]}'
                     block_n = meta.get('BLOCK_N', '-')
@@ -550,11 +411,9 @@ def main(argv=None) -> int:
     if impls != args.impls:
         print('note: the Triton kernels need CUDA; timing the PyTorch path only')
     copy_tbps = copy_bandwidth_tbps(device) if device.type == 'cuda' else None
-    print(
-        f'device: {name}; nominal peak bandwidth: '
-        f'{"n/a" if peak_tbps is None else f"{peak_tbps} TB/s"}; measured copy bandwidth: '
-        f"{'n/a' if copy_tbps is None else f'{copy_tbps:.3f} TB/s'} (the '%copy' yardstick)"
-    )
+    print(f'device: {name}; nominal peak bandwidth: '
+          f"{'n/a' if peak_tbps is None else f'{peak_tbps} TB/s'}; measured copy bandwidth: "
+          f"{'n/a' if copy_tbps is None else f'{copy_tbps:.3f} TB/s'} (the '%copy' yardstick)")
 
     output = None if args.no_save else (args.output or default_output_path(name, device))
     results = []
@@ -564,20 +423,14 @@ def main(argv=None) -> int:
         if output is None:
             return
         output.parent.mkdir(parents=True, exist_ok=True)
-        report = dict(
-            environment=environment(name, device, peak_tbps, copy_tbps),
-            byte_model={
-                'fwd': 'read q, k, v; write out: 4 * BH * N * d * bytes',
-                'fwd+bwd': 'fwd + read q, k, v, dout; write dq, dk, dv: 11 * BH * N * d * bytes',
-            },
-            arguments={
-                key: (str(value) if isinstance(value, Path) else value)
-                for key, value in vars(args).items()
-            },
-            impls_timed=impls,
-            complete=complete,
-            results=results,
-        )
+        report = dict(environment=environment(name, device, peak_tbps, copy_tbps),
+                      byte_model={'fwd': 'read q, k, v; write out: 4 * BH * N * d * bytes',
+                                  'fwd+bwd': 'fwd + read q, k, v, dout; write dq, dk, dv: '
+                                             '11 * BH * N * d * bytes'},
+                      arguments={key: (str(value) if isinstance(value, Path) else value)
+                                 for key, value in vars(args).items()},
+                      impls_timed=impls, complete=complete,
+                      results=results)
         partial = output.with_name(output.name + '.partial')
         partial.write_text(json.dumps(report, indent=2) + '\n')
         partial.replace(output)
@@ -588,20 +441,9 @@ def main(argv=None) -> int:
                 for head_dim in args.head_dims:
                     for pass_name in args.passes:
                         for impl in impls:
-                            results.append(
-                                run_case(
-                                    impl,
-                                    pass_name,
-                                    dtype_name,
-                                    batch_heads,
-                                    num_tokens,
-                                    head_dim,
-                                    args,
-                                    device,
-                                    peak_tbps,
-                                    copy_tbps,
-                                )
-                            )
+                            results.append(run_case(impl, pass_name, dtype_name, batch_heads,
+                                                    num_tokens, head_dim, args, device, peak_tbps,
+                                                    copy_tbps))
                             add_speedups(results)
                             save(complete=False)
                             if device.type == 'cuda':

@@ -16,7 +16,6 @@ a copy before RoIAlign) shows as this ratio moving. Example::
 
     python benchmarks/demo_train_step.py --steps 20
 """
-
 from __future__ import annotations
 
 import argparse
@@ -31,35 +30,21 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 CONFIG = 'configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py'
-RESNET18 = dict(
-    type='ResNet',
-    depth=18,
-    num_stages=4,
-    out_indices=(0, 1, 2, 3),
-    frozen_stages=-1,
-    norm_cfg=dict(type='BN', requires_grad=True),
-    norm_eval=False,
-    style='pytorch',
-    init_cfg=None,
-)
+RESNET18 = dict(type='ResNet', depth=18, num_stages=4, out_indices=(0, 1, 2, 3),
+                frozen_stages=-1, norm_cfg=dict(type='BN', requires_grad=True),
+                norm_eval=False, style='pytorch', init_cfg=None)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        '--steps', type=int, default=20, help='timed training steps per model (default 20)'
-    )
-    parser.add_argument(
-        '--warmup', type=int, default=3, help='untimed steps per model first (default 3)'
-    )
-    parser.add_argument(
-        '--out',
-        type=Path,
-        default=None,
-        help='JSON file (default benchmarks/results/demo-train-step-cpu-<date>.json)',
-    )
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--steps', type=int, default=20,
+                        help='timed training steps per model (default 20)')
+    parser.add_argument('--warmup', type=int, default=3,
+                        help='untimed steps per model first (default 3)')
+    parser.add_argument('--out', type=Path, default=None,
+                        help='JSON file (default benchmarks/results/'
+                             'demo-train-step-cpu-<date>.json)')
     return parser.parse_args(argv)
 
 
@@ -68,7 +53,6 @@ def build(cfg, backbone=None):
     from mmengine.optim import build_optim_wrapper
 
     from mavit_mm.tooling.model_builder import build_model
-
     model_cfg = cfg.model.copy()
     if backbone is not None:
         model_cfg.backbone = backbone
@@ -93,7 +77,6 @@ def main(argv=None) -> dict:
     )
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.device import device_name, git_commit, library_versions
-
     root = Path(DEMO_DATA_ROOT) / 'coco'
     if not dataset_complete(root, 'coco', **DEMO_DATA_SETTINGS):
         print(f'writing the demo data to {root} ...', flush=True)
@@ -122,44 +105,26 @@ def main(argv=None) -> dict:
             if index >= args.warmup:
                 times[name].append(1e3 * (time.perf_counter() - begin))
         elapsed = time.time() - started
-        print(
-            f'[step {index + 1}/{total}] '
-            + ', '.join(f'{name} {times[name][-1]:.0f} ms' for name in models if times[name])
-            + f'; {elapsed:.0f} s so far, about {elapsed / (index + 1) * (total - index - 1):.0f} s '
-            'left',
-            flush=True,
-        )
+        print(f'[step {index + 1}/{total}] ' + ', '.join(
+            f'{name} {times[name][-1]:.0f} ms' for name in models if times[name]) +
+            f'; {elapsed:.0f} s so far, about {elapsed / (index + 1) * (total - index - 1):.0f} s '
+            'left', flush=True)
     medians = {name: statistics.median(values) for name, values in times.items()}
     report = dict(
-        benchmark='demo-train-step',
-        config=CONFIG,
-        device=device_name(torch.device('cpu')),
-        device_type='cpu',
-        cpu_threads=torch.get_num_threads(),
-        versions=library_versions(),
+        benchmark='demo-train-step', config=CONFIG, device=device_name(torch.device('cpu')),
+        device_type='cpu', cpu_threads=torch.get_num_threads(), versions=library_versions(),
         commit=git_commit(),
         date=datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
-        batch_size=cfg.train_dataloader.batch_size,
-        warmup=args.warmup,
-        steps=args.steps,
-        baseline_backbone=RESNET18,
-        times_ms=times,
-        median_ms=medians,
-        ratio_mavit_over_resnet18=round(medians['MAViT-T'] / medians['ResNet-18'], 3),
-    )
-    out = args.out or (
-        REPO_ROOT
-        / 'benchmarks'
-        / 'results'
-        / f'demo-train-step-cpu-{time.strftime("%Y-%m-%d")}.json'
-    )
+        batch_size=cfg.train_dataloader.batch_size, warmup=args.warmup, steps=args.steps,
+        baseline_backbone=RESNET18, times_ms=times, median_ms=medians,
+        ratio_mavit_over_resnet18=round(medians['MAViT-T'] / medians['ResNet-18'], 3))
+    out = args.out or (REPO_ROOT / 'benchmarks' / 'results' /
+                       f'demo-train-step-cpu-{time.strftime("%Y-%m-%d")}.json')
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + '\n')
-    print(
-        f'median train step: MAViT-T {medians["MAViT-T"]:.0f} ms, ResNet-18 '
-        f'{medians["ResNet-18"]:.0f} ms, ratio {report["ratio_mavit_over_resnet18"]:.2f}; '
-        f'wrote {out}'
-    )
+    print(f'median train step: MAViT-T {medians["MAViT-T"]:.0f} ms, ResNet-18 '
+          f'{medians["ResNet-18"]:.0f} ms, ratio {report["ratio_mavit_over_resnet18"]:.2f}; '
+          f'wrote {out}')
     return report
 
 

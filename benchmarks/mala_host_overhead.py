@@ -36,7 +36,6 @@ Examples::
     python benchmarks/mala_host_overhead.py --baseline /tmp/old_function.py \\
         --output benchmarks/results/mala-host-overhead-cpu-DATE.json
 """
-
 from __future__ import annotations
 
 import argparse
@@ -69,56 +68,31 @@ DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description="Host time per fused-MALA call (mala_attention(impl='triton') on the "
-        'CPU, Triton interpreter off, kernel launches stubbed): dispatch, custom '
-        'op, plan, buffers and launch arguments, without any kernel work.'
-    )
+                    'CPU, Triton interpreter off, kernel launches stubbed): dispatch, custom '
+                    'op, plan, buffers and launch arguments, without any kernel work.')
     parser.add_argument('--batch', type=int, default=1, help='batch size (default 1)')
-    parser.add_argument(
-        '--image',
-        type=int,
-        nargs=2,
-        default=(512, 512),
-        metavar=('H', 'W'),
-        help='input image size (default 512 512)',
-    )
-    parser.add_argument(
-        '--dtype', choices=sorted(DTYPES), default='bf16', help='q, k, v dtype (default bf16)'
-    )
-    parser.add_argument(
-        '--modes',
-        nargs='+',
-        choices=('forward', 'train', 'plan'),
-        default=['forward', 'train', 'plan'],
-        help='forward: inference call under no_grad; train: forward + '
-        'torch.autograd.grad (both ops); plan: plan_for alone',
-    )
+    parser.add_argument('--image', type=int, nargs=2, default=(512, 512),
+                        metavar=('H', 'W'), help='input image size (default 512 512)')
+    parser.add_argument('--dtype', choices=sorted(DTYPES), default='bf16',
+                        help='q, k, v dtype (default bf16)')
+    parser.add_argument('--modes', nargs='+', choices=('forward', 'train', 'plan'),
+                        default=['forward', 'train', 'plan'],
+                        help="forward: inference call under no_grad; train: forward + "
+                             "torch.autograd.grad (both ops); plan: plan_for alone")
     parser.add_argument('--calls', type=int, default=200, help='calls per round (default 200)')
     parser.add_argument('--rounds', type=int, default=15, help='rounds (default 15)')
     parser.add_argument('--warmup', type=int, default=50, help='warm-up calls (default 50)')
-    parser.add_argument(
-        '--function-module',
-        type=Path,
-        default=None,
-        help='load this file as mavit_mm.ops.mala.function (and in place of '
-        "its plan module) instead of the package's own (to measure "
-        'another version)',
-    )
-    parser.add_argument(
-        '--baseline',
-        type=Path,
-        default=None,
-        help='also measure this version of function.py (in a subprocess, '
-        'first) and report both with the ratios',
-    )
-    parser.add_argument(
-        '--label', default=None, help='a name for this run in the JSON (default: the module path)'
-    )
-    parser.add_argument(
-        '--output',
-        type=Path,
-        default=None,
-        help='write the results as JSON here (default: print only)',
-    )
+    parser.add_argument('--function-module', type=Path, default=None,
+                        help='load this file as mavit_mm.ops.mala.function (and in place of '
+                             "its plan module) instead of the package's own (to measure "
+                             'another version)')
+    parser.add_argument('--baseline', type=Path, default=None,
+                        help='also measure this version of function.py (in a subprocess, '
+                             'first) and report both with the ratios')
+    parser.add_argument('--label', default=None,
+                        help='a name for this run in the JSON (default: the module path)')
+    parser.add_argument('--output', type=Path, default=None,
+                        help='write the results as JSON here (default: print only)')
     return parser.parse_args(argv)
 
 
@@ -141,7 +115,6 @@ def load_function_module(path):
     """The op package and the Triton op and plan modules: the package's own,
     or ``path`` in place of both."""
     from mavit_mm.ops import mala as mala_ops
-
     if path is not None:
         name = 'mavit_mm.ops.mala.function'
         if name in sys.modules:
@@ -160,17 +133,13 @@ def load_function_module(path):
 
 def install_stubs(kernels_module):
     import triton
-
     stubs = {}
     for name, value in list(vars(kernels_module).items()):
         if name.endswith('_kernel') and isinstance(value, triton.runtime.jit.JITFunction):
             stubs[name] = StubKernel(name)
             setattr(kernels_module, name, stubs[name])
-    interpreted = [
-        name
-        for name, value in vars(kernels_module).items()
-        if name.endswith('_kernel') and type(value).__name__ == 'InterpretedFunction'
-    ]
+    interpreted = [name for name, value in vars(kernels_module).items()
+                   if name.endswith('_kernel') and type(value).__name__ == 'InterpretedFunction']
     if interpreted or not stubs:
         raise SystemExit(f'expected compiled-mode kernels to stub, found {interpreted or "none"}')
     return stubs
@@ -180,14 +149,11 @@ def stage_qkv(batch, heads, height, width, dtype, requires_grad):
     """q, k, v as GatedAttention passes them: (B, heads, N, d) views of the
     channel blocks of a channels_last (B, 3C, H, W) map."""
     channels = heads * HEAD_DIM
-    x = torch.randn(batch, 3 * channels, height, width).to(
-        dtype=dtype, memory_format=torch.channels_last
-    )
+    x = torch.randn(batch, 3 * channels, height, width).to(dtype=dtype,
+                                                             memory_format=torch.channels_last)
     x.requires_grad_(requires_grad)
-    return [
-        t.reshape(batch, heads, HEAD_DIM, height * width).transpose(-1, -2)
-        for t in x.chunk(3, dim=1)
-    ]
+    return [t.reshape(batch, heads, HEAD_DIM, height * width).transpose(-1, -2)
+            for t in x.chunk(3, dim=1)]
 
 
 def time_per_call(call, calls, rounds, warmup):
@@ -199,12 +165,12 @@ def time_per_call(call, calls, rounds, warmup):
         for _ in range(calls):
             call()
         per_call.append((time.perf_counter_ns() - start) / calls / 1e3)
-    return dict(median_us=statistics.median(per_call), min_us=min(per_call), max_us=max(per_call))
+    return dict(median_us=statistics.median(per_call), min_us=min(per_call),
+                max_us=max(per_call))
 
 
 def make_call(mode, mala_ops, plan, q, k, v, rope):
     if mode == 'forward':
-
         def call():
             with torch.no_grad():
                 mala_ops.mala_attention(q, k, v, rope, impl='triton')
@@ -219,7 +185,6 @@ def make_call(mode, mala_ops, plan, q, k, v, rope):
 
         def call():
             plan.plan_for(q, k, v, angle, rope.width)
-
     return call
 
 
@@ -227,33 +192,13 @@ def measure_baseline(args):
     """The same measurement of ``args.baseline``, in a fresh process (one
     version of the module per process)."""
     import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         output = Path(tmp) / 'baseline.json'
-        command = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            '--function-module',
-            str(args.baseline),
-            '--label',
-            'baseline',
-            '--output',
-            str(output),
-            '--batch',
-            str(args.batch),
-            '--image',
-            *map(str, args.image),
-            '--dtype',
-            args.dtype,
-            '--modes',
-            *args.modes,
-            '--calls',
-            str(args.calls),
-            '--rounds',
-            str(args.rounds),
-            '--warmup',
-            str(args.warmup),
-        ]
+        command = [sys.executable, str(Path(__file__).resolve()), '--function-module',
+                   str(args.baseline), '--label', 'baseline', '--output', str(output),
+                   '--batch', str(args.batch), '--image', *map(str, args.image),
+                   '--dtype', args.dtype, '--modes', *args.modes, '--calls', str(args.calls),
+                   '--rounds', str(args.rounds), '--warmup', str(args.warmup)]
         subprocess.run(command, check=True)
         return json.loads(output.read_text())
 
@@ -264,7 +209,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     mala_ops, function, plan = load_function_module(args.function_module)
     stubs = install_stubs(function.kernels)
-    mala_ops.triton_interpreter_enabled = lambda: True  # CPU tensors pass the dispatch
+    mala_ops.triton_interpreter_enabled = lambda: True   # CPU tensors pass the dispatch
     from mavit_mm.ops.rope2d import RoPE2d
 
     dtype = DTYPES[args.dtype]
@@ -282,73 +227,49 @@ def main(argv=None):
             launched = sum(stub.launches - before[name] for name, stub in stubs.items())
             expected = {'forward': 3, 'train': 5, 'plan': 0}[mode]
             if launched != expected:
-                raise SystemExit(
-                    f'{mode}: {launched} kernel launches per call, expected {expected}'
-                )
+                raise SystemExit(f'{mode}: {launched} kernel launches per call, expected '
+                                 f'{expected}')
             timing = time_per_call(call, args.calls, args.rounds, args.warmup)
-            stages.append(
-                dict(shape=[args.batch, heads, height * width, HEAD_DIM], layers=depth, **timing)
-            )
-            print(
-                f'{mode:8s} B={args.batch} heads={heads} N={height * width:6d} '
-                f'd={HEAD_DIM}: median {timing["median_us"]:7.1f} us/call '
-                f'(min {timing["min_us"]:.1f}, max {timing["max_us"]:.1f})'
-            )
+            stages.append(dict(shape=[args.batch, heads, height * width, HEAD_DIM],
+                               layers=depth, **timing))
+            print(f'{mode:8s} B={args.batch} heads={heads} N={height * width:6d} '
+                  f'd={HEAD_DIM}: median {timing["median_us"]:7.1f} us/call '
+                  f'(min {timing["min_us"]:.1f}, max {timing["max_us"]:.1f})')
         per_forward = sum(stage['median_us'] * stage['layers'] for stage in stages)
         mean = per_forward / sum(stage['layers'] for stage in stages)
-        print(
-            f'{mode:8s} mean {mean:7.1f} us/call, {per_forward / 1e3:.2f} ms per MAViT-T '
-            f'pass (12 MALA layers)'
-        )
-        results[mode] = dict(
-            stages=stages, mean_us_per_call=mean, ms_per_mavit_t_pass=per_forward / 1e3
-        )
+        print(f'{mode:8s} mean {mean:7.1f} us/call, {per_forward / 1e3:.2f} ms per MAViT-T '
+              f'pass (12 MALA layers)')
+        results[mode] = dict(stages=stages, mean_us_per_call=mean,
+                             ms_per_mavit_t_pass=per_forward / 1e3)
 
     # after load_function_module: importing mavit_mm loads the op package
     from mavit_mm.tooling.device import git_commit
-
     report = dict(
         benchmark='mala_host_overhead',
         label=args.label or str(args.function_module or 'mavit_mm/ops/mala/function.py'),
         date=datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
         commit=git_commit(),
         function_module=str(args.function_module) if args.function_module else None,
-        measures=(
-            "mala_attention(impl='triton') on the CPU, Triton interpreter off, the "
-            'kernel launches stubbed (kernel[grid](...) only counts); excludes '
-            "Triton's launch path and the CUDA-only planning"
-        ),
-        config=dict(
-            batch=args.batch,
-            image=list(args.image),
-            dtype=args.dtype,
-            head_dim=HEAD_DIM,
-            calls=args.calls,
-            rounds=args.rounds,
-            warmup=args.warmup,
-            torch_threads=1,
-        ),
-        environment=dict(
-            python=platform.python_version(),
-            torch=torch.__version__,
-            triton=__import__('triton').__version__,
-            platform=platform.platform(),
-            processor=platform.processor(),
-        ),
-        results=results,
-    )
+        measures=("mala_attention(impl='triton') on the CPU, Triton interpreter off, the "
+                  'kernel launches stubbed (kernel[grid](...) only counts); excludes '
+                  "Triton's launch path and the CUDA-only planning"),
+        config=dict(batch=args.batch, image=list(args.image), dtype=args.dtype,
+                    head_dim=HEAD_DIM, calls=args.calls, rounds=args.rounds,
+                    warmup=args.warmup, torch_threads=1),
+        environment=dict(python=platform.python_version(), torch=torch.__version__,
+                         triton=__import__('triton').__version__,
+                         platform=platform.platform(), processor=platform.processor()),
+        results=results)
     if baseline is not None:
-        report['baseline'] = dict(function_module=str(args.baseline), results=baseline['results'])
+        report['baseline'] = dict(function_module=str(args.baseline),
+                                  results=baseline['results'])
         report['speedup'] = {
-            mode: baseline['results'][mode]['mean_us_per_call'] / results[mode]['mean_us_per_call']
-            for mode in results
-        }
+            mode: baseline['results'][mode]['mean_us_per_call'] / results[mode][
+                'mean_us_per_call'] for mode in results}
         for mode, speedup in report['speedup'].items():
-            print(
-                f'{mode:8s} baseline {baseline["results"][mode]["mean_us_per_call"]:7.1f} '
-                f'us/call -> {results[mode]["mean_us_per_call"]:7.1f} us/call '
-                f'({speedup:.2f}x)'
-            )
+            print(f"{mode:8s} baseline {baseline['results'][mode]['mean_us_per_call']:7.1f} "
+                  f"us/call -> {results[mode]['mean_us_per_call']:7.1f} us/call "
+                  f'({speedup:.2f}x)')
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(report, indent=2) + '\n')

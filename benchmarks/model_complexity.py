@@ -12,7 +12,6 @@ products those counters leave out. The figures do not depend on the machine.
 Default output: ``benchmarks/results/model-complexity-<date>.json``;
 ``benchmarks/readme_tables.py --write`` puts it into README.md and docs/.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -32,27 +31,18 @@ ARCHS = ('tiny', 'small', 'base', 'large')
 FLOP_CASES = (
     ('MAViT-T backbone', None, 800, 1280),
     ('Mask R-CNN + MAViT-T', 'configs/mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py', 800, 1280),
-    ('UperNet + MAViT-T', 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py', 512, 2048),
+    ('UperNet + MAViT-T', 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py',
+     512, 2048),
 )
 
 
 def _git_commit() -> str:
     import subprocess
-
     try:
-        commit = subprocess.run(
-            ['git', 'rev-parse', '--short', 'HEAD'],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ['git', 'status', '--porcelain', '--untracked-files=no'],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO_ROOT,
+                                capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
+                               cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
         return commit + ('+changes' if dirty else '')
     except (OSError, subprocess.CalledProcessError):
         return 'unknown'
@@ -75,11 +65,8 @@ def measure(configs=None) -> dict:
     backbones = {arch: count_params(MAViT(arch=arch)) for arch in ARCHS}
     print('backbones:', {a: f'{p / 1e6:.2f}M' for a, p in backbones.items()}, flush=True)
     if configs is None:
-        configs = sorted(
-            path.relative_to(REPO_ROOT).as_posix()
-            for folder in PUBLISHED
-            for path in (REPO_ROOT / 'configs' / folder).glob('*.py')
-        )
+        configs = sorted(path.relative_to(REPO_ROOT).as_posix() for folder in PUBLISHED
+                         for path in (REPO_ROOT / 'configs' / folder).glob('*.py'))
     params = {}
     for config in configs:
         model = build_model(load_config(REPO_ROOT / config))
@@ -99,55 +86,31 @@ def measure(configs=None) -> dict:
             inputs, samples = dummy_forward_inputs(cfg, height, width)
             with torch.no_grad():
                 figures = count_complexity(model, lambda: model(inputs, samples, mode='tensor'))
-        flops.append(
-            dict(
-                name=name,
-                config=config,
-                shape=[height, width],
-                params=figures.params,
-                layer_macs=figures.layer_macs,
-                attention_macs=figures.attention_macs,
-            )
-        )
-        print(
-            f'{name} {height}x{width}: {figures.layer_macs / 1e9:.1f} + '
-            f'{figures.attention_macs / 1e9:.1f} GMACs',
-            flush=True,
-        )
+        flops.append(dict(name=name, config=config, shape=[height, width],
+                          params=figures.params, layer_macs=figures.layer_macs,
+                          attention_macs=figures.attention_macs))
+        print(f'{name} {height}x{width}: {figures.layer_macs / 1e9:.1f} + '
+              f'{figures.attention_macs / 1e9:.1f} GMACs', flush=True)
     return dict(backbone_params=backbones, config_params=params, flops=flops)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        '--out',
-        type=Path,
-        default=None,
-        help='JSON path (default benchmarks/results/model-complexity-<date>.json)',
-    )
-    parser.add_argument(
-        '--configs',
-        nargs='+',
-        default=None,
-        help='count these configs only (default: every published config)',
-    )
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--out', type=Path, default=None,
+                        help='JSON path (default benchmarks/results/model-complexity-<date>.json)')
+    parser.add_argument('--configs', nargs='+', default=None,
+                        help='count these configs only (default: every published config)')
     args = parser.parse_args(argv)
     import torch
-
     started = time.time()
-    report = dict(
-        benchmark='model-complexity',
-        commit=_git_commit(),
-        date=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
-        versions=dict(python=platform.python_version(), torch=torch.__version__),
-        **measure(args.configs),
-    )
+    report = dict(benchmark='model-complexity', commit=_git_commit(),
+                  date=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
+                  versions=dict(python=platform.python_version(), torch=torch.__version__),
+                  **measure(args.configs))
     report['seconds'] = round(time.time() - started, 1)
-    out = args.out or (
-        REPO_ROOT / 'benchmarks' / 'results' / f'model-complexity-{time.strftime("%Y-%m-%d")}.json'
-    )
+    out = args.out or (REPO_ROOT / 'benchmarks' / 'results' /
+                       f'model-complexity-{time.strftime("%Y-%m-%d")}.json')
     out.write_text(json.dumps(report, indent=1) + '\n')
     print(f'wrote {out}')
     return 0

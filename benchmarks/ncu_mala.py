@@ -10,7 +10,6 @@ calls run between ``cudaProfilerStart`` and ``cudaProfilerStop``.
 Shapes as ``bench_mala.py`` lays them out (q, k, v as the backbone passes them).
 Needs a CUDA GPU.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -25,16 +24,14 @@ from benchmarks.bench_mala import DTYPES, backbone_inputs, make_step  # noqa: E4
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--batch-heads', type=int, default=16)
     parser.add_argument('--tokens', type=int, default=65536, help='a square feature map')
     parser.add_argument('--head-dim', type=int, default=64)
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='bf16')
-    parser.add_argument(
-        '--passes', nargs='+', choices=('fwd', 'fwd+bwd'), default=['fwd', 'fwd+bwd']
-    )
+    parser.add_argument('--passes', nargs='+', choices=('fwd', 'fwd+bwd'),
+                        default=['fwd', 'fwd+bwd'])
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print('ncu_mala.py needs a CUDA GPU')
@@ -42,16 +39,11 @@ def main(argv=None) -> int:
     device = torch.device('cuda')
     steps = []
     for pass_name in args.passes:
-        views, rope = backbone_inputs(
-            args.batch_heads,
-            args.tokens,
-            args.head_dim,
-            DTYPES[args.dtype],
-            device,
-            requires_grad=pass_name != 'fwd',
-        )
+        views, rope = backbone_inputs(args.batch_heads, args.tokens, args.head_dim,
+                                      DTYPES[args.dtype], device,
+                                      requires_grad=pass_name != 'fwd')
         step = make_step('triton', pass_name, views, rope)
-        for _ in range(3):  # compile and warm up outside the profiled range
+        for _ in range(3):      # compile and warm up outside the profiled range
             step()
         steps.append(step)
     torch.cuda.synchronize()
@@ -60,10 +52,8 @@ def main(argv=None) -> int:
         step()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
-    print(
-        f'profiled {", ".join(args.passes)}: B*heads {args.batch_heads}, N {args.tokens}, '
-        f'd {args.head_dim}, {args.dtype}'
-    )
+    print(f'profiled {", ".join(args.passes)}: B*heads {args.batch_heads}, N {args.tokens}, '
+          f'd {args.head_dim}, {args.dtype}')
     return 0
 
 

@@ -33,7 +33,6 @@ subfolder per ``gpu_check.py`` command (its ``--out``), each with the
 ``tests/test_benchmarks/test_readme_tables.py`` runs the check, so a page whose figures
 differ from the newest results files fails the tests.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -47,13 +46,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / 'benchmarks' / 'results'
 README = REPO_ROOT / 'README.md'
 # The files the blocks live in, by name (tests point these elsewhere).
-TARGET_FILES = {
-    'README.md': README,
-    **{
-        f'docs/{name}.md': REPO_ROOT / 'docs' / f'{name}.md'
-        for name in ('backbone', 'speed', 'deployment', 'gpu')
-    },
-}
+TARGET_FILES = {'README.md': README,
+                **{f'docs/{name}.md': REPO_ROOT / 'docs' / f'{name}.md'
+                   for name in ('backbone', 'speed', 'deployment', 'gpu')}}
 # The fused op's targets (the GPU issue): bf16, N = 65536, d = 64.
 OP_TARGETS = (
     # (B*heads, pass, minimum % of the copy bandwidth, minimum speed-up, maximum memory ratio)
@@ -61,25 +56,19 @@ OP_TARGETS = (
     (16, 'fwd+bwd', 50, 8, 0.3),
     (1, 'fwd', 50, None, None),
 )
-TASK_NAMES = {
-    'backbone-forward': 'backbone forward',
-    'backbone-train': 'backbone training step (fwd + bwd + AdamW)',
-    'upernet-forward': 'UperNet forward',
-}
-MODEL_NAMES = {
-    'mask_rcnn': 'Mask R-CNN + MAViT-T',
-    'upernet': 'UperNet + MAViT-T',
-    'retinanet': 'RetinaNet + MAViT-T',
-    'sem_fpn': 'Semantic FPN + MAViT-T',
-    'cascade_mask_rcnn': 'Cascade Mask R-CNN + MAViT-T',
-}
+TASK_NAMES = {'backbone-forward': 'backbone forward',
+              'backbone-train': 'backbone training step (fwd + bwd + AdamW)',
+              'upernet-forward': 'UperNet forward'}
+MODEL_NAMES = {'mask_rcnn': 'Mask R-CNN + MAViT-T', 'upernet': 'UperNet + MAViT-T',
+               'retinanet': 'RetinaNet + MAViT-T', 'sem_fpn': 'Semantic FPN + MAViT-T',
+               'cascade_mask_rcnn': 'Cascade Mask R-CNN + MAViT-T'}
 
 
 class Block(NamedTuple):
-    pattern: str  # results files of this kind
+    pattern: str                       # results files of this kind
     render: Callable[[dict, str], str]
     device_type: str | None = None  # only files of this device type
-    target: str = 'README.md'  # a key of TARGET_FILES
+    target: str = 'README.md'          # a key of TARGET_FILES
 
 
 def markers(name: str):
@@ -89,37 +78,29 @@ def markers(name: str):
 def _source_line(report: dict, source: str, what: str) -> str:
     versions = report.get('versions') or {}
     torch_version = versions.get('torch') or report.get('torch')
-    return (
-        f'{what} on {report["device"]} ({report["cpu_threads"]} threads'
-        f'{", CUDA " + report["cuda"] if report.get("cuda") else ""}), torch '
-        f'{torch_version}, commit {report.get("commit")}, {report["date"][:10]}; raw: '
-        f'`{source}`.'
-    )
+    return (f"{what} on {report['device']} ({report['cpu_threads']} threads"
+            f"{', CUDA ' + report['cuda'] if report.get('cuda') else ''}), torch "
+            f"{torch_version}, commit {report.get('commit')}, {report['date'][:10]}; raw: "
+            f"`{source}`.")
 
 
 def render_speed(report: dict, source: str) -> str:
     """One row per task and size: MAViT-T against Swin-T."""
-    lines = [
-        _source_line(report, source, 'Measured')
-        + f' {report["dtype"]}, batch {report["batch_size"]}, median of '
-        f'{report["repeats"]} interleaved runs after {report["warmup"]} warm-up.',
-        '',
-        '| measurement | size | MAViT-T ms | Swin-T ms | MAViT-T / Swin-T |',
-        '| --- | --- | ---: | ---: | ---: |',
-    ]
+    lines = [_source_line(report, source, 'Measured') +
+             f" {report['dtype']}, batch {report['batch_size']}, median of "
+             f"{report['repeats']} interleaved runs after {report['warmup']} warm-up.",
+             '',
+             '| measurement | size | MAViT-T ms | Swin-T ms | MAViT-T / Swin-T |',
+             '| --- | --- | ---: | ---: | ---: |']
     for row in report['results']:
-        size = f'{row["shape"][0]}x{row["shape"][1]}'
-        lines.append(
-            f'| {TASK_NAMES.get(row["task"], row["task"])} | {size} | '
-            f'{row["median_ms"]["MAViT-T"]:.0f} | {row["median_ms"]["Swin-T"]:.0f} | '
-            f'{row["ratio"]:.2f} |'
-        )
+        size = f"{row['shape'][0]}x{row['shape'][1]}"
+        lines.append(f"| {TASK_NAMES.get(row['task'], row['task'])} | {size} | "
+                     f"{row['median_ms']['MAViT-T']:.0f} | {row['median_ms']['Swin-T']:.0f} | "
+                     f"{row['ratio']:.2f} |")
     plot = Path(source).with_suffix('.png')
     if (REPO_ROOT / plot).exists():
-        lines += [
-            '',
-            f'![MAViT-T / Swin-T time against pixels, {report["device"]}]({plot.as_posix()})',
-        ]
+        lines += ['', f'![MAViT-T / Swin-T time against pixels, {report["device"]}]'
+                      f'({plot.as_posix()})']
     return '\n'.join(lines)
 
 
@@ -127,71 +108,55 @@ def render_main_job(report: dict, source: str) -> str:
     """The main job's metrics (untrained against trained, the bars) and times."""
     summary = report['summary']
     bars = {(bar['model'], bar['metric']): bar['minimum'] for bar in summary['bars']}
-    lines = [
-        _source_line(report, source, 'One run of `make demo`')
-        + f' Exit status {"0 (passed)" if summary["passed"] else "1 (failed)"}.',
-        '',
-        '| model | metric | untrained | trained | bar |',
-        '| --- | --- | ---: | ---: | --- |',
-    ]
+    lines = [_source_line(report, source, 'One run of `make demo`') +
+             f" Exit status {'0 (passed)' if summary['passed'] else '1 (failed)'}.",
+             '',
+             '| model | metric | untrained | trained | bar |',
+             '| --- | --- | ---: | ---: | --- |']
     for name, result in summary['results'].items():
-        label = f'{MODEL_NAMES.get(name, name)} ({result["max_iters"]} iterations)'
+        label = f"{MODEL_NAMES.get(name, name)} ({result['max_iters']} iterations)"
         for metric in result['headline_metrics']:
             bar = bars.get((name, metric))
-            lines.append(
-                f'| {label} | {metric} | {_metric(result["untrained"].get(metric))} | '
-                f'{_metric(result["trained"].get(metric))} | '
-                f'{"" if bar is None else f">= {bar:g}"} |'
-            )
+            lines.append(f"| {label} | {metric} | {_metric(result['untrained'].get(metric))} | "
+                         f"{_metric(result['trained'].get(metric))} | "
+                         f"{'' if bar is None else f'>= {bar:g}'} |")
             label = ''
-    lines += [
-        '',
-        '| model | training (with its evaluations) | test | pictures |',
-        '| --- | ---: | ---: | ---: |',
-    ]
+    lines += ['', '| model | training (with its evaluations) | test | pictures |',
+              '| --- | ---: | ---: | ---: |']
     for name, result in summary['results'].items():
-        lines.append(
-            f'| {MODEL_NAMES.get(name, name)} | {result["train_seconds"] / 60:.1f} min | '
-            f'{result["test_seconds"]:.0f} s | {result["picture_seconds"]:.0f} s |'
-        )
-    lines.append(f'| **whole job** | **{summary["wall_seconds"] / 60:.1f} min** | | |')
+        lines.append(f"| {MODEL_NAMES.get(name, name)} | {result['train_seconds'] / 60:.1f} min | "
+                     f"{result['test_seconds']:.0f} s | {result['picture_seconds']:.0f} s |")
+    lines.append(f"| **whole job** | **{summary['wall_seconds'] / 60:.1f} min** | | |")
     return '\n'.join(lines)
 
 
 def render_demo_train_step(report: dict, source: str) -> str:
     """The demo Mask R-CNN's training step, MAViT-T against ResNet-18."""
     medians = report['median_ms']
-    return '\n'.join(
-        [
-            _source_line(report, source, 'Measured')
-            + f' Batch {report["batch_size"]} of the demo data, median of {report["steps"]} '
-            f'alternating steps after {report["warmup"]} warm-up.',
-            '',
-            '| Mask R-CNN demo config, backbone | training step ms | against ResNet-18 |',
-            '| --- | ---: | ---: |',
-            f'| MAViT-T | {medians["MAViT-T"]:.0f} | {report["ratio_mavit_over_resnet18"]:.2f} |',
-            f'| ResNet-18 | {medians["ResNet-18"]:.0f} | 1.00 |',
-        ]
-    )
+    return '\n'.join([
+        _source_line(report, source, 'Measured') +
+        f" Batch {report['batch_size']} of the demo data, median of {report['steps']} "
+        f"alternating steps after {report['warmup']} warm-up.",
+        '',
+        '| Mask R-CNN demo config, backbone | training step ms | against ResNet-18 |',
+        '| --- | ---: | ---: |',
+        f"| MAViT-T | {medians['MAViT-T']:.0f} | {report['ratio_mavit_over_resnet18']:.2f} |",
+        f"| ResNet-18 | {medians['ResNet-18']:.0f} | 1.00 |"])
 
 
 def render_onnxruntime_speed(report: dict, source: str) -> str:
     """ONNX Runtime against PyTorch eager, per input size."""
-    lines = [
-        _source_line(report, source, 'Measured')
-        + f' {report["model"]}, {report["dtype"]}, batch {report["batch_size"]}, median of '
-        f'{report["repeats"]} alternating runs after {report["warmup"]} warm-up; '
-        f'{report["exported_with"]}.',
-        '',
-        '| size | PyTorch ms | ONNX Runtime ms | speed-up | labels agree |',
-        '| --- | ---: | ---: | ---: | ---: |',
-    ]
+    lines = [_source_line(report, source, 'Measured') +
+             f" {report['model']}, {report['dtype']}, batch {report['batch_size']}, median of "
+             f"{report['repeats']} alternating runs after {report['warmup']} warm-up; "
+             f"{report['exported_with']}.",
+             '',
+             '| size | PyTorch ms | ONNX Runtime ms | speed-up | labels agree |',
+             '| --- | ---: | ---: | ---: | ---: |']
     for row in report['results']:
-        lines.append(
-            f'| {row["shape"][0]}x{row["shape"][1]} | '
-            f'{row["median_ms"]["PyTorch"]:.0f} | {row["median_ms"]["ONNX Runtime"]:.0f} | '
-            f'{row["speedup"]:.2f} | {100 * row["label_agreement"]:.2f}% |'
-        )
+        lines.append(f"| {row['shape'][0]}x{row['shape'][1]} | "
+                     f"{row['median_ms']['PyTorch']:.0f} | {row['median_ms']['ONNX Runtime']:.0f} | "
+                     f"{row['speedup']:.2f} | {100 * row['label_agreement']:.2f}% |")
     return '\n'.join(lines)
 
 
@@ -202,12 +167,10 @@ def _gpu_env(source: str) -> dict:
 
 def _gpu_source_line(source: str, what: str) -> str:
     env = _gpu_env(source)
-    return (
-        f'{what} on an {env["device"]} (driver {env["driver"]}, CUDA {env["cuda"]}), torch '
-        f'{env["torch"]}, Triton {env["triton"]}, {env["date"][:10]}; device-to-device copy '
-        f'measured in the same run: {env["copy_bandwidth_tbps"]:.2f} TB/s; raw: '
-        f'`{Path(source).parent.as_posix()}/`.'
-    )
+    return (f"{what} on an {env['device']} (driver {env['driver']}, CUDA {env['cuda']}), torch "
+            f"{env['torch']}, Triton {env['triton']}, {env['date'][:10]}; device-to-device copy "
+            f"measured in the same run: {env['copy_bandwidth_tbps']:.2f} TB/s; raw: "
+            f"`{Path(source).parent.as_posix()}/`.")
 
 
 def _against_target(value: float, fmt: str, minimum=None, maximum=None) -> str:
@@ -217,77 +180,58 @@ def _against_target(value: float, fmt: str, minimum=None, maximum=None) -> str:
         return f'{value:{fmt}}'
     met = (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
     bound = f'≥ {minimum}' if maximum is None else f'≤ {maximum}'
-    return f'{value:{fmt}} ({bound}: {"met" if met else "**missed**"})'
+    return f"{value:{fmt}} ({bound}: {'met' if met else '**missed**'})"
 
 
 def render_gpu_op(report: dict, source: str) -> str:
     """The fused op against its targets (bf16, N = 65536, d = 64)."""
-    rows = {
-        (row['batch_heads'], row['pass'], row['impl']): row
-        for row in report['results']
-        if row['dtype'] == 'bf16' and row['tokens'] == 65536 and row['head_dim'] == 64
-    }
-    lines = [
-        _gpu_source_line(source, 'Measured') + ' bf16, N = 65,536 tokens, d = 64, '
-        'median of `triton.testing.do_bench`; "% copy": the byte model of '
-        '`benchmarks/bench_mala.py` over the time, against the copy bandwidth.',
-        '',
-        '| B·heads | pass | fused ms | PyTorch ms | % copy (target) | speed-up (target) '
-        '| memory vs PyTorch (target) |',
-        '| ---: | --- | ---: | ---: | --- | --- | --- |',
-    ]
+    rows = {(row['batch_heads'], row['pass'], row['impl']): row for row in report['results']
+            if row['dtype'] == 'bf16' and row['tokens'] == 65536 and row['head_dim'] == 64}
+    lines = [_gpu_source_line(source, 'Measured') + ' bf16, N = 65,536 tokens, d = 64, '
+             'median of `triton.testing.do_bench`; "% copy": the byte model of '
+             '`benchmarks/bench_mala.py` over the time, against the copy bandwidth.',
+             '',
+             '| B·heads | pass | fused ms | PyTorch ms | % copy (target) | speed-up (target) '
+             '| memory vs PyTorch (target) |',
+             '| ---: | --- | ---: | ---: | --- | --- | --- |']
     for batch_heads, pass_name, copy_min, speedup_min, memory_max in OP_TARGETS:
         fused = rows[(batch_heads, pass_name, 'triton')]
         torch_row = rows[(batch_heads, pass_name, 'torch')]
         lines.append(
-            f'| {batch_heads} | {pass_name} | {fused["time_ms"]:.3f} | {torch_row["time_ms"]:.3f} '
-            f'| {_against_target(fused["percent_of_copy"], ".1f", minimum=copy_min)} '
-            f'| {_against_target(fused["speedup_vs_torch"], ".2f", minimum=speedup_min)} '
-            f'| {_against_target(fused["memory_vs_torch"], ".3f", maximum=memory_max)} |'
-        )
+            f"| {batch_heads} | {pass_name} | {fused['time_ms']:.3f} | {torch_row['time_ms']:.3f} "
+            f"| {_against_target(fused['percent_of_copy'], '.1f', minimum=copy_min)} "
+            f"| {_against_target(fused['speedup_vs_torch'], '.2f', minimum=speedup_min)} "
+            f"| {_against_target(fused['memory_vs_torch'], '.3f', maximum=memory_max)} |")
     return '\n'.join(lines)
 
 
 def render_gpu_model(report: dict, source: str) -> str:
     """MAViT-T (fused and PyTorch MALA) against Swin-T over resolutions."""
-    graphs = (
-        ' Each forward captured once in a CUDA graph; the replays are timed.'
-        if report.get('cuda_graphs')
-        else ''
-    )
-    lines = [
-        _gpu_source_line(source, 'Measured') + ' ' + report['note'] + '.' + graphs,
-        '',
-        '| size | precision | batch | MAViT-T fused ms | MAViT-T PyTorch ms | Swin-T ms '
-        '| fused / Swin-T | PyTorch / Swin-T |',
-        '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
-    ]
+    graphs = ' Each forward captured once in a CUDA graph; the replays are timed.' \
+        if report.get('cuda_graphs') else ''
+    lines = [_gpu_source_line(source, 'Measured') + ' ' + report['note'] + '.' + graphs,
+             '',
+             '| size | precision | batch | MAViT-T fused ms | MAViT-T PyTorch ms | Swin-T ms '
+             '| fused / Swin-T | PyTorch / Swin-T |',
+             '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |']
     by_key = {}
     for row in report['forward'] + report['training']:
         key = (row['height'], row['width'], row['precision'], row['batch'], row['pass_name'])
-        kind = (
-            'swin'
-            if row['model'].startswith('Swin-T')
-            else 'fused'
-            if row['model'].endswith('triton')
-            else 'torch'
-        )
+        kind = ('swin' if row['model'].startswith('Swin-T') else
+                'fused' if row['model'].endswith('triton') else 'torch')
         by_key.setdefault(key, {})[kind] = row
     for (height, width, precision, batch, pass_name), models in by_key.items():
         size = f'{height}x{width}' + ('' if pass_name == 'fwd' else f', {pass_name}')
 
         def ms(kind):
             row = models.get(kind, {})
-            return f'{row["time_ms"]:.1f}' if row.get('time_ms') else 'n/a'
+            return f"{row['time_ms']:.1f}" if row.get('time_ms') else 'n/a'
 
         def ratio(kind):
             row = models.get(kind, {})
-            return f'{row["time_vs_swin"]:.2f}' if row.get('time_vs_swin') else 'n/a'
-
-        lines.append(
-            f'| {size} | {precision} | {batch} | {ms("fused")} | {ms("torch")} | '
-            f'{ms("swin")} | {ratio("fused")} | {ratio("torch")} |'
-        )
+            return f"{row['time_vs_swin']:.2f}" if row.get('time_vs_swin') else 'n/a'
+        lines.append(f'| {size} | {precision} | {batch} | {ms("fused")} | {ms("torch")} | '
+                     f'{ms("swin")} | {ratio("fused")} | {ratio("torch")} |')
     return '\n'.join(lines)
 
 
@@ -300,44 +244,25 @@ def render_gpu_checks(report: dict, source: str) -> str:
         path = folder / f'{name}.json'
         if path.exists():
             tests = json.loads(path.read_text())
-            lines.append(
-                f'- `{name}` ({tests["command"].split()[-1]}): {tests["passed"]} passed, '
-                f'{tests["failed"]} failed, {tests["skipped"]} skipped'
-                + ''.join(
-                    f'; failed: `{failure.split(": ")[0].split("::")[-1]}`'
-                    for failure in tests['failures']
-                )
-                + '.'
-            )
+            lines.append(f"- `{name}` ({tests['command'].split()[-1]}): {tests['passed']} passed, "
+                         f"{tests['failed']} failed, {tests['skipped']} skipped"
+                         + ''.join(f"; failed: `{failure.split(': ')[0].split('::')[-1]}`"
+                                   for failure in tests['failures']) + '.')
     for row in report['results']:
-        ops = ', '.join(
-            f'`{op.split("::")[-1]}`'
-            for op in row.get('sdpa_ops', [])
-            if not op.endswith('::scaled_dot_product_attention')
-        )
-        lines.append(
-            f'- SDPA, MAViT-T forward+backward at {row["height"]}x{row["width"]} '
-            f'{row["precision"]} with only {row["allowed"]} allowed: '
-            + (
-                f'ran; unrestricted, the forward picks {ops}'
-                if row.get('ok')
-                else f'failed: {row.get("error")}'
-            )
-            + '.'
-        )
+        ops = ', '.join(f'`{op.split("::")[-1]}`' for op in row.get('sdpa_ops', [])
+                        if not op.endswith('::scaled_dot_product_attention'))
+        lines.append(f"- SDPA, MAViT-T forward+backward at {row['height']}x{row['width']} "
+                     f"{row['precision']} with only {row['allowed']} allowed: "
+                     + (f'ran; unrestricted, the forward picks {ops}' if row.get('ok')
+                        else f"failed: {row.get('error')}") + '.')
     profile_path = folder / 'profile.json'
     if profile_path.exists():
-        lines += [
-            '',
-            '| op call (bf16, N = 65,536, d = 64) | wall µs | GPU kernels µs | host issue µs |',
-            '| --- | ---: | ---: | ---: |',
-        ]
+        lines += ['', '| op call (bf16, N = 65,536, d = 64) | wall µs | GPU kernels µs '
+                      '| host issue µs |', '| --- | ---: | ---: | ---: |']
         for row in json.loads(profile_path.read_text())['results']:
-            lines.append(
-                f'| B·heads {row["batch_heads"]}, {row["pass_name"]} | '
-                f'{row["wall_us"]:.1f} | {row["kernel_us"]:.1f} | '
-                f'{row["host_issue_us"]:.1f} |'
-            )
+            lines.append(f"| B·heads {row['batch_heads']}, {row['pass_name']} | "
+                         f"{row['wall_us']:.1f} | {row['kernel_us']:.1f} | "
+                         f"{row['host_issue_us']:.1f} |")
     return '\n'.join(lines)
 
 
@@ -377,52 +302,37 @@ ARCH_ROWS = (('T', 'tiny'), ('S', 'small'), ('B', 'base'), ('L', 'large'))
 
 
 def _complexity_source(report: dict, source: str) -> str:
-    return (
-        f'Counted by `benchmarks/model_complexity.py` (models built from the configs), '
-        f'torch {report["versions"]["torch"]}, commit {report.get("commit")}, '
-        f'{report["date"][:10]}; raw: `{source}`.'
-    )
+    return (f"Counted by `benchmarks/model_complexity.py` (models built from the configs), "
+            f"torch {report['versions']['torch']}, commit {report.get('commit')}, "
+            f"{report['date'][:10]}; raw: `{source}`.")
 
 
 def _zoo_key(config: str):
     """Model zoo order: pipeline, then schedule, then size T, S, B, L."""
     folder = config.split('/')[1]
     head, tail = config.split('_mavit-')
-    return (
-        ZOO_ORDER.index(folder) if folder in ZOO_ORDER else len(ZOO_ORDER),
-        head,
-        tail[1:],
-        'tsbl'.index(tail[0]),
-    )
+    return (ZOO_ORDER.index(folder) if folder in ZOO_ORDER else len(ZOO_ORDER), head,
+            tail[1:], 'tsbl'.index(tail[0]))
 
 
 def render_model_zoo(report: dict, source: str) -> str:
     """Every published config: our parameter count beside the paper's figures."""
-    lines = [
-        _complexity_source(report, source) + " Paper: the MALA paper's tables "
-        '(COCO box / mask AP; ADE20K mIoU).',
-        '',
-        '| config | params (ours) | params (paper) | AP / mIoU (paper) |',
-        '| --- | ---: | ---: | --- |',
-    ]
+    lines = [_complexity_source(report, source) + ' Paper: the MALA paper\'s tables '
+             '(COCO box / mask AP; ADE20K mIoU).', '',
+             '| config | params (ours) | params (paper) | AP / mIoU (paper) |',
+             '| --- | ---: | ---: | --- |']
     for config in sorted(report['config_params'], key=_zoo_key):
         paper_params, paper_metric = PAPER.get(config, (None, None))
-        lines.append(
-            f'| `{config}` | {report["config_params"][config] / 1e6:.2f}M | '
-            f'{"-" if paper_params is None else f"{paper_params}M"} | '
-            f'{paper_metric or "-"} |'
-        )
+        lines.append(f"| `{config}` | {report['config_params'][config] / 1e6:.2f}M | "
+                     f"{'-' if paper_params is None else f'{paper_params}M'} | "
+                     f"{paper_metric or '-'} |")
     return '\n'.join(lines)
 
 
 def render_backbone_sizes(report: dict, source: str) -> str:
     """The four sizes' backbone parameters."""
-    lines = [
-        _complexity_source(report, source),
-        '',
-        '| size | `arch` | backbone params |',
-        '| --- | --- | ---: |',
-    ]
+    lines = [_complexity_source(report, source), '',
+             '| size | `arch` | backbone params |', '| --- | --- | ---: |']
     for short, arch in ARCH_ROWS:
         lines.append(f"| {short} | `'{arch}'` | {report['backbone_params'][arch] / 1e6:.2f}M |")
     return '\n'.join(lines)
@@ -430,20 +340,14 @@ def render_backbone_sizes(report: dict, source: str) -> str:
 
 def render_flops(report: dict, source: str) -> str:
     """Parameters and MACs in both conventions for the paper's complexity cases."""
-    lines = [
-        _complexity_source(report, source),
-        '',
-        "| model | input | params | layer GMACs (paper's convention) | attention GMACs "
-        '| paper GMACs |',
-        '| --- | --- | ---: | ---: | ---: | ---: |',
-    ]
+    lines = [_complexity_source(report, source), '',
+             '| model | input | params | layer GMACs (paper\'s convention) | attention GMACs '
+             '| paper GMACs |', '| --- | --- | ---: | ---: | ---: | ---: |']
     for row in report['flops']:
         paper = PAPER_GMACS.get(row['name'])
-        lines.append(
-            f'| {row["name"]} | {row["shape"][0]}x{row["shape"][1]} | '
-            f'{row["params"] / 1e6:.2f}M | {row["layer_macs"] / 1e9:.1f} | '
-            f'{row["attention_macs"] / 1e9:.1f} | {"-" if paper is None else paper} |'
-        )
+        lines.append(f"| {row['name']} | {row['shape'][0]}x{row['shape'][1]} | "
+                     f"{row['params'] / 1e6:.2f}M | {row['layer_macs'] / 1e9:.1f} | "
+                     f"{row['attention_macs'] / 1e9:.1f} | {'-' if paper is None else paper} |")
     return '\n'.join(lines)
 
 
@@ -455,16 +359,13 @@ BLOCKS: dict[str, Block] = {
     'speed-table': Block('speed-vs-swin-*.json', render_speed, device_type='cpu'),
     'main-job': Block('main-job-*.json', render_main_job),
     'model-zoo': Block('model-complexity-*.json', render_model_zoo),
-    'backbone-sizes': Block(
-        'model-complexity-*.json', render_backbone_sizes, target='docs/backbone.md'
-    ),
+    'backbone-sizes': Block('model-complexity-*.json', render_backbone_sizes,
+                            target='docs/backbone.md'),
     'flops': Block('model-complexity-*.json', render_flops, target='docs/speed.md'),
-    'demo-train-step': Block(
-        'demo-train-step-*.json', render_demo_train_step, target='docs/speed.md'
-    ),
-    'onnxruntime-speed': Block(
-        'onnxruntime-speed-*.json', render_onnxruntime_speed, target='docs/deployment.md'
-    ),
+    'demo-train-step': Block('demo-train-step-*.json', render_demo_train_step,
+                             target='docs/speed.md'),
+    'onnxruntime-speed': Block('onnxruntime-speed-*.json', render_onnxruntime_speed,
+                               target='docs/deployment.md'),
     'gpu-op': Block('gpu-*/*/bench_mala.json', render_gpu_op, target='docs/gpu.md'),
     'gpu-model': Block('gpu-*/*/sweep.json', render_gpu_model, target='docs/gpu.md'),
     'gpu-model-batch8': Block('gpu-*/*/sweep-b8.json', render_gpu_model, target='docs/gpu.md'),
@@ -497,9 +398,8 @@ def newest_results(name: str, results_dir: Path = RESULTS_DIR) -> Path:
 
 def block_for(name: str, path: Path | None = None) -> str:
     path = path or newest_results(name)
-    return BLOCKS[name].render(
-        json.loads(path.read_text()), path.resolve().relative_to(REPO_ROOT).as_posix()
-    )
+    return BLOCKS[name].render(json.loads(path.read_text()),
+                               path.resolve().relative_to(REPO_ROOT).as_posix())
 
 
 def readme_block(readme_text: str, name: str) -> str:
@@ -517,20 +417,13 @@ def with_block(readme_text: str, name: str, block: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        '--blocks',
-        nargs='+',
-        choices=sorted(BLOCKS),
-        default=list(BLOCKS),
-        help='which blocks (default: all)',
-    )
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--blocks', nargs='+', choices=sorted(BLOCKS), default=list(BLOCKS),
+                        help='which blocks (default: all)')
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument('--write', action='store_true', help='write the blocks into README.md')
-    mode.add_argument(
-        '--check', action='store_true', help='exit 1 when README.md does not hold the newest blocks'
-    )
+    mode.add_argument('--check', action='store_true',
+                      help='exit 1 when README.md does not hold the newest blocks')
     args = parser.parse_args(argv)
     texts = {}
     stale = []
@@ -551,12 +444,8 @@ def main(argv=None) -> int:
         for target, text in texts.items():
             TARGET_FILES[target].write_text(text)
     if stale:
-        print(
-            'Blocks differ from the newest results: '
-            + ', '.join(stale)
-            + '; run python benchmarks/readme_tables.py --write',
-            file=sys.stderr,
-        )
+        print('Blocks differ from the newest results: ' + ', '.join(stale) +
+              '; run python benchmarks/readme_tables.py --write', file=sys.stderr)
         return 1
     if args.check:
         print('every block matches the newest results files')

@@ -13,7 +13,6 @@ Example (the targets of the GPU issue)::
     python benchmarks/tune_mala.py --dtypes bf16 --head-dims 64 96 \\
         --batch-heads 16 1 --tokens 65536 --output tune.json
 """
-
 from __future__ import annotations
 
 import argparse
@@ -41,41 +40,23 @@ TILES_PER_PROGRAM = (1, 2, 4, 8, 16, 32)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--dtypes', nargs='+', choices=sorted(DTYPES), default=['bf16'])
     parser.add_argument('--head-dims', type=int, nargs='+', default=[64, 96])
     parser.add_argument('--batch-heads', type=int, nargs='+', default=[16, 1])
-    parser.add_argument(
-        '--tokens',
-        type=int,
-        nargs='+',
-        default=[65536],
-        help='tokens per image, a square feature map',
-    )
-    parser.add_argument(
-        '--kernels',
-        nargs='+',
-        default=list(TOKEN_KERNELS) + ['combine'],
-        help='kernels whose tiles to tune',
-    )
+    parser.add_argument('--tokens', type=int, nargs='+', default=[65536],
+                        help='tokens per image, a square feature map')
+    parser.add_argument('--kernels', nargs='+', default=list(TOKEN_KERNELS) + ['combine'],
+                        help='kernels whose tiles to tune')
     parser.add_argument('--rep', type=int, default=25, help='do_bench measuring time in ms')
-    parser.add_argument(
-        '--output', type=Path, required=False, help='JSON file to write (default: print only)'
-    )
-    parser.add_argument(
-        '--budget-s',
-        type=float,
-        default=None,
-        help='stop timing candidates once this many seconds have passed; what '
-        'was measured stays in the JSON, marked incomplete',
-    )
-    parser.add_argument(
-        '--dry-run',
-        action='store_true',
-        help='list the candidates per kernel and exit (no GPU needed)',
-    )
+    parser.add_argument('--output', type=Path, required=False,
+                        help='JSON file to write (default: print only)')
+    parser.add_argument('--budget-s', type=float, default=None,
+                        help='stop timing candidates once this many seconds have passed; what '
+                             'was measured stays in the JSON, marked incomplete')
+    parser.add_argument('--dry-run', action='store_true',
+                        help='list the candidates per kernel and exit (no GPU needed)')
     return parser.parse_args(argv)
 
 
@@ -92,11 +73,9 @@ class Case:
 
     def __init__(self, dtype, batch_heads, num_tokens, head_dim, device):
         from mavit_mm.ops.mala import launches, plan
-
         self.launch_module, self.plan_module = launches, plan
-        self.views, rope = backbone_inputs(
-            batch_heads, num_tokens, head_dim, dtype, device, requires_grad=False
-        )
+        self.views, rope = backbone_inputs(batch_heads, num_tokens, head_dim, dtype, device,
+                                           requires_grad=False)
         self.angle = rope.angle.float().contiguous()
         self.width = rope.width
         self.shape = (batch_heads, num_tokens, head_dim)
@@ -106,17 +85,15 @@ class Case:
 
     def plan(self, **overrides):
         batch_heads, num_tokens, head_dim = self.shape
-        return self.plan_module.make_launch_plan(
-            num_tokens, batch_heads, head_dim, self.dtype, self.device, **overrides
-        )
+        return self.plan_module.make_launch_plan(num_tokens, batch_heads, head_dim, self.dtype,
+                                                 self.device, **overrides)
 
     def launches(self, plan):
         q, k, v = self.views
         forward = self.launch_module.ForwardLaunches(q, k, v, self.angle, self.width, plan)
         out, stats = forward.run()
-        backward = self.launch_module.BackwardLaunches(
-            self.dout, q, k, v, self.angle, stats, self.width, plan
-        )
+        backward = self.launch_module.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
+                                                       self.width, plan)
         backward.run()
         return forward, backward
 
@@ -132,14 +109,11 @@ class Case:
         q, k, v = self.views
 
         def step():
-            _, stats = self.launch_module.ForwardLaunches(
-                q, k, v, self.angle, self.width, plan
-            ).run()
+            _, stats = self.launch_module.ForwardLaunches(q, k, v, self.angle, self.width,
+                                                          plan).run()
             if with_backward:
-                self.launch_module.BackwardLaunches(
-                    self.dout, q, k, v, self.angle, stats, self.width, plan
-                ).run()
-
+                self.launch_module.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
+                                                    self.width, plan).run()
         return step
 
 
@@ -156,7 +130,6 @@ def bench(make_step: Callable[[], Callable], rep: int) -> float | None:
     is printed and the sweep goes on. Raises :class:`BudgetSpent` once the
     ``--budget-s`` time has passed."""
     import triton.testing
-
     if _deadline is not None and time.time() > _deadline:
         raise BudgetSpent()
     try:
@@ -189,9 +162,8 @@ class Results:
         partial.replace(self.path)
 
 
-def tune_shape(
-    case: Case, kernels: list[str], rep: int, record: dict, save: Callable[[], None]
-) -> dict:
+def tune_shape(case: Case, kernels: list[str], rep: int, record: dict,
+               save: Callable[[], None]) -> dict:
     batch_heads, num_tokens, head_dim = case.shape
     default = case.plan()
     record.update(default_plan=_plan_dict(default), kernels={})
@@ -214,25 +186,17 @@ def tune_shape(
         best = min(valid, key=lambda t: t['ms'])
         default_ms = next((t['ms'] for t in timings if tuple(t['tile']) == default_tuple), None)
         best_tiles[kernel] = tuple(best['tile'])
-        record['kernels'][kernel] = {
-            'timings': timings,
-            'best': best,
-            'default': list(default_tuple),
-            'default_ms': default_ms,
-        }
-        print(
-            f'    {kernel:9} best {best["tile"]} {best["ms"] * 1e3:8.1f} us; '
-            f'default {list(default_tuple)} '
-            f'{"n/a" if default_ms is None else f"{default_ms * 1e3:8.1f} us"} '
-            f'({len(timings)} candidates, {time.time() - started:.0f} s)'
-        )
+        record['kernels'][kernel] = {'timings': timings, 'best': best,
+                                     'default': list(default_tuple), 'default_ms': default_ms}
+        print(f'    {kernel:9} best {best["tile"]} {best["ms"] * 1e3:8.1f} us; '
+              f'default {list(default_tuple)} '
+              f'{"n/a" if default_ms is None else f"{default_ms * 1e3:8.1f} us"} '
+              f'({len(timings)} candidates, {time.time() - started:.0f} s)')
 
     # Split-N chunking: the reduction passes with the winning tiles.
     chunk_timings = []
-    reduce_block = max(
-        best_tiles.get('partials', (default.partials.block_n,))[0],
-        best_tiles.get('query', (default.query.block_n,))[0],
-    )
+    reduce_block = max(best_tiles.get('partials', (default.partials.block_n,))[0],
+                       best_tiles.get('query', (default.query.block_n,))[0])
     for chunks in CHUNK_COUNTS:
         tokens_per_chunk = -(-num_tokens // chunks)
         tokens_per_chunk = -(-tokens_per_chunk // reduce_block) * reduce_block
@@ -241,20 +205,12 @@ def tune_shape(
         plan = case.plan(tiles=best_tiles, tokens_per_chunk=tokens_per_chunk)
         fwd_ms = bench(lambda: _reduce_step(case, plan, 'forward'), rep)
         bwd_ms = bench(lambda: _reduce_step(case, plan, 'backward'), rep)
-        chunk_timings.append(
-            {
-                'chunks': plan.num_chunks,
-                'tokens_per_chunk': tokens_per_chunk,
-                'forward_reduce_ms': fwd_ms,
-                'backward_reduce_ms': bwd_ms,
-            }
-        )
+        chunk_timings.append({'chunks': plan.num_chunks, 'tokens_per_chunk': tokens_per_chunk,
+                              'forward_reduce_ms': fwd_ms, 'backward_reduce_ms': bwd_ms})
         record['chunking'] = chunk_timings
         save()
-        print(
-            f'    chunks {plan.num_chunks:4} ({tokens_per_chunk:6} tokens): forward reduce '
-            f'{_us(fwd_ms)}, backward reduce {_us(bwd_ms)}'
-        )
+        print(f'    chunks {plan.num_chunks:4} ({tokens_per_chunk:6} tokens): forward reduce '
+              f'{_us(fwd_ms)}, backward reduce {_us(bwd_ms)}')
 
     program_timings = []
     for tiles_per_program in TILES_PER_PROGRAM:
@@ -262,14 +218,12 @@ def tune_shape(
         plan = case.plan(tiles=best_tiles, tokens_per_program=tiles_per_program * block)
         out_ms = bench(lambda: case.launches(plan)[0].output, rep)
         key_ms = bench(lambda: case.launches(plan)[1].key, rep)
-        program_timings.append(
-            {'tiles_per_program': tiles_per_program, 'output_ms': out_ms, 'key_ms': key_ms}
-        )
+        program_timings.append({'tiles_per_program': tiles_per_program, 'output_ms': out_ms,
+                                'key_ms': key_ms})
         record['tokens_per_program'] = program_timings
         save()
-        print(
-            f'    {tiles_per_program:3} tiles per program: output {_us(out_ms)}, key {_us(key_ms)}'
-        )
+        print(f'    {tiles_per_program:3} tiles per program: output {_us(out_ms)}, '
+              f'key {_us(key_ms)}')
 
     record['best_tiles'] = {name: list(tile) for name, tile in best_tiles.items()}
     tuned = case.plan(tiles=best_tiles)
@@ -277,10 +231,8 @@ def tune_shape(
         record[f'{name}_fwd_ms'] = bench(lambda: case.pass_step(plan, False), rep)
         record[f'{name}_fwd_bwd_ms'] = bench(lambda: case.pass_step(plan, True), rep)
         save()
-        print(
-            f'    {name:11} plan: fwd {_us(record[f"{name}_fwd_ms"])}, '
-            f'fwd+bwd {_us(record[f"{name}_fwd_bwd_ms"])}'
-        )
+        print(f'    {name:11} plan: fwd {_us(record[f"{name}_fwd_ms"])}, '
+              f'fwd+bwd {_us(record[f"{name}_fwd_bwd_ms"])}')
     return record
 
 
@@ -297,7 +249,6 @@ def _us(ms):
 
 def _plan_dict(plan) -> dict:
     import dataclasses
-
     return dataclasses.asdict(plan)
 
 
@@ -306,7 +257,8 @@ def main(argv=None) -> int:
     if args.dry_run:
         for head_dim in args.head_dims:
             for kernel in args.kernels:
-                print(f'd={head_dim} {kernel}: {len(tile_candidates(kernel, head_dim))} candidates')
+                print(f'd={head_dim} {kernel}: {len(tile_candidates(kernel, head_dim))} '
+                      'candidates')
         return 0
     if not torch.cuda.is_available():
         print('tune_mala.py needs a CUDA GPU (use --dry-run to list the candidates)')
@@ -317,12 +269,10 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device)
     results = Results(args.output, environment(name, device, None))
     for dtype_name, batch_heads, num_tokens, head_dim in itertools.product(
-        args.dtypes, args.batch_heads, args.tokens, args.head_dims
-    ):
+            args.dtypes, args.batch_heads, args.tokens, args.head_dims):
         print(f'{dtype_name} BH={batch_heads} N={num_tokens} d={head_dim}', flush=True)
-        record = results.start(
-            dict(dtype=dtype_name, batch_heads=batch_heads, tokens=num_tokens, head_dim=head_dim)
-        )
+        record = results.start(dict(dtype=dtype_name, batch_heads=batch_heads,
+                                    tokens=num_tokens, head_dim=head_dim))
         try:
             case = Case(DTYPES[dtype_name], batch_heads, num_tokens, head_dim, device)
             tune_shape(case, args.kernels, args.rep, record, results.save)
@@ -337,9 +287,8 @@ def main(argv=None) -> int:
             print(f'    failed: {record["error"]}')
         results.save()
         torch.cuda.empty_cache()
-    results.save(
-        complete=not any('stopped' in r or 'error' in r for r in results.document['results'])
-    )
+    results.save(complete=not any('stopped' in r or 'error' in r
+                                  for r in results.document['results']))
     if args.output:
         print(f'wrote {args.output}')
     return 0

@@ -3,7 +3,6 @@
 ``import mavit_mm`` registers ``MAViT`` in mmengine's root MODELS registry,
 which mmdet's and mmseg's MODELS registries search as their parent.
 """
-
 from . import torch_load_compat  # noqa: F401  (mmengine checkpoints load with weights_only=True)
 from .models import MAViT
 from .registry import register_all

@@ -11,7 +11,6 @@ a registry that does not hold a name looks it up in its parents: one
 registration serves both (and any other OpenMMLab library), with no import of
 mmdet or mmseg, which stay optional.
 """
-
 from __future__ import annotations
 
 from mmengine.registry import MODELS

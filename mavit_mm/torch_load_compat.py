@@ -19,7 +19,6 @@ checkpoint run code), this module allow-lists exactly those types with
 its name that only resolves the HistoryBuffer statistics methods. Object arrays
 and any other class still fail to load.
 """
-
 from __future__ import annotations
 
 import numpy as np
@@ -27,19 +26,8 @@ import torch
 
 # Numeric/bool numpy dtypes only: an object-dtype array could carry anything.
 _SAFE_NUMPY_SCALAR_TYPES = (
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-)
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+    np.uint32, np.uint64, np.float16, np.float32, np.float64)
 
 _installed = False
 
@@ -47,7 +35,6 @@ _installed = False
 def _history_buffer_methods() -> dict:
     """``{HistoryBuffer: {'min', 'max', 'current', 'mean'}}``: what getattr may return."""
     from mmengine.logging import HistoryBuffer
-
     return {HistoryBuffer: frozenset(('min', 'max', 'current', 'mean'))}
 
 
@@ -59,16 +46,13 @@ def restricted_getattr(owner, name: str):
     """
     allowed = _history_buffer_methods().get(owner) if isinstance(owner, type) else None
     if allowed is None or name not in allowed:
-        raise pickle_error(
-            f'weights-only load refused getattr({owner!r}, {name!r}): only '
-            'the statistics methods of mmengine HistoryBuffer are allowed'
-        )
+        raise pickle_error(f'weights-only load refused getattr({owner!r}, {name!r}): only '
+                           'the statistics methods of mmengine HistoryBuffer are allowed')
     return getattr(owner, name)
 
 
 def pickle_error(message: str) -> Exception:
     import pickle
-
     return pickle.UnpicklingError(message)
 
 
@@ -85,10 +69,8 @@ def _numpy_core_names(attr: str) -> list:
 def mmengine_checkpoint_safe_globals() -> list:
     """The globals an mmengine checkpoint needs beyond torch's defaults."""
     from mmengine.logging import HistoryBuffer
-
-    dtype_classes = sorted(
-        {type(np.dtype(t)) for t in _SAFE_NUMPY_SCALAR_TYPES}, key=lambda cls: cls.__name__
-    )
+    dtype_classes = sorted({type(np.dtype(t)) for t in _SAFE_NUMPY_SCALAR_TYPES},
+                           key=lambda cls: cls.__name__)
     return [
         HistoryBuffer,
         (restricted_getattr, 'builtins.getattr'),

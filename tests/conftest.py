@@ -3,7 +3,6 @@
 Without a CUDA GPU the Triton kernels run in Triton's CPU interpreter; the
 variable must be set before any ``@triton.jit`` function is defined, hence here.
 """
-
 import os
 from pathlib import Path
 

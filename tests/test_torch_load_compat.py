@@ -1,6 +1,5 @@
 """Checkpoints written by mmengine's Runner load under torch.load(weights_only=True)
 once mavit_mm is imported; nothing beyond the allow-list does."""
-
 import os
 import pickle
 import subprocess
@@ -15,6 +14,7 @@ import mavit_mm  # noqa: F401  (installs the allow-list)
 from mavit_mm import torch_load_compat
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 
 def _save_runner_checkpoint(work_dir) -> str:
@@ -44,10 +44,8 @@ def _save_runner_checkpoint(work_dir) -> str:
 
         def __getitem__(self, index):
             generator = torch.Generator().manual_seed(index)
-            return dict(
-                inputs=torch.randn(2, generator=generator),
-                targets=torch.randn(1, generator=generator),
-            )
+            return dict(inputs=torch.randn(2, generator=generator),
+                        targets=torch.randn(1, generator=generator))
 
     class NumpyMetric(BaseMetric):  # numpy scalars in the metrics, as real metrics give
         def process(self, data_batch, data_samples):
@@ -56,31 +54,20 @@ def _save_runner_checkpoint(work_dir) -> str:
         def compute_metrics(self, results):
             return dict(score=np.float64(np.mean(results)), count=np.int64(len(results)))
 
-    loader = dict(
-        batch_size=4,
-        sampler=dict(type='DefaultSampler', shuffle=False),
-        collate_fn=dict(type='default_collate'),
-    )
+    loader = dict(batch_size=4, sampler=dict(type='DefaultSampler', shuffle=False),
+                  collate_fn=dict(type='default_collate'))
     runner = Runner(
-        model=Model(),
-        work_dir=str(work_dir),
+        model=Model(), work_dir=str(work_dir),
         train_dataloader=dict(dataset=Points(), **loader),
         val_dataloader=dict(dataset=Points(), **loader),
-        val_evaluator=[NumpyMetric()],
-        val_cfg=dict(),
+        val_evaluator=[NumpyMetric()], val_cfg=dict(),
         optim_wrapper=dict(optimizer=dict(type='AdamW', lr=0.01)),
-        param_scheduler=[
-            dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=2),
-            dict(type='MultiStepLR', milestones=[3], by_epoch=False),
-        ],
+        param_scheduler=[dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=2),
+                         dict(type='MultiStepLR', milestones=[3], by_epoch=False)],
         train_cfg=dict(by_epoch=False, max_iters=4, val_interval=2),
-        default_hooks=dict(
-            checkpoint=dict(
-                type='CheckpointHook', interval=4, by_epoch=False, save_best='score', rule='greater'
-            )
-        ),
-        experiment_name=f'torch_load_compat_{os.getpid()}',
-    )
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=4, by_epoch=False,
+                                           save_best='score', rule='greater')),
+        experiment_name=f'torch_load_compat_{os.getpid()}')
     runner.train()
     return os.path.join(str(work_dir), 'iter_4.pth')
 
@@ -103,17 +90,16 @@ def test_runner_checkpoint_loads_with_weights_only(runner_checkpoint):
 def test_mmengine_loaders_use_the_allow_list(runner_checkpoint):
     """mmengine calls torch.load without weights_only (so True on torch >= 2.6)."""
     from mmengine.runner.checkpoint import CheckpointLoader
-
     checkpoint = CheckpointLoader.load_checkpoint(runner_checkpoint, map_location='cpu')
     assert checkpoint['meta']['iter'] == 4
 
 
 def test_without_the_allow_list_the_checkpoint_is_refused(runner_checkpoint):
     """Guards the test above: torch really refuses these files by default."""
-    code = 'import torch, sys; torch.load(sys.argv[1], weights_only=True, map_location="cpu")'
-    result = subprocess.run(
-        [sys.executable, '-c', code, runner_checkpoint], capture_output=True, text=True
-    )
+    code = ('import torch, sys; torch.load(sys.argv[1], weights_only=True, '
+            'map_location="cpu")')
+    result = subprocess.run([sys.executable, '-c', code, runner_checkpoint],
+                            capture_output=True, text=True)
     assert result.returncode != 0
     assert 'Weights only load failed' in result.stderr
 
@@ -129,7 +115,6 @@ class _RunsCode:
 class _GetattrGadget:
     def __reduce__(self):
         from mmengine.logging import HistoryBuffer
-
         return (getattr, (HistoryBuffer, '__subclasses__'))
 
 
@@ -148,7 +133,6 @@ def test_getattr_is_limited_to_history_buffer_statistics(tmp_path):
     with pytest.raises(pickle.UnpicklingError, match='__subclasses__'):
         torch.load(path, weights_only=True)
     from mmengine.logging import HistoryBuffer
-
     assert torch_load_compat.restricted_getattr(HistoryBuffer, 'mean') is HistoryBuffer.mean
     with pytest.raises(pickle.UnpicklingError):
         torch_load_compat.restricted_getattr(os, 'system')
@@ -167,12 +151,8 @@ def test_object_arrays_and_other_classes_are_refused(tmp_path):
 
 def test_numeric_numpy_payloads_load(tmp_path):
     path = tmp_path / 'numpy.pth'
-    payload = {
-        'f': np.float32(1.5),
-        'i': np.int64(3),
-        'a': np.arange(4, dtype=np.uint8),
-        'b': np.array([True, False]),
-    }
+    payload = {'f': np.float32(1.5), 'i': np.int64(3), 'a': np.arange(4, dtype=np.uint8),
+               'b': np.array([True, False])}
     torch.save(payload, path)
     loaded = torch.load(path, weights_only=True)
     assert loaded['f'] == np.float32(1.5) and loaded['i'] == 3

@@ -25,7 +25,6 @@ Examples:
   python tools/demo.py images/ configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py \\
       iter_160000.pth --out-dir vis --device cuda
 """
-
 from __future__ import annotations
 
 import argparse
@@ -45,49 +44,28 @@ _NO_CLASSES_WARNING = 'dataset_meta or class names are not saved'
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('inputs', help='an image file or a folder of images')
     parser.add_argument('config', help='model config')
     parser.add_argument('checkpoint', help='trained checkpoint of that config')
-    parser.add_argument(
-        '--out-dir', default='outputs/demo', help='where vis/ and preds/ go (default: outputs/demo)'
-    )
+    parser.add_argument('--out-dir', default='outputs/demo',
+                        help='where vis/ and preds/ go (default: outputs/demo)')
     parser.add_argument('--device', default=None, help='cuda or cpu (default: cuda if available)')
-    parser.add_argument(
-        '--score-thr',
-        '--pred-score-thr',
-        dest='score_thr',
-        type=float,
-        default=0.3,
-        help='detection: draw and count boxes scoring above this '
-        '(default: 0.3); segmentation ignores it',
-    )
-    parser.add_argument(
-        '--opacity',
-        type=float,
-        default=0.5,
-        help='segmentation: opacity of the drawn class map, in (0, 1] (default: 0.5)',
-    )
+    parser.add_argument('--score-thr', '--pred-score-thr', dest='score_thr', type=float,
+                        default=0.3, help='detection: draw and count boxes scoring above this '
+                                          '(default: 0.3); segmentation ignores it')
+    parser.add_argument('--opacity', type=float, default=0.5,
+                        help='segmentation: opacity of the drawn class map, in (0, 1] '
+                             '(default: 0.5)')
     parser.add_argument('--batch-size', type=int, default=1, help='images per forward pass')
-    parser.add_argument(
-        '--show', action='store_true', help='also display each drawn image in a window'
-    )
-    parser.add_argument(
-        '--wait-time',
-        type=float,
-        default=0,
-        help='with --show: seconds per image (0: wait for a key)',
-    )
+    parser.add_argument('--show', action='store_true',
+                        help='also display each drawn image in a window')
+    parser.add_argument('--wait-time', type=float, default=0,
+                        help='with --show: seconds per image (0: wait for a key)')
     parser.add_argument('--no-save-vis', action='store_true', help='do not write vis/')
     parser.add_argument('--no-save-pred', action='store_true', help='do not write preds/')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        default={},
-        help='override config entries, key=value (mmengine syntax)',
-    )
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+                        help='override config entries, key=value (mmengine syntax)')
     args = parser.parse_args(argv)
     if not 0 < args.opacity <= 1:
         parser.error(f'--opacity must be in (0, 1], got {args.opacity}')
@@ -119,11 +97,9 @@ def build_inferencer(cfg, checkpoint: str, device: str):
 
     if cfg.default_scope == 'mmdet':
         from mmdet.apis import DetInferencer as Base
-
         options = dict(palette='none', show_progress=False)
     else:
         from mmseg.apis import MMSegInferencer as Base
-
         options = {}
 
     class Inferencer(Base):
@@ -133,9 +109,8 @@ def build_inferencer(cfg, checkpoint: str, device: str):
             if loaded is not None:
                 # The whole model, exactly: mmengine alone would load what fits
                 # and only warn about the rest.
-                fitted = fit_whole_model(
-                    model.state_dict(), extract_state_dict(loaded), source=checkpoint
-                )
+                fitted = fit_whole_model(model.state_dict(), extract_state_dict(loaded),
+                                         source=checkpoint)
                 loaded = dict(loaded, state_dict=fitted)
             super()._load_weights_to_model(model, loaded, model_cfg)
             if checkpoint_dataset_meta((loaded or {}).get('meta')) is None:
@@ -155,57 +130,33 @@ def _detections(prediction: dict, score_thr: float, classes) -> list:
     for index, score in enumerate(prediction['scores']):
         if score > score_thr:
             label = int(prediction['labels'][index])
-            kept.append(
-                dict(
-                    label=label,
-                    score=float(score),
-                    bbox=[float(v) for v in prediction['bboxes'][index]],
-                    class_name=classes[label] if label < len(classes) else str(label),
-                )
-            )
+            kept.append(dict(label=label, score=float(score),
+                             bbox=[float(v) for v in prediction['bboxes'][index]],
+                             class_name=classes[label] if label < len(classes) else str(label)))
     return kept
 
 
 def _run_detector(inferencer, images, args, out_dir: str) -> list:
-    results = inferencer(
-        [str(p) for p in images],
-        batch_size=args.batch_size,
-        show=args.show,
-        wait_time=args.wait_time,
-        no_save_vis=args.no_save_vis,
-        no_save_pred=args.no_save_pred,
-        pred_score_thr=args.score_thr,
-        out_dir=out_dir,
-    )
+    results = inferencer([str(p) for p in images], batch_size=args.batch_size, show=args.show,
+                         wait_time=args.wait_time, no_save_vis=args.no_save_vis,
+                         no_save_pred=args.no_save_pred, pred_score_thr=args.score_thr,
+                         out_dir=out_dir)
     classes = inferencer.model.dataset_meta['classes']
     summaries = []
     for image, prediction in zip(images, results['predictions']):
         kept = _detections(prediction, args.score_thr, classes)
         names = [d['class_name'] for d in kept]
-        summary = (
-            f'{len(kept)} object{"" if len(kept) == 1 else "s"} above score '
-            f'{args.score_thr:g}'
-            + (f': {", ".join(names)}' if names else '')
-            + f' ({len(prediction["scores"])} detections in all)'
-        )
-        summaries.append(
-            dict(
-                image=str(image),
-                summary=summary,
-                detections=kept,
-                num_detections=len(prediction['scores']),
-                out_file=(
-                    str(Path(out_dir, 'vis', image.name))
-                    if out_dir and not args.no_save_vis
-                    else None
-                ),
-                pred_file=(
-                    str(Path(out_dir, 'preds', image.stem + '.json'))
-                    if out_dir and not args.no_save_pred
-                    else None
-                ),
-            )
-        )
+        summary = (f'{len(kept)} object{"" if len(kept) == 1 else "s"} above score '
+                   f'{args.score_thr:g}'
+                   + (f': {", ".join(names)}' if names else '')
+                   + f' ({len(prediction["scores"])} detections in all)')
+        summaries.append(dict(
+            image=str(image), summary=summary, detections=kept,
+            num_detections=len(prediction['scores']),
+            out_file=(str(Path(out_dir, 'vis', image.name))
+                      if out_dir and not args.no_save_vis else None),
+            pred_file=(str(Path(out_dir, 'preds', image.stem + '.json'))
+                       if out_dir and not args.no_save_pred else None)))
     return summaries
 
 
@@ -214,15 +165,9 @@ def _run_segmentor(inferencer, images, args, out_dir: str) -> list:
     from PIL import Image
 
     vis_root = out_dir if out_dir and not args.no_save_vis else ''
-    samples = inferencer(
-        [str(p) for p in images],
-        return_datasamples=True,
-        batch_size=args.batch_size,
-        show=args.show,
-        wait_time=args.wait_time,
-        out_dir=vis_root,
-        opacity=args.opacity,
-    )
+    samples = inferencer([str(p) for p in images], return_datasamples=True,
+                         batch_size=args.batch_size, show=args.show, wait_time=args.wait_time,
+                         out_dir=vis_root, opacity=args.opacity)
     samples = samples if isinstance(samples, list) else [samples]
     classes = inferencer.model.dataset_meta['classes']
     summaries = []
@@ -233,24 +178,17 @@ def _run_segmentor(inferencer, images, args, out_dir: str) -> list:
         present.sort(key=lambda item: -item[1])
         names = [classes[i] if i < len(classes) else str(i) for i, _ in present]
         summary = 'classes present: ' + ', '.join(
-            f'{name} {fraction:.0%}' for name, (_, fraction) in zip(names, present)
-        )
+            f'{name} {fraction:.0%}' for name, (_, fraction) in zip(names, present))
         pred_file = None
         if out_dir and not args.no_save_pred:
             pred_file = Path(out_dir, 'preds', image.stem + '.png')
             pred_file.parent.mkdir(parents=True, exist_ok=True)
             dtype = np.uint8 if label_map.max(initial=0) < 256 else np.uint16
             Image.fromarray(label_map.astype(dtype)).save(pred_file)
-        summaries.append(
-            dict(
-                image=str(image),
-                summary=summary,
-                classes=names,
-                label_map=label_map,
-                out_file=str(Path(vis_root, 'vis', image.name)) if vis_root else None,
-                pred_file=str(pred_file) if pred_file else None,
-            )
-        )
+        summaries.append(dict(
+            image=str(image), summary=summary, classes=names, label_map=label_map,
+            out_file=str(Path(vis_root, 'vis', image.name)) if vis_root else None,
+            pred_file=str(pred_file) if pred_file else None))
     return summaries
 
 
@@ -268,17 +206,15 @@ def main(argv=None) -> list:
     cfg = load_config(args.config, args.cfg_options)
     inferencer, classes_from = build_inferencer(cfg, args.checkpoint, device)
     if classes_from == 'config':
-        print(f"{args.checkpoint} names no classes: using those of the config's test dataset")
+        print(f'{args.checkpoint} names no classes: using those of the config\'s test dataset')
     # As mmdet's image_demo.py: nothing to write, no output folder.
     out_dir = '' if args.no_save_vis and args.no_save_pred else str(args.out_dir)
     run = _run_detector if cfg.default_scope == 'mmdet' else _run_segmentor
     summaries = run(inferencer, images, args, out_dir)
     for entry in summaries:
         written = [entry[key] for key in ('out_file', 'pred_file') if entry[key]]
-        print(
-            f'{Path(entry["image"]).name}: {entry["summary"]}'
-            + (f' -> {", ".join(written)}' if written else '')
-        )
+        print(f'{Path(entry["image"]).name}: {entry["summary"]}'
+              + (f' -> {", ".join(written)}' if written else ''))
     if out_dir:
         print(f'results have been saved at {out_dir}')
     return summaries

@@ -22,7 +22,6 @@ Steps, for Mask R-CNN + MAViT-T (COCO-format shapes) and UperNet + MAViT-T
 Exit status 0 only if every trained model beats its untrained baseline on
 every headline metric and reaches the absolute bars of ``BARS``.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -71,43 +70,22 @@ REFERENCE_MINUTES = {'mask_rcnn': 5.5, 'upernet': 2.5}
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Train Mask R-CNN + MAViT-T and UperNet + MAViT-T from scratch on the '
-        'bundled synthetic data with tools/train.py, evaluate them with '
-        'tools/test.py, and compare with the untrained models.'
-    )
-    parser.add_argument(
-        '--work-dir',
-        type=Path,
-        default=Path('work_dirs/main_job'),
-        help='folder for logs, checkpoints and summary.json '
-        '(default: work_dirs/main_job, relative to the repo root)',
-    )
-    parser.add_argument(
-        '--only',
-        choices=JOBS,
-        action='append',
-        help='run only this model (repeatable; default: all)',
-    )
-    parser.add_argument(
-        '--max-iters',
-        type=int,
-        default=None,
-        help="training iterations per model (default: the demo config's); "
-        'the lr schedule is stretched to match',
-    )
-    parser.add_argument(
-        '--record',
-        type=Path,
-        default=None,
-        metavar='JSON',
-        help='also write the summary with the machine, versions and commit '
-        'to JSON (benchmarks/results/main-job-cpu-DATE.json is what '
-        'benchmarks/readme_tables.py puts into the README)',
-    )
-    parser.add_argument(
-        '--regenerate-data',
-        action='store_true',
-        help='write the synthetic datasets again even if present',
-    )
+                    'bundled synthetic data with tools/train.py, evaluate them with '
+                    'tools/test.py, and compare with the untrained models.')
+    parser.add_argument('--work-dir', type=Path, default=Path('work_dirs/main_job'),
+                        help='folder for logs, checkpoints and summary.json '
+                             '(default: work_dirs/main_job, relative to the repo root)')
+    parser.add_argument('--only', choices=JOBS, action='append',
+                        help='run only this model (repeatable; default: all)')
+    parser.add_argument('--max-iters', type=int, default=None,
+                        help="training iterations per model (default: the demo config's); "
+                             'the lr schedule is stretched to match')
+    parser.add_argument('--record', type=Path, default=None, metavar='JSON',
+                        help='also write the summary with the machine, versions and commit '
+                             'to JSON (benchmarks/results/main-job-cpu-DATE.json is what '
+                             'benchmarks/readme_tables.py puts into the README)')
+    parser.add_argument('--regenerate-data', action='store_true',
+                        help='write the synthetic datasets again even if present')
     return parser.parse_args(argv)
 
 
@@ -123,10 +101,8 @@ def ensure_data(kinds, regenerate: bool) -> None:
             log(f'{kind} data present in {root}')
             continue
         start = time.time()
-        log(
-            f'writing {kind} data to {root}: {DEMO_DATA_SETTINGS["num_train"]} training + '
-            f'{DEMO_DATA_SETTINGS["num_val"]} validation images (about a second) ...'
-        )
+        log(f'writing {kind} data to {root}: {DEMO_DATA_SETTINGS["num_train"]} training + '
+            f'{DEMO_DATA_SETTINGS["num_val"]} validation images (about a second) ...')
         makers[kind](root, **DEMO_DATA_SETTINGS)
         log(f'{kind} data written to {root} ({time.time() - start:.1f}s)')
 
@@ -139,13 +115,10 @@ def write_job_config(config: str, work_dir: Path, max_iters) -> Path:
     if max_iters:
         set_iterations(cfg, max_iters)
     imports = list(cfg.get('custom_imports', {}).get('imports', []))
-    cfg.custom_imports = dict(
-        imports=imports + ['mavit_mm.engine.hooks'], allow_failed_imports=False
-    )
+    cfg.custom_imports = dict(imports=imports + ['mavit_mm.engine.hooks'],
+                              allow_failed_imports=False)
     cfg.custom_hooks = list(cfg.get('custom_hooks', [])) + [
-        dict(type='EvaluateBeforeTrainingHook'),
-        dict(type='EvaluationProgressHook'),
-    ]
+        dict(type='EvaluateBeforeTrainingHook'), dict(type='EvaluationProgressHook')]
     iters = cfg.train_cfg.max_iters
     cfg.train_cfg.val_interval = max(1, iters // VALIDATIONS_DURING_TRAINING)
     cfg.train_cfg.val_begin = 1
@@ -159,13 +132,11 @@ def run_tool(tool: str, *args, log_name: str, work_dir: Path) -> float:
     """Run ``tools/<tool>`` with its output on the console and in
     ``<work_dir>/<log_name>``; the seconds it took."""
     log(f'$ tools/{tool} ' + ' '.join(str(a) for a in args))
-    result = run_script(
-        REPO_ROOT / 'tools' / tool, *args, cwd=REPO_ROOT, transcript=work_dir / log_name
-    )
+    result = run_script(REPO_ROOT / 'tools' / tool, *args, cwd=REPO_ROOT,
+                        transcript=work_dir / log_name)
     if result.returncode != 0:
-        raise RuntimeError(
-            f'tools/{tool} failed (exit {result.returncode}); see {work_dir / log_name}'
-        )
+        raise RuntimeError(f'tools/{tool} failed (exit {result.returncode}); see '
+                           f'{work_dir / log_name}')
     return result.seconds
 
 
@@ -176,97 +147,56 @@ def run_job(name: str, work_root: Path, max_iters) -> dict:
     cfg = load_config(job_config)
     iters, val_interval = cfg.train_cfg.max_iters, cfg.train_cfg.val_interval
 
-    log(
-        f'{name} step 1/3: tools/train.py, {iters} iterations from scratch; evaluates the '
+    log(f'{name} step 1/3: tools/train.py, {iters} iterations from scratch; evaluates the '
         f'untrained model first and every {val_interval} iterations (mmengine prints the eta '
-        f'every {cfg.default_hooks.logger.interval} iterations)'
-    )
-    train_seconds = run_tool(
-        'train.py',
-        job_config,
-        '--work-dir',
-        work_dir,
-        log_name='train_console.log',
-        work_dir=work_dir,
-    )
+        f'every {cfg.default_hooks.logger.interval} iterations)')
+    train_seconds = run_tool('train.py', job_config, '--work-dir', work_dir,
+                             log_name='train_console.log', work_dir=work_dir)
     by_step = validation_metrics_by_step(work_dir)
     untrained = by_step.get(0)
     if untrained is None:
         raise RuntimeError(f'no baseline evaluation (step 0) in the logs of {work_dir}')
     checkpoint = work_dir / f'iter_{iters}.pth'
     log(f'{name} step 2/3: tools/test.py on the final checkpoint')
-    test_seconds = run_tool(
-        'test.py',
-        job_config,
-        checkpoint,
-        '--work-dir',
-        work_dir,
-        log_name='test_console.log',
-        work_dir=work_dir,
-    )
+    test_seconds = run_tool('test.py', job_config, checkpoint, '--work-dir', work_dir,
+                            log_name='test_console.log', work_dir=work_dir)
     trained = latest_test_metrics(work_dir)
     if trained is None:
         raise RuntimeError(f'no test metrics in the logs of {work_dir}')
-    improved = all(k in trained and k in untrained and trained[k] > untrained[k] for k in headline)
+    improved = all(k in trained and k in untrained and trained[k] > untrained[k]
+                   for k in headline)
 
     log(f'{name} step 3/3: pictures ({PICTURED_IMAGES} validation images, training curves)')
     start = time.time()
     pictures = draw_pictures(name, job_config, checkpoint, work_dir, headline, trained, iters)
     picture_seconds = time.time() - start
-    return dict(
-        config=config,
-        checkpoint=str(checkpoint),
-        max_iters=iters,
-        headline_metrics=list(headline),
-        untrained=untrained,
-        trained=trained,
-        validation_by_iteration={
-            str(step): {k: metrics[k] for k in headline if k in metrics}
-            for step, metrics in sorted(by_step.items())
-        },
-        improved=improved,
-        pictures=pictures,
-        train_seconds=round(train_seconds, 1),
-        test_seconds=round(test_seconds, 1),
-        picture_seconds=round(picture_seconds, 1),
-    )
+    return dict(config=config, checkpoint=str(checkpoint), max_iters=iters,
+                headline_metrics=list(headline), untrained=untrained, trained=trained,
+                validation_by_iteration={str(step): {k: metrics[k] for k in headline
+                                                     if k in metrics}
+                                         for step, metrics in sorted(by_step.items())},
+                improved=improved, pictures=pictures,
+                train_seconds=round(train_seconds, 1), test_seconds=round(test_seconds, 1),
+                picture_seconds=round(picture_seconds, 1))
 
 
-def draw_pictures(
-    name: str,
-    job_config: Path,
-    checkpoint: Path,
-    work_dir: Path,
-    headline,
-    trained: dict,
-    iters: int,
-) -> dict:
+def draw_pictures(name: str, job_config: Path, checkpoint: Path, work_dir: Path, headline,
+                  trained: dict, iters: int) -> dict:
     """Ground truth beside prediction for the first validation images (the
     library's visualiser) and the training curves; returns the PNG paths."""
     from mavit_mm.tooling.pictures import draw_validation_samples, plot_training_curves
-
     out_dir = work_dir / 'pictures'
-    drawn = draw_validation_samples(
-        job_config,
-        checkpoint,
-        out_dir,
-        num_images=PICTURED_IMAGES,
-        title=f'{name}: validation images after {iters} iterations',
-    )
-    curves = plot_training_curves(
-        work_dir,
-        out_dir / 'training_curves.png',
-        headline,
-        final_metrics=trained,
-        final_step=iters,
-        bars={metric: minimum for model, metric, minimum in BARS if model == name},
-        title=f'{name}: training from scratch on the demo data',
-    )
-    return dict(
-        ground_truth_vs_prediction=str(drawn['sheet']),
-        images=[str(path) for path in drawn['images']],
-        training_curves=str(curves),
-    )
+    drawn = draw_validation_samples(job_config, checkpoint, out_dir,
+                                    num_images=PICTURED_IMAGES,
+                                    title=f'{name}: validation images after {iters} iterations')
+    curves = plot_training_curves(work_dir, out_dir / 'training_curves.png', headline,
+                                  final_metrics=trained, final_step=iters,
+                                  bars={metric: minimum for model, metric, minimum in BARS
+                                        if model == name},
+                                  title=f'{name}: training from scratch on the demo data')
+    return dict(ground_truth_vs_prediction=str(drawn['sheet']),
+                images=[str(path) for path in drawn['images']],
+                training_curves=str(curves))
 
 
 def check_results(results: dict, bars=BARS) -> dict:
@@ -282,18 +212,18 @@ def check_results(results: dict, bars=BARS) -> dict:
         for metric in result['headline_metrics']:
             before, after = result['untrained'].get(metric), result['trained'].get(metric)
             if before is None or after is None or not after > before:
-                failures.append(
-                    f'{name}: trained {metric} {_fmt(after)} is not above the '
-                    f'untrained baseline {_fmt(before)}'
-                )
+                failures.append(f'{name}: trained {metric} {_fmt(after)} is not above the '
+                                f'untrained baseline {_fmt(before)}')
     for name, metric, minimum in bars:
         if name not in results:
             continue
         value = results[name]['trained'].get(metric)
         passed = value is not None and value >= minimum
-        checked.append(dict(model=name, metric=metric, minimum=minimum, value=value, passed=passed))
+        checked.append(dict(model=name, metric=metric, minimum=minimum, value=value,
+                            passed=passed))
         if not passed:
-            failures.append(f'{name}: trained {metric} {_fmt(value)} is below the bar {minimum:g}')
+            failures.append(f'{name}: trained {metric} {_fmt(value)} is below the bar '
+                            f'{minimum:g}')
     return dict(bars=checked, failures=failures, passed=not failures)
 
 
@@ -305,17 +235,11 @@ def job_record(summary: dict) -> dict:
     import torch
 
     from mavit_mm.tooling.device import device_name, git_commit, library_versions
-
-    return dict(
-        benchmark='main-job',
-        device=device_name(torch.device('cpu')),
-        device_type='cpu',
-        cpu_threads=torch.get_num_threads(),
-        versions=library_versions(),
-        commit=git_commit(),
-        date=datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
-        summary=summary,
-    )
+    return dict(benchmark='main-job', device=device_name(torch.device('cpu')), device_type='cpu',
+                cpu_threads=torch.get_num_threads(), versions=library_versions(),
+                commit=git_commit(),
+                date=datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+                summary=summary)
 
 
 def _fmt(value) -> str:
@@ -333,20 +257,14 @@ def summary_table(results: dict, bars=BARS) -> str:
             trained = result['trained'].get(metric)
             verdict = ''
             if bar is not None:
-                verdict = f'>= {bar:g} ' + (
-                    'ok' if trained is not None and trained >= bar else 'FAILED'
-                )
-            rows.append(
-                (name, metric, _fmt(result['untrained'].get(metric)), _fmt(trained), verdict)
-            )
+                verdict = f'>= {bar:g} ' + ('ok' if trained is not None and trained >= bar
+                                            else 'FAILED')
+            rows.append((name, metric, _fmt(result['untrained'].get(metric)),
+                         _fmt(trained), verdict))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [
-        '  '.join(
-            cell.ljust(w) if i in (0, 1, 4) else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths))
-        ).rstrip()
-        for row in rows
-    ]
+    lines = ['  '.join(cell.ljust(w) if i in (0, 1, 4) else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+             for row in rows]
     lines.insert(1, '  '.join('-' * w for w in widths))
     return '\n'.join(lines)
 
@@ -355,10 +273,8 @@ def picture_lines(results: dict) -> str:
     lines = []
     for name, result in results.items():
         pictures = result.get('pictures') or {}
-        for label, key in (
-            ('ground truth | prediction', 'ground_truth_vs_prediction'),
-            ('training curves', 'training_curves'),
-        ):
+        for label, key in (('ground truth | prediction', 'ground_truth_vs_prediction'),
+                           ('training curves', 'training_curves')):
             if key in pictures:
                 lines.append(f'  {name} {label}: {pictures[key]}')
     return '\n'.join(lines)
@@ -367,8 +283,8 @@ def picture_lines(results: dict) -> str:
 def time_left(jobs, done_index: int, elapsed_minutes: float) -> str:
     """'; about N min left': the reference minutes of the models still to run,
     scaled by how this machine compared on those done so far."""
-    done = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs[: done_index + 1])
-    left = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs[done_index + 1 :])
+    done = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs[:done_index + 1])
+    left = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs[done_index + 1:])
     if not left or not done:
         return ''
     return f', about {left * elapsed_minutes / done:.0f} min left'
@@ -380,59 +296,43 @@ def main(argv=None) -> int:
     start = time.time()
     jobs = [name for name in JOBS if not args.only or name in args.only]
     expected = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs)
-    log(
-        f'models: {", ".join(jobs)}'
-        + ('' if args.max_iters else f'; about {expected:.0f} minutes on a 2-core CPU to the end')
-    )
+    log(f'models: {", ".join(jobs)}' +
+        ('' if args.max_iters else
+         f'; about {expected:.0f} minutes on a 2-core CPU to the end'))
     ensure_data(sorted({DEMO_JOBS[name].data_kind for name in jobs}), args.regenerate_data)
     results = {}
     for index, name in enumerate(jobs):
         minutes = REFERENCE_MINUTES.get(name)
-        log(
-            f'=== model {index + 1}/{len(jobs)}, {name}: {DEMO_JOBS[name].config} ==='
-            + (
-                f' (about {minutes:g} minutes on a 2-core CPU)'
-                if minutes and not args.max_iters
-                else ''
-            )
-        )
+        log(f'=== model {index + 1}/{len(jobs)}, {name}: {DEMO_JOBS[name].config} ===' +
+            (f' (about {minutes:g} minutes on a 2-core CPU)' if minutes and not args.max_iters
+             else ''))
         results[name] = run_job(name, args.work_dir, args.max_iters)
         elapsed = (time.time() - start) / 60
-        log(
-            f'{name}: trained {results[name]["train_seconds"]:.0f}s, '
+        log(f'{name}: trained {results[name]["train_seconds"]:.0f}s, '
             f'tested {results[name]["test_seconds"]:.0f}s, '
             f'pictures {results[name]["picture_seconds"]:.0f}s; {elapsed:.1f} min elapsed'
-            + time_left(jobs, index, elapsed)
-        )
+            + time_left(jobs, index, elapsed))
     wall = time.time() - start
     verdict = check_results(results)
     table = summary_table(results)
-    summary = dict(
-        results=results,
-        wall_seconds=round(wall, 1),
-        all_improved=all(r['improved'] for r in results.values()),
-        bars=verdict['bars'],
-        failures=verdict['failures'],
-        passed=verdict['passed'],
-        data=dict(root=DEMO_DATA_ROOT, **DEMO_DATA_SETTINGS),
-    )
+    summary = dict(results=results, wall_seconds=round(wall, 1),
+                   all_improved=all(r['improved'] for r in results.values()),
+                   bars=verdict['bars'], failures=verdict['failures'],
+                   passed=verdict['passed'],
+                   data=dict(root=DEMO_DATA_ROOT, **DEMO_DATA_SETTINGS))
     args.work_dir.mkdir(parents=True, exist_ok=True)
     (args.work_dir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
     if args.record:
         args.record.parent.mkdir(parents=True, exist_ok=True)
         args.record.write_text(json.dumps(job_record(summary), indent=1) + '\n')
         log(f'record written to {args.record}')
-    print(
-        '\nMAViT-T on the synthetic shapes data (validation split): untrained (freshly '
-        'initialised) vs trained from scratch\n' + table
-    )
+    print('\nMAViT-T on the synthetic shapes data (validation split): untrained (freshly '
+          'initialised) vs trained from scratch\n' + table)
     print('\nPictures (PNG):\n' + picture_lines(results))
     print(f'\nwall time {wall / 60:.1f} min; summary written to {args.work_dir / "summary.json"}')
     if not verdict['passed']:
-        print(
-            'FAILED:\n' + '\n'.join(f'  {message}' for message in verdict['failures']),
-            file=sys.stderr,
-        )
+        print('FAILED:\n' + '\n'.join(f'  {message}' for message in verdict['failures']),
+              file=sys.stderr)
         return 1
     print('PASSED: every trained model beats its untrained baseline and reaches its bars')
     return 0

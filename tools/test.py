@@ -8,7 +8,6 @@
 The metrics (COCO bbox/segm AP, mIoU, ...) are logged and written to
 ``<work-dir>/<timestamp>/<timestamp>.json``.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -29,44 +28,24 @@ from mavit_mm.tooling.config import ConfigCheckError, load_config  # noqa: E402
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Evaluate a MAViT detector or segmentor checkpoint on the test set of '
-        "its config with mmengine's Runner and the config's test_evaluator."
-    )
+                    "its config with mmengine's Runner and the config's test_evaluator.")
     parser.add_argument('config', help='config file the checkpoint was trained with')
     parser.add_argument('checkpoint', help='checkpoint file (.pth) to evaluate')
-    parser.add_argument(
-        '--work-dir',
-        help='folder for the log and the metrics JSON '
-        "(default: the config's work_dir, else ./work_dirs/<config name>)",
-    )
-    parser.add_argument(
-        '--out',
-        metavar='PATH',
-        help='also save the predictions: detection - a .pkl file of the '
-        'raw results for offline evaluation; segmentation - a folder '
-        'that receives one predicted label PNG per image',
-    )
-    parser.add_argument(
-        '--show-dir',
-        metavar='DIR',
-        help='draw predictions on the images and save them: detection - '
-        'under <work-dir>/<timestamp>/DIR; segmentation - under DIR',
-    )
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        metavar='KEY=VALUE',
-        help=runner_setup.CFG_OPTIONS_HELP,
-    )
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm'],
-        default='none',
-        help=runner_setup.LAUNCHER_HELP,
-    )
-    parser.add_argument(
-        '--local_rank', '--local-rank', type=int, default=0, help=runner_setup.LOCAL_RANK_HELP
-    )
+    parser.add_argument('--work-dir', help='folder for the log and the metrics JSON '
+                        "(default: the config's work_dir, else ./work_dirs/<config name>)")
+    parser.add_argument('--out', metavar='PATH',
+                        help='also save the predictions: detection - a .pkl file of the '
+                             'raw results for offline evaluation; segmentation - a folder '
+                             'that receives one predicted label PNG per image')
+    parser.add_argument('--show-dir', metavar='DIR',
+                        help='draw predictions on the images and save them: detection - '
+                             'under <work-dir>/<timestamp>/DIR; segmentation - under DIR')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        metavar='KEY=VALUE', help=runner_setup.CFG_OPTIONS_HELP)
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
+                        help=runner_setup.LAUNCHER_HELP)
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0,
+                        help=runner_setup.LOCAL_RANK_HELP)
     args = parser.parse_args(argv)
     runner_setup.export_local_rank(args.local_rank)
     return args

@@ -8,7 +8,6 @@
 The task follows the config's ``default_scope``. Paths, checkpoints and the
 backbone size are checked before anything is built.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -29,55 +28,29 @@ from mavit_mm.tooling.config import ConfigCheckError, load_config  # noqa: E402
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description='Train a MAViT detector or segmentor (mmdet / mmseg config) with '
-        "mmengine's Runner. The task is taken from the config's default_scope."
-    )
+                    "mmengine's Runner. The task is taken from the config's default_scope.")
+    parser.add_argument('config', help='config file, e.g. '
+                        'configs/mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py')
+    parser.add_argument('--work-dir', help='folder for logs and checkpoints (default: the '
+                        "config's work_dir, else ./work_dirs/<config name>)")
     parser.add_argument(
-        'config', help='config file, e.g. configs/mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py'
-    )
-    parser.add_argument(
-        '--work-dir',
-        help='folder for logs and checkpoints (default: the '
-        "config's work_dir, else ./work_dirs/<config name>)",
-    )
-    parser.add_argument(
-        '--resume',
-        nargs='?',
-        type=str,
-        const='auto',
-        metavar='CKPT',
+        '--resume', nargs='?', type=str, const='auto', metavar='CKPT',
         help='resume training: without a value from the latest checkpoint in the work dir, '
-        'with a value from that checkpoint (weights, optimizer, schedule, iteration)',
-    )
-    parser.add_argument(
-        '--amp',
-        action='store_true',
-        help='mixed-precision training (AmpOptimWrapper); needs CUDA, '
-        'ignored with a warning on a CPU',
-    )
-    parser.add_argument(
-        '--auto-scale-lr',
-        action='store_true',
-        help='scale the learning rate linearly with the total batch size '
-        "(GPUs x samples per GPU) relative to the config's "
-        'auto_scale_lr.base_batch_size',
-    )
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        metavar='KEY=VALUE',
-        help=runner_setup.CFG_OPTIONS_HELP,
-    )
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm'],
-        default='none',
-        help=runner_setup.LAUNCHER_HELP,
-    )
+             'with a value from that checkpoint (weights, optimizer, schedule, iteration)')
+    parser.add_argument('--amp', action='store_true',
+                        help='mixed-precision training (AmpOptimWrapper); needs CUDA, '
+                             'ignored with a warning on a CPU')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the learning rate linearly with the total batch size '
+                             "(GPUs x samples per GPU) relative to the config's "
+                             'auto_scale_lr.base_batch_size')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        metavar='KEY=VALUE', help=runner_setup.CFG_OPTIONS_HELP)
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
+                        help=runner_setup.LAUNCHER_HELP)
     # torch.distributed.launch passes --local-rank (torch >= 2) or --local_rank.
-    parser.add_argument(
-        '--local_rank', '--local-rank', type=int, default=0, help=runner_setup.LOCAL_RANK_HELP
-    )
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0,
+                        help=runner_setup.LOCAL_RANK_HELP)
     args = parser.parse_args(argv)
     runner_setup.export_local_rank(args.local_rank)
     return args

@@ -16,5 +16,6 @@
 _base_ = '../sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py'
 
 model = dict(
-    backbone=dict(attn_types=('inline', 'inline', 'softmax', 'softmax'), inline_residual=True)
-)
+    backbone=dict(
+        attn_types=('inline', 'inline', 'softmax', 'softmax'),
+        inline_residual=True))

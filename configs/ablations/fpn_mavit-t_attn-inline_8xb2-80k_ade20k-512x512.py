@@ -14,4 +14,6 @@
 # at such weights to match; see README, Ablations).
 _base_ = '../sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py'
 
-model = dict(backbone=dict(attn_types=('inline', 'inline', 'softmax', 'softmax')))
+model = dict(
+    backbone=dict(
+        attn_types=('inline', 'inline', 'softmax', 'softmax')))

@@ -13,4 +13,6 @@
 # at such weights to match; see README, Ablations).
 _base_ = '../sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py'
 
-model = dict(backbone=dict(attn_types=('mala_no_gamma', 'mala_no_gamma', 'softmax', 'softmax')))
+model = dict(
+    backbone=dict(
+        attn_types=('mala_no_gamma', 'mala_no_gamma', 'softmax', 'softmax')))

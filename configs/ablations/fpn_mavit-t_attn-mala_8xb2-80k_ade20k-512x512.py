@@ -15,5 +15,6 @@
 _base_ = '../sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py'
 
 model = dict(
-    backbone=dict(attn_types=('mala', 'mala', 'softmax', 'softmax'), kernel_function='elu')
-)
+    backbone=dict(
+        attn_types=('mala', 'mala', 'softmax', 'softmax'),
+        kernel_function='elu'))

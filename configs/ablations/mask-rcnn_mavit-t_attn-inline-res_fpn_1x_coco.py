@@ -16,5 +16,6 @@
 _base_ = '../mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py'
 
 model = dict(
-    backbone=dict(attn_types=('inline', 'inline', 'softmax', 'softmax'), inline_residual=True)
-)
+    backbone=dict(
+        attn_types=('inline', 'inline', 'softmax', 'softmax'),
+        inline_residual=True))

@@ -13,4 +13,6 @@
 # at such weights to match; see README, Ablations).
 _base_ = '../mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py'
 
-model = dict(backbone=dict(attn_types=('linear', 'linear', 'softmax', 'softmax')))
+model = dict(
+    backbone=dict(
+        attn_types=('linear', 'linear', 'softmax', 'softmax')))

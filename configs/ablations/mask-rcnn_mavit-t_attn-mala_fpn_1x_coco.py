@@ -15,5 +15,6 @@
 _base_ = '../mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py'
 
 model = dict(
-    backbone=dict(attn_types=('mala', 'mala', 'softmax', 'softmax'), kernel_function='elu')
-)
+    backbone=dict(
+        attn_types=('mala', 'mala', 'softmax', 'softmax'),
+        kernel_function='elu'))

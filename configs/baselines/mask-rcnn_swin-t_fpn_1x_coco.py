@@ -20,7 +20,5 @@ model = dict(
         out_indices=(0, 1, 2, 3),
         with_cp=False,
         convert_weights=True,
-        init_cfg=None,
-    ),
-    neck=dict(in_channels=[96, 192, 384, 768]),
-)
+        init_cfg=None),
+    neck=dict(in_channels=[96, 192, 384, 768]))

@@ -20,8 +20,6 @@ model = dict(
         patch_norm=True,
         use_abs_pos_embed=False,
         drop_path_rate=0.3,
-        init_cfg=None,
-    ),
+        init_cfg=None),
     decode_head=dict(in_channels=[96, 192, 384, 768]),
-    auxiliary_head=dict(in_channels=384),
-)
+    auxiliary_head=dict(in_channels=384))

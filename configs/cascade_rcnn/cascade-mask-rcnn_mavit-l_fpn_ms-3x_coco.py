@@ -7,5 +7,4 @@ _base_ = '../_base_/recipes/cascade-mask-rcnn_mavit_fpn_ms-3x_coco.py'
 
 model = dict(
     backbone=dict(arch='large', init_cfg=dict(checkpoint='pretrained/mavit_l_in1k.pth')),
-    neck=dict(in_channels=[96, 192, 448, 640]),
-)
+    neck=dict(in_channels=[96, 192, 448, 640]))

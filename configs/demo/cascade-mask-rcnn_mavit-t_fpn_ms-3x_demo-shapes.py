@@ -27,26 +27,22 @@ train_pipeline = [
                 dict(
                     type='RandomChoiceResize',
                     scales=[(80, 267), (100, 267), (120, 267)],
-                    keep_ratio=True,
-                ),
+                    keep_ratio=True),
                 dict(
                     type='RandomCrop',
                     crop_type='absolute_range',
                     crop_size=(77, 120),
-                    allow_negative_crop=True,
-                ),
-                dict(type='RandomChoiceResize', scales=ms_scales, keep_ratio=True),
+                    allow_negative_crop=True),
+                dict(type='RandomChoiceResize', scales=ms_scales, keep_ratio=True)
             ],
-        ],
-    ),
-    dict(type='PackDetInputs'),
+        ]),
+    dict(type='PackDetInputs')
 ]
 test_pipeline = _base_.demo_test_pipeline
 train_dataloader = dict(
     _base_.demo_train_dataloader,
     batch_size=4,
-    dataset=dict(_base_.demo_train_dataloader.dataset, pipeline=train_pipeline),
-)
+    dataset=dict(_base_.demo_train_dataloader.dataset, pipeline=train_pipeline))
 val_dataloader = test_dataloader = _base_.demo_val_dataloader
 val_evaluator = test_evaluator = _base_.demo_val_evaluator
 num_classes = _base_.demo_num_classes
@@ -55,9 +51,11 @@ num_classes = _base_.demo_num_classes
 model = dict(
     backbone=dict(init_cfg=None),
     roi_head=dict(
-        bbox_head=[dict(head, num_classes=num_classes) for head in _base_.model.roi_head.bbox_head],
-        mask_head=dict(num_classes=num_classes),
-    ),
+        bbox_head=[
+            dict(head, num_classes=num_classes)
+            for head in _base_.model.roi_head.bbox_head
+        ],
+        mask_head=dict(num_classes=num_classes)),
     # Each cascade stage runs four 3x3 convs per RoI: on a CPU, 1000 proposals
     # of a 160 px image would cost ~350 GMAC per stage. Fewer proposals and
     # RoIs (these images hold at most 3 objects); the heads are unchanged.
@@ -66,10 +64,8 @@ model = dict(
         rcnn=[
             dict(stage, sampler=dict(stage.sampler, num=128))
             for stage in _base_.model.train_cfg.rcnn
-        ],
-    ),
-    test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100)),
-)
+        ]),
+    test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100)))
 
 # --- schedule: the demo one (demos/detection.py), 4 images per iteration -----
 max_iters = _base_.demo_max_iters

@@ -26,8 +26,7 @@ num_classes = _base_.demo_num_classes
 model = dict(
     data_preprocessor=dict(size=crop_size),
     backbone=dict(init_cfg=None),
-    decode_head=dict(num_classes=num_classes),
-)
+    decode_head=dict(num_classes=num_classes))
 
 # --- schedule: the demo one (demos/segmentation.py) ---------------------------
 max_iters = _base_.demo_max_iters

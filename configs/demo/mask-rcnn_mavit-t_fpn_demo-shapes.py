@@ -26,16 +26,17 @@ num_classes = _base_.demo_num_classes
 # --- model: the published one; from scratch, 4 classes -----------------------
 model = dict(
     backbone=dict(init_cfg=None),
-    roi_head=dict(bbox_head=dict(num_classes=num_classes), mask_head=dict(num_classes=num_classes)),
+    roi_head=dict(
+        bbox_head=dict(num_classes=num_classes),
+        mask_head=dict(num_classes=num_classes)),
     # Images of 160 px hold at most 3 objects: fewer proposals, RoIs and
     # detections than for 1333x800 COCO images (the heads are unchanged, only
     # the counts). 20 detections instead of 100 make evaluating an untrained
     # model (every detection a mask to paste) about 4x faster on a CPU.
     train_cfg=dict(
-        rpn_proposal=dict(nms_pre=1000, max_per_img=300), rcnn=dict(sampler=dict(num=32))
-    ),
-    test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100), rcnn=dict(max_per_img=20)),
-)
+        rpn_proposal=dict(nms_pre=1000, max_per_img=300),
+        rcnn=dict(sampler=dict(num=32))),
+    test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100), rcnn=dict(max_per_img=20)))
 
 # --- schedule: the demo one (demos/detection.py), 2 images per iteration -----
 max_iters = _base_.demo_max_iters

@@ -27,8 +27,7 @@ model = dict(
     data_preprocessor=dict(size=crop_size),
     backbone=dict(init_cfg=None),
     decode_head=dict(num_classes=num_classes),
-    auxiliary_head=dict(num_classes=num_classes),
-)
+    auxiliary_head=dict(num_classes=num_classes))
 
 # --- schedule: the demo one (demos/segmentation.py), poly power 1.0 as the
 # published UperNet schedule ----------------------------------------------------

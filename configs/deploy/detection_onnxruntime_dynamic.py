@@ -5,5 +5,4 @@ onnx_config = dict(
         'input': {0: 'batch', 2: 'height', 3: 'width'},
         'dets': {0: 'batch', 1: 'num_dets'},
         'labels': {0: 'batch', 1: 'num_dets'},
-    }
-)
+    })

@@ -7,5 +7,4 @@ onnx_config = dict(
         'dets': {0: 'batch', 1: 'num_dets'},
         'labels': {0: 'batch', 1: 'num_dets'},
         'masks': {0: 'batch', 1: 'num_dets', 2: 'height', 3: 'width'},
-    }
-)
+    })

@@ -7,5 +7,4 @@ _base_ = '../_base_/recipes/mask-rcnn_mavit_fpn_ms-3x_coco.py'
 
 model = dict(
     backbone=dict(arch='small', init_cfg=dict(checkpoint='pretrained/mavit_s_in1k.pth')),
-    neck=dict(in_channels=[64, 128, 320, 512]),
-)
+    neck=dict(in_channels=[64, 128, 320, 512]))

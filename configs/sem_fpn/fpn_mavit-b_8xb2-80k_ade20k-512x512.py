@@ -7,5 +7,4 @@ _base_ = '../_base_/recipes/fpn_mavit_8xb2-80k_ade20k-512x512.py'
 
 model = dict(
     backbone=dict(arch='base', init_cfg=dict(checkpoint='pretrained/mavit_b_in1k.pth')),
-    neck=dict(in_channels=[96, 192, 384, 512]),
-)
+    neck=dict(in_channels=[96, 192, 384, 512]))

@@ -8,5 +8,4 @@ _base_ = '../_base_/recipes/upernet_mavit_8xb2-160k_ade20k-512x512.py'
 model = dict(
     backbone=dict(arch='tiny', init_cfg=dict(checkpoint='pretrained/mavit_t_in1k.pth')),
     decode_head=dict(in_channels=[64, 128, 256, 512]),
-    auxiliary_head=dict(in_channels=256),
-)  # stage 3
+    auxiliary_head=dict(in_channels=256))  # stage 3

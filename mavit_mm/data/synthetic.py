@@ -18,7 +18,6 @@ Same arguments give byte-identical files: randomness comes from
 versions), JSON is written with fixed key order and rounding, and images are
 encoded with fixed OpenCV settings.
 """
-
 from __future__ import annotations
 
 import json
@@ -32,22 +31,16 @@ import numpy as np
 # (name, BGR colour as drawn by OpenCV). Colours are far apart so the classes are
 # easy to tell apart; shapes differ too, so masks need more than a colour lookup.
 SHAPE_CLASSES: tuple[tuple[str, tuple[int, int, int]], ...] = (
-    ('circle', (40, 40, 220)),  # red
-    ('square', (40, 200, 40)),  # green
-    ('triangle', (220, 60, 40)),  # blue
-    ('star', (30, 210, 230)),  # yellow
+    ('circle', (40, 40, 220)),     # red
+    ('square', (40, 200, 40)),     # green
+    ('triangle', (220, 60, 40)),   # blue
+    ('star', (30, 210, 230)),      # yellow
 )
 # The bundled demo data (data/demo/<kind>, what configs/demo read): what
 # tools/make_demo_data.py and the main job write, and the generators' defaults.
 DEMO_DATA_ROOT = 'data/demo'
-DEMO_DATA_SETTINGS = dict(
-    num_train=64,
-    num_val=16,
-    image_size=(160, 160),
-    num_classes=len(SHAPE_CLASSES),
-    max_objects=3,
-    seed=0,
-)
+DEMO_DATA_SETTINGS = dict(num_train=64, num_val=16, image_size=(160, 160),
+                          num_classes=len(SHAPE_CLASSES), max_objects=3, seed=0)
 COCO_SPLITS = ('train', 'val')
 ADE_SPLITS = {'train': 'training', 'val': 'validation'}
 GROUND_CLASS = 'ground'
@@ -59,12 +52,12 @@ MANIFEST_NAME = 'synthetic_dataset.json'
 
 
 def shape_class_names(num_classes: int = len(SHAPE_CLASSES)) -> tuple[str, ...]:
-    return tuple(name for name, _ in SHAPE_CLASSES[: _check_num_classes(num_classes)])
+    return tuple(name for name, _ in SHAPE_CLASSES[:_check_num_classes(num_classes)])
 
 
 def shape_palette(num_classes: int = len(SHAPE_CLASSES)) -> list[tuple[int, int, int]]:
     """RGB colours of the shape classes (for visualisers / metainfo)."""
-    return [tuple(reversed(bgr)) for _, bgr in SHAPE_CLASSES[: _check_num_classes(num_classes)]]
+    return [tuple(reversed(bgr)) for _, bgr in SHAPE_CLASSES[:_check_num_classes(num_classes)]]
 
 
 def coco_metainfo(num_classes: int = len(SHAPE_CLASSES)) -> dict:
@@ -75,10 +68,8 @@ def coco_metainfo(num_classes: int = len(SHAPE_CLASSES)) -> dict:
 def ade20k_metainfo(num_classes: int = len(SHAPE_CLASSES)) -> dict:
     """``metainfo`` for mmseg's ``BaseSegDataset`` (``reduce_zero_label=True``):
     label ``i`` in the PNGs is class ``i - 1`` here."""
-    return dict(
-        classes=(GROUND_CLASS,) + shape_class_names(num_classes),
-        palette=[(120, 120, 120)] + shape_palette(num_classes),
-    )
+    return dict(classes=(GROUND_CLASS,) + shape_class_names(num_classes),
+                palette=[(120, 120, 120)] + shape_palette(num_classes))
 
 
 def _check_num_classes(num_classes: int) -> int:
@@ -89,13 +80,13 @@ def _check_num_classes(num_classes: int) -> int:
 
 @dataclass
 class ShapeInstance:
-    class_index: int  # 0-based index into SHAPE_CLASSES
-    polygon: np.ndarray  # (P, 2) float, x/y in pixels
+    class_index: int                 # 0-based index into SHAPE_CLASSES
+    polygon: np.ndarray              # (P, 2) float, x/y in pixels
 
 
 @dataclass
 class Scene:
-    image: np.ndarray  # (H, W, 3) uint8 BGR
+    image: np.ndarray                # (H, W, 3) uint8 BGR
     instances: list[ShapeInstance]
     instance_masks: list[np.ndarray]  # (H, W) bool each, as drawn
 
@@ -135,9 +126,8 @@ def _textured_background(rng: np.random.RandomState, height: int, width: int) ->
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
-def render_scene(
-    rng: np.random.RandomState, height: int, width: int, num_classes: int, max_objects: int = 3
-) -> Scene:
+def render_scene(rng: np.random.RandomState, height: int, width: int, num_classes: int,
+                 max_objects: int = 3) -> Scene:
     """One image with 1..max_objects non-overlapping shapes."""
     image = _textured_background(rng, height, width)
     short_side = min(height, width)
@@ -151,10 +141,8 @@ def render_scene(
         cx = rng.uniform(radius, width - radius)
         cy = rng.uniform(radius, height - radius)
         box = (cx - radius, cy - radius, cx + radius, cy + radius)
-        if any(
-            box[0] < b[2] + 2 and b[0] < box[2] + 2 and box[1] < b[3] + 2 and b[1] < box[3] + 2
-            for b in boxes
-        ):
+        if any(box[0] < b[2] + 2 and b[0] < box[2] + 2 and box[1] < b[3] + 2 and b[1] < box[3] + 2
+               for b in boxes):
             continue
         kind, colour = SHAPE_CLASSES[class_index]
         polygon = _shape_polygon(kind, cx, cy, radius, rng.uniform(0, 2 * math.pi))
@@ -175,9 +163,8 @@ def render_scene(
 
 def _write_jpeg(path: Path, image: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    ok, encoded = cv2.imencode(
-        '.jpg', image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY, cv2.IMWRITE_JPEG_OPTIMIZE, 0]
-    )
+    ok, encoded = cv2.imencode('.jpg', image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY,
+                                               cv2.IMWRITE_JPEG_OPTIMIZE, 0])
     if not ok:
         raise RuntimeError(f'could not encode {path}')
     path.write_bytes(encoded.tobytes())
@@ -206,15 +193,12 @@ def _split_rng(seed: int, kind: str, split: str) -> np.random.RandomState:
     return np.random.RandomState([seed, _KIND_SALT[kind], COCO_SPLITS.index(split)])
 
 
-def make_coco_dataset(
-    root,
-    num_train: int = DEMO_DATA_SETTINGS['num_train'],
-    num_val: int = DEMO_DATA_SETTINGS['num_val'],
-    image_size=DEMO_DATA_SETTINGS['image_size'],
-    num_classes: int = DEMO_DATA_SETTINGS['num_classes'],
-    max_objects: int = DEMO_DATA_SETTINGS['max_objects'],
-    seed: int = DEMO_DATA_SETTINGS['seed'],
-) -> dict[str, Path]:
+def make_coco_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
+                      num_val: int = DEMO_DATA_SETTINGS['num_val'],
+                      image_size=DEMO_DATA_SETTINGS['image_size'],
+                      num_classes: int = DEMO_DATA_SETTINGS['num_classes'],
+                      max_objects: int = DEMO_DATA_SETTINGS['max_objects'],
+                      seed: int = DEMO_DATA_SETTINGS['seed']) -> dict[str, Path]:
     """Write a COCO-format instance segmentation dataset under ``root``.
 
     Args:
@@ -225,10 +209,8 @@ def make_coco_dataset(
     root = Path(root)
     height, width = _image_size(image_size)
     _check_num_classes(num_classes)
-    categories = [
-        dict(id=i + 1, name=name, supercategory='shape')
-        for i, name in enumerate(shape_class_names(num_classes))
-    ]
+    categories = [dict(id=i + 1, name=name, supercategory='shape')
+                  for i, name in enumerate(shape_class_names(num_classes))]
     outputs = {'root': root}
     annotation_id = 1
     for split, count in _split_sizes(num_train, num_val).items():
@@ -241,37 +223,23 @@ def make_coco_dataset(
             _write_jpeg(root / split / file_name, scene.image)
             images.append(dict(id=image_id, file_name=file_name, height=height, width=width))
             for instance in scene.instances:
-                annotations.append(
-                    _coco_annotation(annotation_id, image_id, instance, width, height)
-                )
+                annotations.append(_coco_annotation(annotation_id, image_id, instance, width, height))
                 annotation_id += 1
         ann_file = root / 'annotations' / f'instances_{split}.json'
         ann_file.parent.mkdir(parents=True, exist_ok=True)
-        content = dict(
-            info=dict(description=f'mavit-mm synthetic shapes, seed {seed}'),
-            licenses=[],
-            images=images,
-            annotations=annotations,
-            categories=categories,
-        )
+        content = dict(info=dict(description=f'mavit-mm synthetic shapes, seed {seed}'),
+                       licenses=[], images=images, annotations=annotations,
+                       categories=categories)
         ann_file.write_text(json.dumps(content, sort_keys=True, separators=(',', ':')))
         outputs[f'{split}_ann'] = ann_file
-    _write_manifest(
-        root,
-        'coco',
-        num_train=num_train,
-        num_val=num_val,
-        image_size=[height, width],
-        num_classes=num_classes,
-        max_objects=max_objects,
-        seed=seed,
-    )
+    _write_manifest(root, 'coco', num_train=num_train, num_val=num_val,
+                    image_size=[height, width], num_classes=num_classes,
+                    max_objects=max_objects, seed=seed)
     return outputs
 
 
-def _coco_annotation(
-    annotation_id: int, image_id: int, instance: ShapeInstance, width: int, height: int
-) -> dict:
+def _coco_annotation(annotation_id: int, image_id: int, instance: ShapeInstance,
+                     width: int, height: int) -> dict:
     polygon = instance.polygon.copy()
     polygon[:, 0] = polygon[:, 0].clip(0, width - 1)
     polygon[:, 1] = polygon[:, 1].clip(0, height - 1)
@@ -281,30 +249,20 @@ def _coco_annotation(
     xs, ys = polygon[:, 0], polygon[:, 1]
     area = 0.5 * abs(float(np.dot(xs, np.roll(ys, 1)) - np.dot(ys, np.roll(xs, 1))))
     return dict(
-        id=annotation_id,
-        image_id=image_id,
-        category_id=instance.class_index + 1,
+        id=annotation_id, image_id=image_id, category_id=instance.class_index + 1,
         segmentation=[[round(float(v), 2) for v in polygon.reshape(-1)]],
         area=round(area, 2),
-        bbox=[
-            round(float(x_min), 2),
-            round(float(y_min), 2),
-            round(float(x_max - x_min), 2),
-            round(float(y_max - y_min), 2),
-        ],
-        iscrowd=0,
-    )
+        bbox=[round(float(x_min), 2), round(float(y_min), 2),
+              round(float(x_max - x_min), 2), round(float(y_max - y_min), 2)],
+        iscrowd=0)
 
 
-def make_ade20k_dataset(
-    root,
-    num_train: int = DEMO_DATA_SETTINGS['num_train'],
-    num_val: int = DEMO_DATA_SETTINGS['num_val'],
-    image_size=DEMO_DATA_SETTINGS['image_size'],
-    num_classes: int = DEMO_DATA_SETTINGS['num_classes'],
-    max_objects: int = DEMO_DATA_SETTINGS['max_objects'],
-    seed: int = DEMO_DATA_SETTINGS['seed'],
-) -> dict[str, Path]:
+def make_ade20k_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
+                        num_val: int = DEMO_DATA_SETTINGS['num_val'],
+                        image_size=DEMO_DATA_SETTINGS['image_size'],
+                        num_classes: int = DEMO_DATA_SETTINGS['num_classes'],
+                        max_objects: int = DEMO_DATA_SETTINGS['max_objects'],
+                        seed: int = DEMO_DATA_SETTINGS['seed']) -> dict[str, Path]:
     """Write an ADE20K-format semantic segmentation dataset under ``root``.
 
     Label PNGs: 0 unlabelled (object borders), 1 ground, 2.. shapes.
@@ -333,16 +291,9 @@ def make_ade20k_dataset(
             _write_png(root / 'annotations' / folder / f'{name}.png', label_map)
         outputs[f'{split}_img_dir'] = root / 'images' / folder
         outputs[f'{split}_ann_dir'] = root / 'annotations' / folder
-    _write_manifest(
-        root,
-        'ade20k',
-        num_train=num_train,
-        num_val=num_val,
-        image_size=[height, width],
-        num_classes=num_classes,
-        max_objects=max_objects,
-        seed=seed,
-    )
+    _write_manifest(root, 'ade20k', num_train=num_train, num_val=num_val,
+                    image_size=[height, width], num_classes=num_classes,
+                    max_objects=max_objects, seed=seed)
     return outputs
 
 
@@ -381,18 +332,7 @@ def dataset_complete(root, kind: str, **params) -> bool:
     return bool(manifest) and all(manifest.get(k) == v for k, v in expected.items())
 
 
-__all__ = [
-    'SHAPE_CLASSES',
-    'GROUND_CLASS',
-    'DEMO_DATA_ROOT',
-    'DEMO_DATA_SETTINGS',
-    'make_coco_dataset',
-    'make_ade20k_dataset',
-    'coco_metainfo',
-    'ade20k_metainfo',
-    'shape_class_names',
-    'shape_palette',
-    'render_scene',
-    'dataset_complete',
-    'read_manifest',
-]
+__all__ = ['SHAPE_CLASSES', 'GROUND_CLASS', 'DEMO_DATA_ROOT', 'DEMO_DATA_SETTINGS',
+           'make_coco_dataset', 'make_ade20k_dataset',
+           'coco_metainfo', 'ade20k_metainfo', 'shape_class_names', 'shape_palette',
+           'render_scene', 'dataset_complete', 'read_manifest']

@@ -6,7 +6,6 @@ alone. It acts only where mmdeploy is already imported (mmdeploy's tools and
 API import it before they load a model config): training and testing with
 mmdet / mmseg are left exactly as they were.
 """
-
 from .mmdeploy_compat import activate_if_mmdeploy, exact_adaptive_avg_pool2d
 
 activate_if_mmdeploy()

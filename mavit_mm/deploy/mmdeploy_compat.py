@@ -34,7 +34,6 @@ formula under tracing (ONNX has no complex type) and avoids ``unflatten``
 (no symbolic before opset 13), and mmdeploy's default rewrite of
 ``scaled_dot_product_attention`` covers the softmax stages at opset 11.
 """
-
 from __future__ import annotations
 
 import functools
@@ -49,7 +48,8 @@ import torch.nn.functional as F
 _ACTIVE = False
 
 
-def exact_adaptive_avg_pool2d(x: torch.Tensor, output_size: int | Sequence[int]) -> torch.Tensor:
+def exact_adaptive_avg_pool2d(x: torch.Tensor,
+                              output_size: int | Sequence[int]) -> torch.Tensor:
     """``F.adaptive_avg_pool2d(x, output_size)`` from ops every ONNX opset has.
 
     Bin ``i`` of ``n`` inputs into ``o`` outputs spans ``[floor(i n / o),
@@ -86,7 +86,6 @@ def _adaptive_mean(x: torch.Tensor, dim: int, out_size: int) -> torch.Tensor:
 def _cast_long(g, input, non_blocking):
     """The symbolic torch 2.13 dropped from ``symbolic_opset9``."""
     from torch.onnx import _C_onnx
-
     return g.op('Cast', input, to_i=_C_onnx.TensorProtoDataType.INT64)
 
 
@@ -96,7 +95,6 @@ def _torchscript_for_mmdeploy(export):
         if 'dynamo' not in kwargs and _called_from_mmdeploy():
             kwargs['dynamo'] = False
         return export(*args, **kwargs)
-
     wrapper.__mavit_mm_compat__ = True
     return wrapper
 
@@ -108,12 +106,11 @@ def _called_from_mmdeploy() -> bool:
 
 def _fix_fx_wrap_bookkeeping() -> None:
     from mmdeploy.core.rewriters import function_rewriter
-
     rewriter = function_rewriter.FunctionRewriter
     if getattr(rewriter.exit, '__mavit_mm_compat__', False):
         return
     wrapped = function_rewriter._wrapped_fns_to_patch
-    if not isinstance(wrapped, dict):  # a torch whose bookkeeping is a list
+    if not isinstance(wrapped, dict):       # a torch whose bookkeeping is a list
         return
     original_enter, original_exit = rewriter.enter, rewriter.exit
 
@@ -126,7 +123,7 @@ def _fix_fx_wrap_bookkeeping() -> None:
     def exit(self):
         for key in set(wrapped) - getattr(self, '_mavit_mm_fx_wrap_keys', set(wrapped)):
             del wrapped[key]
-        self._ori_fx_wrap_num = len(wrapped)  # nothing left for mmdeploy to pop
+        self._ori_fx_wrap_num = len(wrapped)   # nothing left for mmdeploy to pop
         return original_exit(self)
 
     exit.__mavit_mm_compat__ = True
@@ -140,8 +137,7 @@ def _register_rewriters() -> None:
     # For every ONNX backend; a rewriter with a checker wins over mmdeploy's
     # default (non-adaptive) one.
     @FUNCTION_REWRITER.register_rewriter(
-        func_name='torch.nn.functional.adaptive_avg_pool2d', ir=IR.ONNX
-    )
+        func_name='torch.nn.functional.adaptive_avg_pool2d', ir=IR.ONNX)
     def adaptive_avg_pool2d__exact(input, output_size):
         return exact_adaptive_avg_pool2d(input, output_size)
 
@@ -168,25 +164,15 @@ def _register_rpn_rewriter() -> None:
     from mmdeploy.utils import IR, is_dynamic_shape
 
     @FUNCTION_REWRITER.register_rewriter(
-        func_name='mmdet.models.dense_heads.rpn_head.RPNHead.predict_by_feat', ir=IR.ONNX
-    )
-    def rpn_head__predict_by_feat__per_level(
-        self,
-        cls_scores,
-        bbox_preds,
-        score_factors=None,
-        batch_img_metas=None,
-        cfg=None,
-        rescale=False,
-        with_nms=True,
-        **kwargs,
-    ):
+        func_name='mmdet.models.dense_heads.rpn_head.RPNHead.predict_by_feat', ir=IR.ONNX)
+    def rpn_head__predict_by_feat__per_level(self, cls_scores, bbox_preds, score_factors=None,
+                                             batch_img_metas=None, cfg=None, rescale=False,
+                                             with_nms=True, **kwargs):
         ctx = FUNCTION_REWRITER.get_context()
         cfg = self.test_cfg if cfg is None else cfg
         batch = cls_scores[0].shape[0]
         priors = self.prior_generator.grid_priors(
-            [score.shape[-2:] for score in cls_scores], device=cls_scores[0].device
-        )
+            [score.shape[-2:] for score in cls_scores], device=cls_scores[0].device)
         static = not is_dynamic_shape(ctx.cfg)
         pre_topk = cfg.get('nms_pre', -1)
         level_boxes, level_scores, level_ids = [], [], []
@@ -196,23 +182,20 @@ def _register_rpn_rewriter() -> None:
                 score = score.reshape(batch, -1, 1).sigmoid()
             else:
                 score = score.reshape(batch, -1, 2).softmax(-1)[..., :1]
-            delta = (
-                delta.detach().permute(0, 2, 3, 1).reshape(batch, -1, self.bbox_coder.encode_size)
-            )
+            delta = delta.detach().permute(0, 2, 3, 1).reshape(batch, -1,
+                                                               self.bbox_coder.encode_size)
             prior = (prior.data if static else prior).unsqueeze(0)
             if pre_topk > 0:
                 # topk needs at least k entries: pad (scores 0) as mmdeploy does.
-                score = pad_with_value_if_necessary(score, 1, pre_topk, 0.0)
+                score = pad_with_value_if_necessary(score, 1, pre_topk, 0.)
                 delta = pad_with_value_if_necessary(delta, 1, pre_topk)
                 prior = pad_with_value_if_necessary(prior, 1, pre_topk)
                 _, index = score.squeeze(2).topk(pre_topk)
-                delta, score = gather_topk(
-                    delta, score, inds=index, batch_size=batch, is_batched=True
-                )
+                delta, score = gather_topk(delta, score, inds=index, batch_size=batch,
+                                           is_batched=True)
                 prior = gather_topk(prior, inds=index, batch_size=batch, is_batched=False)
-            level_boxes.append(
-                self.bbox_coder.decode(prior, delta, max_shape=batch_img_metas[0]['img_shape'])
-            )
+            level_boxes.append(self.bbox_coder.decode(
+                prior, delta, max_shape=batch_img_metas[0]['img_shape']))
             level_scores.append(score)
             level_ids.append(torch.full_like(score[..., 0], level, dtype=torch.long))
         boxes = torch.cat(level_boxes, dim=1)
@@ -223,21 +206,13 @@ def _register_rpn_rewriter() -> None:
         per_level = _score_columns(scores, levels, len(cls_scores))
         min_size = cfg.get('min_bbox_size', -1)
         if min_size >= 0:
-            valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & (
-                (boxes[..., 3] - boxes[..., 1]) > min_size
-            )
+            valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & \
+                ((boxes[..., 3] - boxes[..., 1]) > min_size)
             per_level = torch.where(valid.unsqueeze(-1), per_level, per_level.new_tensor(-1.0))
         keep = cfg.max_per_img
-        return multiclass_nms(
-            boxes,
-            per_level,
-            keep,
-            nms_type=cfg.nms.get('type'),
-            iou_threshold=cfg.nms.iou_threshold,
-            score_threshold=0.0,
-            pre_top_k=-1,
-            keep_top_k=keep,
-        )
+        return multiclass_nms(boxes, per_level, keep, nms_type=cfg.nms.get('type'),
+                              iou_threshold=cfg.nms.iou_threshold, score_threshold=0.0,
+                              pre_top_k=-1, keep_top_k=keep)
 
 
 def _register_dense_head_rewriter() -> None:
@@ -263,52 +238,27 @@ def _register_dense_head_rewriter() -> None:
     from mmdet.structures.bbox import get_box_tensor
 
     def as_mmdet_runs_it(head, score_factors, with_nms) -> bool:
-        return (
-            score_factors is None
-            and with_nms
-            and not getattr(head.loss_cls, 'custom_cls_channels', False)
-            and all(
-                getattr(type(head), name) is getattr(BaseDenseHead, name)
-                for name in ('_predict_by_feat_single', '_bbox_post_process')
-            )
-        )
+        return (score_factors is None and with_nms
+                and not getattr(head.loss_cls, 'custom_cls_channels', False)
+                and all(getattr(type(head), name) is getattr(BaseDenseHead, name)
+                        for name in ('_predict_by_feat_single', '_bbox_post_process')))
 
     @FUNCTION_REWRITER.register_rewriter(
         func_name='mmdet.models.dense_heads.base_dense_head.BaseDenseHead.predict_by_feat',
-        ir=IR.ONNX,
-    )
-    def base_dense_head__predict_by_feat__pairs(
-        self,
-        cls_scores,
-        bbox_preds,
-        score_factors=None,
-        batch_img_metas=None,
-        cfg=None,
-        rescale=False,
-        with_nms=True,
-        **kwargs,
-    ):
+        ir=IR.ONNX)
+    def base_dense_head__predict_by_feat__pairs(self, cls_scores, bbox_preds, score_factors=None,
+                                                batch_img_metas=None, cfg=None, rescale=False,
+                                                with_nms=True, **kwargs):
         if not as_mmdet_runs_it(self, score_factors, with_nms):
-            return mmdeploy_predict_by_feat(
-                self,
-                cls_scores,
-                bbox_preds,
-                score_factors,
-                batch_img_metas,
-                cfg,
-                rescale,
-                with_nms,
-                **kwargs,
-            )
+            return mmdeploy_predict_by_feat(self, cls_scores, bbox_preds, score_factors,
+                                            batch_img_metas, cfg, rescale, with_nms, **kwargs)
         ctx = FUNCTION_REWRITER.get_context()
         cfg = self.test_cfg if cfg is None else cfg
         batch, num_classes = cls_scores[0].shape[0], self.num_classes
         img_shape = batch_img_metas[0]['img_shape']
         priors = self.prior_generator.grid_priors(
-            [score.shape[-2:] for score in cls_scores],
-            dtype=bbox_preds[0].dtype,
-            device=bbox_preds[0].device,
-        )
+            [score.shape[-2:] for score in cls_scores], dtype=bbox_preds[0].dtype,
+            device=bbox_preds[0].device)
         static = not is_dynamic_shape(ctx.cfg)
         nms_pre = cfg.get('nms_pre', -1)
         level_boxes, level_scores, level_labels = [], [], []
@@ -322,41 +272,31 @@ def _register_dense_head_rewriter() -> None:
             delta = delta.detach().permute(0, 2, 3, 1).reshape(batch, -1, dim)
             prior = get_box_tensor(prior)
             prior = (prior.data if static else prior).unsqueeze(0).expand(batch, -1, -1)
-            pairs = score.reshape(batch, -1)  # (anchor, class) pairs, class fastest
+            pairs = score.reshape(batch, -1)              # (anchor, class) pairs, class fastest
             if nms_pre > 0:
-                pairs, index = pairs.topk(nms_pre)  # mmdeploy caps k at the size
+                pairs, index = pairs.topk(nms_pre)          # mmdeploy caps k at the size
             else:
                 index = torch.arange(pairs.shape[1], device=pairs.device).expand(batch, -1)
             anchor = torch.div(index, num_classes, rounding_mode='floor')
             level_labels.append(index - anchor * num_classes)
             level_scores.append(pairs)
-            level_boxes.append(
-                self.bbox_coder.decode(
-                    prior.gather(1, anchor.unsqueeze(-1).expand(-1, -1, prior.shape[-1])),
-                    delta.gather(1, anchor.unsqueeze(-1).expand(-1, -1, dim)),
-                    max_shape=img_shape,
-                )
-            )
+            level_boxes.append(self.bbox_coder.decode(
+                prior.gather(1, anchor.unsqueeze(-1).expand(-1, -1, prior.shape[-1])),
+                delta.gather(1, anchor.unsqueeze(-1).expand(-1, -1, dim)),
+                max_shape=img_shape))
         boxes = get_box_tensor(torch.cat(level_boxes, dim=1))
         scores = torch.cat(level_scores, dim=1).unsqueeze(-1)
         columns = _score_columns(scores, torch.cat(level_labels, dim=1), num_classes)
         min_size = cfg.get('min_bbox_size', -1)
         if min_size >= 0:
-            valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & (
-                (boxes[..., 3] - boxes[..., 1]) > min_size
-            )
+            valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & \
+                ((boxes[..., 3] - boxes[..., 1]) > min_size)
             columns = torch.where(valid.unsqueeze(-1), columns, columns.new_tensor(-1.0))
         keep = cfg.max_per_img
-        return multiclass_nms(
-            boxes,
-            columns,
-            keep,
-            nms_type=cfg.nms.get('type'),
-            iou_threshold=cfg.nms.iou_threshold,
-            score_threshold=cfg.get('score_thr', 0.0),
-            pre_top_k=-1,
-            keep_top_k=keep,
-        )
+        return multiclass_nms(boxes, columns, keep, nms_type=cfg.nms.get('type'),
+                              iou_threshold=cfg.nms.iou_threshold,
+                              score_threshold=cfg.get('score_thr', 0.0), pre_top_k=-1,
+                              keep_top_k=keep)
 
 
 def _register_rcnn_rewriter() -> None:
@@ -377,11 +317,11 @@ def _register_rcnn_rewriter() -> None:
     from mmdet.structures.bbox import get_box_tensor
 
     @FUNCTION_REWRITER.register_rewriter(
-        func_name='mmdet.models.roi_heads.bbox_heads.bbox_head.BBoxHead.predict_by_feat', ir=IR.ONNX
-    )
-    def bbox_head__predict_by_feat__class_boxes(
-        self, rois, cls_scores, bbox_preds, batch_img_metas, rcnn_test_cfg=None, rescale=False
-    ):
+        func_name='mmdet.models.roi_heads.bbox_heads.bbox_head.BBoxHead.predict_by_feat',
+        ir=IR.ONNX)
+    def bbox_head__predict_by_feat__class_boxes(self, rois, cls_scores, bbox_preds,
+                                                batch_img_metas, rcnn_test_cfg=None,
+                                                rescale=False):
         assert rois.ndim == 3, 'only models with a batch dimension export'
         batch = cls_scores.shape[0]
         num_classes = self.num_classes
@@ -390,30 +330,23 @@ def _register_rcnn_rewriter() -> None:
             scores = self.loss_cls.get_activation(cls_scores)
         else:
             scores = F.softmax(cls_scores, dim=-1)
-        scores = scores[..., :num_classes]  # (B, N, C)
-        if bbox_preds is None:  # no regression: the RoIs, clipped to the image
+        scores = scores[..., :num_classes]                                  # (B, N, C)
+        if bbox_preds is None:   # no regression: the RoIs, clipped to the image
             boxes = rois[..., 1:]
             limit = boxes.new_tensor([img_shape[1], img_shape[0]] * 2)
             boxes = torch.minimum(boxes.clamp(min=0), limit)
         else:
-            boxes = get_box_tensor(
-                self.bbox_coder.decode(rois[..., 1:], bbox_preds, max_shape=img_shape)
-            )
+            boxes = get_box_tensor(self.bbox_coder.decode(rois[..., 1:], bbox_preds,
+                                                          max_shape=img_shape))
         if not self.reg_class_agnostic and bbox_preds is not None:
             boxes = boxes.reshape(batch, -1, self.bbox_coder.encode_size)  # (B, N * C, 4)
             labels = torch.arange(num_classes, device=scores.device).repeat(scores.shape[1])
             scores = _score_columns(scores.reshape(batch, -1, 1), labels, num_classes)
         keep = rcnn_test_cfg.max_per_img
-        return multiclass_nms(
-            boxes,
-            scores,
-            keep,
-            nms_type=rcnn_test_cfg.nms.get('type'),
-            iou_threshold=rcnn_test_cfg.nms.iou_threshold,
-            score_threshold=rcnn_test_cfg.score_thr,
-            pre_top_k=-1,
-            keep_top_k=keep,
-        )
+        return multiclass_nms(boxes, scores, keep, nms_type=rcnn_test_cfg.nms.get('type'),
+                              iou_threshold=rcnn_test_cfg.nms.iou_threshold,
+                              score_threshold=rcnn_test_cfg.score_thr, pre_top_k=-1,
+                              keep_top_k=keep)
 
 
 def activate() -> None:
@@ -422,7 +355,6 @@ def activate() -> None:
     if _ACTIVE:
         return
     import torch.onnx.symbolic_opset9 as opset9
-
     if not hasattr(opset9, '_cast_Long'):
         opset9._cast_Long = _cast_long
     if not getattr(torch.onnx.export, '__mavit_mm_compat__', False):
@@ -462,6 +394,5 @@ class _ActivateAfterMmdeploy(importlib.abc.MetaPathFinder):
         def exec_and_activate(module):
             exec_module(module)
             activate()
-
         spec.loader.exec_module = exec_and_activate
         return spec

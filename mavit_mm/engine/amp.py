@@ -19,7 +19,6 @@ names up in it as their parent). Building it gives
 
 One log line (first process only) says which, the first time one is built.
 """
-
 from __future__ import annotations
 
 import logging
@@ -42,8 +41,8 @@ def amp_available() -> bool:
         is_musa_available,
         is_npu_available,
     )
-
-    return is_cuda_available() or is_npu_available() or is_mlu_available() or is_musa_available()
+    return (is_cuda_available() or is_npu_available() or is_mlu_available()
+            or is_musa_available())
 
 
 def _announce(message: str, level: int) -> None:
@@ -52,7 +51,6 @@ def _announce(message: str, level: int) -> None:
         return
     _announced = True
     from mmengine.dist import get_rank
-
     if get_rank() == 0:
         print_log(message, logger='current', level=level)
 
@@ -65,29 +63,23 @@ def AmpWhereAvailableOptimWrapper(**kwargs):  # noqa: N802 (a registered type na
     ``clip_grad``).
     """
     from mmengine.optim import AmpOptimWrapper, OptimWrapper
-
     if amp_available():
-        _announce(
-            f'{NAME}: mixed-precision training (AmpOptimWrapper, loss_scale='
-            f'{kwargs.get("loss_scale", "dynamic")!r}).',
-            logging.INFO,
-        )
+        _announce(f'{NAME}: mixed-precision training (AmpOptimWrapper, loss_scale='
+                  f"{kwargs.get('loss_scale', 'dynamic')!r}).", logging.INFO)
         return AmpOptimWrapper(**kwargs)
     dropped = [key for key in AMP_ONLY_KEYS if key in kwargs]
     for key in dropped:
         kwargs.pop(key)
-    _announce(
-        f'{NAME}: no CUDA (or NPU/MLU/MUSA) device, so fp32 training with a plain '
-        'OptimWrapper; mixed precision is used where a GPU is'
-        + (f' (ignored: {", ".join(dropped)}).' if dropped else '.'),
-        logging.WARNING,
-    )
+    _announce(f'{NAME}: no CUDA (or NPU/MLU/MUSA) device, so fp32 training with a plain '
+              'OptimWrapper; mixed precision is used where a GPU is'
+              + (f" (ignored: {', '.join(dropped)})." if dropped else '.'),
+              logging.WARNING)
     return OptimWrapper(**kwargs)
 
 
 def register() -> None:
     """Register the builder in mmengine's root OPTIM_WRAPPERS registry."""
     from mmengine.registry import OPTIM_WRAPPERS
-
     if OPTIM_WRAPPERS.get(NAME) is not AmpWhereAvailableOptimWrapper:
-        OPTIM_WRAPPERS.register_module(name=NAME, module=AmpWhereAvailableOptimWrapper, force=True)
+        OPTIM_WRAPPERS.register_module(name=NAME, module=AmpWhereAvailableOptimWrapper,
+                                       force=True)

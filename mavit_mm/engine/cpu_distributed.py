@@ -32,7 +32,6 @@ running statistics are those of one BatchNorm over the concatenated batch of
 all processes, as with SyncBN on GPUs. In eval mode and in a single process it
 is a plain BatchNorm. A config may also name it: ``CPUSyncBN``.
 """
-
 from __future__ import annotations
 
 import datetime
@@ -84,20 +83,11 @@ class CPUSyncBatchNorm(_BatchNorm):
     refuses those in a CPU model.
     """
 
-    def __init__(
-        self,
-        num_features: int,
-        eps: float = 1e-5,
-        momentum=0.1,
-        affine: bool = True,
-        track_running_stats: bool = True,
-        process_group=None,
-        device=None,
-        dtype=None,
-    ) -> None:
-        super().__init__(
-            num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype
-        )
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1,
+                 affine: bool = True, track_running_stats: bool = True,
+                 process_group=None, device=None, dtype=None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats,
+                         device=device, dtype=dtype)
         self.process_group = process_group
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
@@ -127,7 +117,7 @@ class CPUSyncBatchNorm(_BatchNorm):
         dims = [0] + list(range(2, input.dim()))
         shape = [1, channels] + [1] * (input.dim() - 2)
         x = input.float()
-        count = x.new_full((1,), x.numel() // channels)
+        count = x.new_full((1, ), x.numel() // channels)
         totals = _AllReduceSum.apply(torch.cat([x.sum(dims), count]), group)
         n = totals[channels].detach()
         if n < 1:
@@ -152,26 +142,21 @@ def _sync_bn_types() -> tuple:
     types = [nn.SyncBatchNorm]
     try:
         from mmcv.ops import SyncBatchNorm as MMSyncBatchNorm
-
         types.append(MMSyncBatchNorm)
     except ImportError:
         pass
     return tuple(types)
 
 
-def to_cpu_sync_bn(module: nn.Module, sync_types: tuple | None = None) -> tuple[nn.Module, int]:
+def to_cpu_sync_bn(module: nn.Module, sync_types: tuple | None = None
+                   ) -> tuple[nn.Module, int]:
     """``module`` with every SyncBN (torch's SyncBatchNorm, mmcv's) replaced by
     :class:`CPUSyncBatchNorm` sharing its parameters and buffers; and how many."""
     sync_types = sync_types or _sync_bn_types()
     if isinstance(module, sync_types) and not isinstance(module, CPUSyncBatchNorm):
-        converted = CPUSyncBatchNorm(
-            module.num_features,
-            module.eps,
-            module.momentum,
-            module.affine,
-            module.track_running_stats,
-            process_group=getattr(module, 'process_group', None),
-        )
+        converted = CPUSyncBatchNorm(module.num_features, module.eps, module.momentum,
+                                     module.affine, module.track_running_stats,
+                                     process_group=getattr(module, 'process_group', None))
         if module.affine:
             converted.weight, converted.bias = module.weight, module.bias
         converted.running_mean = module.running_mean
@@ -188,9 +173,8 @@ def to_cpu_sync_bn(module: nn.Module, sync_types: tuple | None = None) -> tuple[
     return module, count
 
 
-_DDP_HAS_FORWARD_SYNC_BUFFERS = (
-    'forward_sync_buffers' in inspect.signature(DistributedDataParallel.__init__).parameters
-)
+_DDP_HAS_FORWARD_SYNC_BUFFERS = 'forward_sync_buffers' in inspect.signature(
+    DistributedDataParallel.__init__).parameters
 
 
 @MODEL_WRAPPERS.register_module()
@@ -207,13 +191,10 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
             kwargs.setdefault('forward_sync_buffers', kwargs.pop('broadcast_buffers'))
         module, count = to_cpu_sync_bn(module)
         if count:
-            print_log(
-                f'No CUDA device: {count} SyncBN layers (torch.nn.SyncBatchNorm needs '
-                'a GPU) replaced by CPUSyncBatchNorm, which synchronises the batch '
-                'statistics of all processes over gloo.',
-                logger='current',
-                level=logging.WARNING,
-            )
+            print_log(f'No CUDA device: {count} SyncBN layers (torch.nn.SyncBatchNorm needs '
+                      'a GPU) replaced by CPUSyncBatchNorm, which synchronises the batch '
+                      'statistics of all processes over gloo.', logger='current',
+                      level=logging.WARNING)
         super().__init__(module=module, **kwargs)
 
 
@@ -244,10 +225,8 @@ def adapt_to_cpu(cfg: Config, log: Callable[[str, int], None]) -> None:
     if wrapper is None:
         # What Runner.wrap_model builds without a model_wrapper_cfg, on CPUs.
         cfg.model_wrapper_cfg = dict(
-            type=WRAPPER,
-            broadcast_buffers=False,
-            find_unused_parameters=cfg.get('find_unused_parameters', False),
-        )
+            type=WRAPPER, broadcast_buffers=False,
+            find_unused_parameters=cfg.get('find_unused_parameters', False))
     elif wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
         wrapper['type'] = WRAPPER
     else:
@@ -262,23 +241,18 @@ def _slurm_environment(port: int | None) -> None:
         ntasks = int(os.environ['SLURM_NTASKS'])
         node_list = os.environ['SLURM_NODELIST']
     except KeyError as missing:
-        raise ConfigCheckError(
-            f'--launcher slurm: {missing.args[0]} is not set; start the '
-            'processes with srun (tools/slurm_train.sh)'
-        ) from None
+        raise ConfigCheckError(f'--launcher slurm: {missing.args[0]} is not set; start the '
+                               'processes with srun (tools/slurm_train.sh)') from None
     local_rank = int(os.environ.get('SLURM_LOCALID', 0))
     if port is not None:
         os.environ['MASTER_PORT'] = str(port)
     os.environ.setdefault('MASTER_PORT', str(DEFAULT_PORT))
     if 'MASTER_ADDR' not in os.environ:
-        first_host = subprocess.run(
-            ['scontrol', 'show', 'hostnames', node_list], capture_output=True, text=True
-        ).stdout.split()
+        first_host = subprocess.run(['scontrol', 'show', 'hostnames', node_list],
+                                    capture_output=True, text=True).stdout.split()
         if not first_host:
-            raise ConfigCheckError(
-                f'--launcher slurm: no host from `scontrol show hostnames '
-                f'{node_list}`; set MASTER_ADDR'
-            )
+            raise ConfigCheckError(f'--launcher slurm: no host from `scontrol show hostnames '
+                                   f'{node_list}`; set MASTER_ADDR')
         os.environ['MASTER_ADDR'] = first_host[0]
     os.environ['WORLD_SIZE'] = str(ntasks)
     os.environ['LOCAL_RANK'] = str(local_rank)
@@ -307,13 +281,7 @@ def init_process_group(cfg: Config) -> None:
         raise ValueError(f'launcher {cfg.launcher!r}: a CPU run supports pytorch or slurm')
     for name in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'):
         if name not in os.environ:
-            raise ConfigCheckError(
-                f'--launcher {cfg.launcher}: {name} is not set; start the '
-                'processes with tools/dist_train.sh (torchrun) or srun'
-            )
-    dist.init_process_group(
-        backend=backend,
-        rank=int(os.environ['RANK']),
-        world_size=int(os.environ['WORLD_SIZE']),
-        **dist_cfg,
-    )
+            raise ConfigCheckError(f'--launcher {cfg.launcher}: {name} is not set; start the '
+                                   'processes with tools/dist_train.sh (torchrun) or srun')
+    dist.init_process_group(backend=backend, rank=int(os.environ['RANK']),
+                            world_size=int(os.environ['WORLD_SIZE']), **dist_cfg)

@@ -4,7 +4,6 @@ Registered in mmengine's root HOOKS registry, so configs of any scope (mmdet,
 mmseg) find them by name once this module is imported, e.g. with
 ``custom_imports = dict(imports=['mavit_mm', 'mavit_mm.engine.hooks'])``.
 """
-
 from __future__ import annotations
 
 from mmengine.hooks import Hook
@@ -25,10 +24,8 @@ class EvaluateBeforeTrainingHook(Hook):
 
     def before_train(self, runner) -> None:
         if runner.val_loop is None:
-            runner.logger.warning(
-                'EvaluateBeforeTrainingHook: the config has no validation '
-                'loop (val_dataloader/val_cfg/val_evaluator); skipped'
-            )
+            runner.logger.warning('EvaluateBeforeTrainingHook: the config has no validation '
+                                  'loop (val_dataloader/val_cfg/val_evaluator); skipped')
             return
         if runner.iter > 0:  # resumed run: the start is not an untrained model
             return
@@ -54,7 +51,6 @@ class EvaluationProgressHook(Hook):
 
     def _start_loop(self, runner, mode: str) -> None:
         import time
-
         self._start = self._last = time.time()
         loader = runner.val_dataloader if mode == 'val' else runner.test_dataloader
         images = len(loader.dataset) if hasattr(loader, 'dataset') else '?'
@@ -63,7 +59,6 @@ class EvaluationProgressHook(Hook):
     def _report(self, runner, batch_idx: int, mode: str) -> None:
         import datetime
         import time
-
         now = time.time()
         loader = runner.val_dataloader if mode == 'val' else runner.test_dataloader
         total, done = len(loader), batch_idx + 1
@@ -72,11 +67,9 @@ class EvaluationProgressHook(Hook):
         self._last = now
         elapsed = now - self._start
         eta = datetime.timedelta(seconds=int(round(elapsed / done * (total - done))))
-        runner.logger.info(
-            f'Evaluating ({mode}): {done}/{total} batches, '
-            f'{elapsed:.0f}s elapsed, eta {eta}'
-            + (', computing the metrics' if done == total else '')
-        )
+        runner.logger.info(f'Evaluating ({mode}): {done}/{total} batches, '
+                           f'{elapsed:.0f}s elapsed, eta {eta}'
+                           + (', computing the metrics' if done == total else ''))
 
     def before_val_epoch(self, runner) -> None:
         self._start_loop(runner, 'val')

@@ -11,7 +11,6 @@
 
 Everywhere: a tensor whose shape differs from the model's is an error naming it.
 """
-
 from __future__ import annotations
 
 import os
@@ -35,10 +34,8 @@ def extract_state_dict(checkpoint) -> OrderedDict[str, torch.Tensor]:
             state_dict = state_dict[key]
             break
     if not isinstance(state_dict, dict) or not all(torch.is_tensor(v) for v in state_dict.values()):
-        raise ValueError(
-            'checkpoint holds no state dict of tensors (looked at the top '
-            f'level and under {_STATE_DICT_KEYS})'
-        )
+        raise ValueError('checkpoint holds no state dict of tensors (looked at the top '
+                         f'level and under {_STATE_DICT_KEYS})')
     return OrderedDict(state_dict)
 
 
@@ -49,32 +46,26 @@ def strip_wrapper_prefixes(state_dict: Mapping) -> OrderedDict[str, torch.Tensor
     for key, value in state_dict.items():
         for wrapper in _WRAPPER_PREFIXES:
             if key.startswith(wrapper):
-                key = key[len(wrapper) :]
+                key = key[len(wrapper):]
         out[key] = value
     return out
 
 
-def backbone_state_dict(
-    state_dict: dict, prefix: str | None = None
-) -> OrderedDict[str, torch.Tensor]:
+def backbone_state_dict(state_dict: dict, prefix: str | None = None) -> OrderedDict[str, torch.Tensor]:
     """Strip wrapper prefixes; from a whole detector / segmentor keep ``backbone.*``."""
     out = strip_wrapper_prefixes(state_dict)
-    prefix = (
-        prefix
-        if prefix is not None
-        else ('backbone.' if any(k.startswith('backbone.') for k in out) else None)
-    )
+    prefix = prefix if prefix is not None else (
+        'backbone.' if any(k.startswith('backbone.') for k in out) else None)
     if prefix:
         prefix = prefix if prefix.endswith('.') else prefix + '.'
-        out = OrderedDict((k[len(prefix) :], v) for k, v in out.items() if k.startswith(prefix))
+        out = OrderedDict((k[len(prefix):], v) for k, v in out.items() if k.startswith(prefix))
         if not out:
             raise ValueError(f'checkpoint has no weights under the prefix {prefix!r}')
     return out
 
 
-def load_pretrained_backbone(
-    model: nn.Module, checkpoint: str, prefix: str | None = None, logger=None
-) -> dict:
+def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: str | None = None,
+                             logger=None) -> dict:
     """Load published weights into ``model``, reporting what did not match.
 
     The policy, the same as ``tools/model_converters/convert_checkpoint.py``'s: a tensor whose
@@ -98,24 +89,20 @@ def load_pretrained_backbone(
         if key not in own:
             unexpected.append(key)
         elif own[key].shape != value.shape:
-            mismatched.append(
-                f'{key}: checkpoint {tuple(value.shape)} vs model {tuple(own[key].shape)}'
-            )
+            mismatched.append(f'{key}: checkpoint {tuple(value.shape)} vs model {tuple(own[key].shape)}')
         else:
             usable[key] = value
     if mismatched:
         shown = '; '.join(mismatched[:6]) + (' ...' if len(mismatched) > 6 else '')
-        raise ValueError(
-            f'{checkpoint} does not fit this MAViT ({len(mismatched)} tensors '
-            f'differ in shape: {shown}); is it a checkpoint of another size? '
-            'Set the arch that matches it.'
-        )
+        raise ValueError(f'{checkpoint} does not fit this MAViT ({len(mismatched)} tensors '
+                         f'differ in shape: {shown}); is it a checkpoint of another size? '
+                         'Set the arch that matches it.')
     if not usable:
-        raise ValueError(
-            f'no tensor of {checkpoint} matches the MAViT backbone: is it a MAViT checkpoint?'
-        )
+        raise ValueError(f'no tensor of {checkpoint} matches the MAViT backbone: is it a '
+                         'MAViT checkpoint?')
     result = model.load_state_dict(usable, strict=False)
-    report = dict(loaded=list(usable), missing=list(result.missing_keys), unexpected=unexpected)
+    report = dict(loaded=list(usable), missing=list(result.missing_keys),
+                  unexpected=unexpected)
     if logger is not None:
         logger.info(f'MAViT: loaded {len(usable)} tensors from {checkpoint}')
         for name in ('missing', 'unexpected'):
@@ -129,9 +116,8 @@ def _shown(items, limit: int = 6) -> str:
     return ', '.join(items[:limit]) + (f' ... ({len(items)} in all)' if len(items) > limit else '')
 
 
-def fit_whole_model(
-    expected: Mapping, state_dict: Mapping, source: str = 'the checkpoint'
-) -> OrderedDict[str, torch.Tensor]:
+def fit_whole_model(expected: Mapping, state_dict: Mapping,
+                    source: str = 'the checkpoint') -> OrderedDict[str, torch.Tensor]:
     """``state_dict`` (wrapper prefixes stripped) checked against a whole
     model's ``expected`` state dict: the same keys and the same shapes, or a
     ValueError naming what does not fit (keys missing, keys the model does
@@ -140,18 +126,19 @@ def fit_whole_model(
     state_dict = strip_wrapper_prefixes(state_dict)
     missing = [k for k in expected if k not in state_dict]
     unexpected = [k for k in state_dict if k not in expected]
-    wrong_shape = [
-        f'{k}: checkpoint {tuple(state_dict[k].shape)} vs model {tuple(expected[k].shape)}'
-        for k in expected
-        if k in state_dict and tuple(state_dict[k].shape) != tuple(expected[k].shape)
-    ]
+    wrong_shape = [f'{k}: checkpoint {tuple(state_dict[k].shape)} vs model '
+                   f'{tuple(expected[k].shape)}'
+                   for k in expected if k in state_dict
+                   and tuple(state_dict[k].shape) != tuple(expected[k].shape)]
     problems = []
     if wrong_shape:
         problems.append(f'shapes differ ({len(wrong_shape)}): {_shown(wrong_shape)}')
     if missing:
-        problems.append(f'keys of the model missing from it ({len(missing)}): {_shown(missing)}')
+        problems.append(f'keys of the model missing from it ({len(missing)}): '
+                        f'{_shown(missing)}')
     if unexpected:
-        problems.append(f'keys the model does not have ({len(unexpected)}): {_shown(unexpected)}')
+        problems.append(f'keys the model does not have ({len(unexpected)}): '
+                        f'{_shown(unexpected)}')
     if problems:
         raise ValueError(f'{source} does not fit the model: ' + '; '.join(problems))
     return OrderedDict((k, state_dict[k]) for k in expected)

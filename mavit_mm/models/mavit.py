@@ -4,7 +4,6 @@ as a dense-prediction backbone.
 Module names and parameter shapes follow the published implementation exactly,
 so its checkpoints load with ``strict=True``. Depends on torch and mmengine only.
 """
-
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -31,38 +30,18 @@ from ..ops.rope2d import RoPE2d, RotaryTables
 # Published sizes (reference README). drop_path_rate is the detection /
 # segmentation one.
 ARCH_SETTINGS = {
-    'tiny': dict(
-        embed_dims=[64, 128, 256, 512],
-        depths=[2, 2, 6, 2],
-        num_heads=[1, 2, 4, 8],
-        mlp_ratios=[3.5] * 4,
-        layer_init_values=[1, 1, 1, 1],
-        drop_path_rate=0.1,
-    ),
-    'small': dict(
-        embed_dims=[64, 128, 320, 512],
-        depths=[3, 5, 9, 3],
-        num_heads=[1, 2, 5, 8],
-        mlp_ratios=[3.5] * 4,
-        layer_init_values=[1, 1, 1, 1],
-        drop_path_rate=0.15,
-    ),
-    'base': dict(
-        embed_dims=[96, 192, 384, 512],
-        depths=[4, 6, 12, 6],
-        num_heads=[1, 2, 6, 8],
-        mlp_ratios=[3.5] * 4,
-        layer_init_values=[1, 1, 1e-6, 1e-6],
-        drop_path_rate=0.4,
-    ),
-    'large': dict(
-        embed_dims=[96, 192, 448, 640],
-        depths=[4, 7, 19, 8],
-        num_heads=[1, 2, 7, 10],
-        mlp_ratios=[3.5] * 4,
-        layer_init_values=[1e-6] * 4,
-        drop_path_rate=0.55,
-    ),
+    'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 6, 2],
+                 num_heads=[1, 2, 4, 8], mlp_ratios=[3.5] * 4,
+                 layer_init_values=[1, 1, 1, 1], drop_path_rate=0.1),
+    'small': dict(embed_dims=[64, 128, 320, 512], depths=[3, 5, 9, 3],
+                  num_heads=[1, 2, 5, 8], mlp_ratios=[3.5] * 4,
+                  layer_init_values=[1, 1, 1, 1], drop_path_rate=0.15),
+    'base': dict(embed_dims=[96, 192, 384, 512], depths=[4, 6, 12, 6],
+                 num_heads=[1, 2, 6, 8], mlp_ratios=[3.5] * 4,
+                 layer_init_values=[1, 1, 1e-6, 1e-6], drop_path_rate=0.4),
+    'large': dict(embed_dims=[96, 192, 448, 640], depths=[4, 7, 19, 8],
+                  num_heads=[1, 2, 7, 10], mlp_ratios=[3.5] * 4,
+                  layer_init_values=[1e-6] * 4, drop_path_rate=0.55),
 }
 ARCH_ALIASES = {'t': 'tiny', 's': 'small', 'b': 'base', 'l': 'large'}
 LN_EPS = 1e-6
@@ -74,10 +53,8 @@ def resolve_arch(arch: str) -> dict:
     if key not in ARCH_SETTINGS:
         choices = sorted(ARCH_SETTINGS) + sorted(ARCH_ALIASES)
         raise ValueError(f'unknown MAViT arch {arch!r}; choose one of {choices}')
-    return {
-        name: list(value) if isinstance(value, list) else value
-        for name, value in ARCH_SETTINGS[key].items()
-    }
+    return {name: list(value) if isinstance(value, list) else value
+            for name, value in ARCH_SETTINGS[key].items()}
 
 
 def build_norm2d(norm_cfg: dict | None, num_features: int) -> nn.Module:
@@ -136,9 +113,8 @@ class DropPath(nn.Module):
         keep = self._keep_scale(x)
         return x if keep is None else x * keep
 
-    def residual(
-        self, x: torch.Tensor, branch: torch.Tensor, scale: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def residual(self, x: torch.Tensor, branch: torch.Tensor,
+                 scale: torch.Tensor | None = None) -> torch.Tensor:
         """``x + self(scale * branch)`` in one pass over the map: the layer
         scale and the per-sample keep mask are folded into one small
         ``(B or 1, C, 1, 1)`` factor of ``addcmul``."""
@@ -160,7 +136,8 @@ class DepthwiseResidualConv(nn.Conv2d):
     """
 
     def __init__(self, channels: int, kernel_size: int):
-        super().__init__(channels, channels, kernel_size, padding=kernel_size // 2, groups=channels)
+        super().__init__(channels, channels, kernel_size, padding=kernel_size // 2,
+                         groups=channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         centre = self.kernel_size[0] // 2, self.kernel_size[1] // 2
@@ -177,14 +154,11 @@ class ConvStem(nn.Module):
         hidden = embed_dim // 2
         self.proj = nn.Sequential(
             nn.Conv2d(in_channels, hidden, 3, stride=2, padding=1),
-            build_norm2d(norm_cfg, hidden),
-            nn.GELU(),
+            build_norm2d(norm_cfg, hidden), nn.GELU(),
             nn.Conv2d(hidden, hidden, 3, stride=1, padding=1),
-            build_norm2d(norm_cfg, hidden),
-            nn.GELU(),
+            build_norm2d(norm_cfg, hidden), nn.GELU(),
             nn.Conv2d(hidden, hidden, 3, stride=1, padding=1),
-            build_norm2d(norm_cfg, hidden),
-            nn.GELU(),
+            build_norm2d(norm_cfg, hidden), nn.GELU(),
             nn.Conv2d(hidden, embed_dim, 3, stride=2, padding=1),
             build_norm2d(norm_cfg, embed_dim),
         )
@@ -214,7 +188,7 @@ class ConvFFN(nn.Module):
         self.fc1 = nn.Conv2d(dim, hidden_dim, 1)
         self.act = nn.GELU()
         self.fc2 = nn.Conv2d(hidden_dim, dim, 1)
-        self.dwconv = DepthwiseResidualConv(hidden_dim, 3)  # x + dwconv(x)
+        self.dwconv = DepthwiseResidualConv(hidden_dim, 3)   # x + dwconv(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.dwconv(self.act(self.fc1(x))))
@@ -233,19 +207,16 @@ class _ChannelChunks(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, chunks: int):
         ctx.chunks = chunks
         ctx.shape = x.shape
-        ctx.memory_format = (
-            torch.channels_last
-            if x.is_contiguous(memory_format=torch.channels_last)
-            else torch.contiguous_format
-        )
+        ctx.memory_format = (torch.channels_last
+                             if x.is_contiguous(memory_format=torch.channels_last)
+                             else torch.contiguous_format)
         return x.chunk(chunks, dim=1)
 
     @staticmethod
     def backward(ctx, *grads):
         like = next(g for g in grads if g is not None)
-        grad = torch.empty(
-            ctx.shape, dtype=like.dtype, device=like.device, memory_format=ctx.memory_format
-        )
+        grad = torch.empty(ctx.shape, dtype=like.dtype, device=like.device,
+                           memory_format=ctx.memory_format)
         for part, part_grad in zip(grad.chunk(ctx.chunks, dim=1), grads):
             if part_grad is None:
                 part.zero_()
@@ -278,15 +249,9 @@ class GatedAttention(nn.Module):
     ``residual.2``). Without it the module has exactly the published keys.
     """
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        attn_type: str = 'mala',
-        mala_impl: str = 'auto',
-        kernel_function: str = 'elu',
-        inline_residual: bool = False,
-    ):
+    def __init__(self, dim: int, num_heads: int, attn_type: str = 'mala',
+                 mala_impl: str = 'auto', kernel_function: str = 'elu',
+                 inline_residual: bool = False):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
@@ -299,15 +264,9 @@ class GatedAttention(nn.Module):
         self.qkvo = nn.Conv2d(dim, 4 * dim, 1)
         self.lepe = nn.Conv2d(dim, dim, 5, padding=2, groups=dim)
         self.proj = nn.Conv2d(dim, dim, 1)
-        self.residual = (
-            nn.Sequential(
-                nn.Conv2d(dim, dim, 1, groups=num_heads),
-                nn.GELU(),
-                nn.Conv2d(dim, 9 * dim, 1, groups=num_heads),
-            )
-            if inline_residual
-            else None
-        )
+        self.residual = nn.Sequential(
+            nn.Conv2d(dim, dim, 1, groups=num_heads), nn.GELU(),
+            nn.Conv2d(dim, 9 * dim, 1, groups=num_heads)) if inline_residual else None
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, heads, N, d), a view (no copy).
@@ -316,13 +275,15 @@ class GatedAttention(nn.Module):
         SDPA's flash kernels need and the fused MALA op reads best.
         """
         batch, _, height, width = t.shape
-        return t.reshape(batch, self.num_heads, self.head_dim, height * width).transpose(-1, -2)
+        return (t.reshape(batch, self.num_heads, self.head_dim, height * width)
+                .transpose(-1, -2))
 
     def merge_heads(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """(B, heads, N, d) -> channels_last (B, C, H, W): a view when ``t`` is
         token-major in memory ((B, N, heads, d), as SDPA, the fused MALA op and
         single-head MALA return it); one copy otherwise."""
-        return t.transpose(1, 2).reshape(t.shape[0], height, width, self.dim).permute(0, 3, 1, 2)
+        return (t.transpose(1, 2).reshape(t.shape[0], height, width, self.dim)
+                .permute(0, 3, 1, 2))
 
     def query_key(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``(B, heads, N, d)`` pre-activation q and k of input ``x`` (what
@@ -337,15 +298,8 @@ class GatedAttention(nn.Module):
         x = x.contiguous(memory_format=torch.channels_last)
         q, k, v, o = channel_chunks(self.qkvo(x), 4)
         lepe = self.lepe(v)
-        out = attention(
-            self.split_heads(q),
-            self.split_heads(k),
-            self.split_heads(v),
-            self.attn_type,
-            rope,
-            self.kernel_function,
-            impl=self.mala_impl,
-        )
+        out = attention(self.split_heads(q), self.split_heads(k), self.split_heads(v),
+                        self.attn_type, rope, self.kernel_function, impl=self.mala_impl)
         out = self.merge_heads(out, height, width)
         if self.residual is not None:
             out = out + self._local_residual(x, v)
@@ -355,14 +309,10 @@ class GatedAttention(nn.Module):
         """InLine's ``sum_j r_j v_j`` over 3x3 neighbourhoods: a depthwise 3x3
         conv of v whose weights come from the pooled input, per image."""
         batch, channels, height, width = v.shape
-        weights = self.residual(x.mean(dim=(2, 3), keepdim=True))  # (B, 9C, 1, 1)
+        weights = self.residual(x.mean(dim=(2, 3), keepdim=True))      # (B, 9C, 1, 1)
         weights = weights.reshape(batch * channels, 1, 3, 3).to(v.dtype)
-        out = F.conv2d(
-            v.reshape(1, batch * channels, height, width),
-            weights,
-            padding=1,
-            groups=batch * channels,
-        )
+        out = F.conv2d(v.reshape(1, batch * channels, height, width), weights, padding=1,
+                       groups=batch * channels)
         return out.reshape(batch, channels, height, width)
 
     def extra_repr(self) -> str:
@@ -375,20 +325,10 @@ class GatedAttention(nn.Module):
 class MAViTBlock(nn.Module):
     """Conditional position conv, gated attention and conv FFN, with layer scale."""
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        mlp_ratio: float,
-        drop_path: float,
-        layerscale: bool,
-        layer_init_value: float,
-        attn_type: str,
-        mala_impl: str,
-        with_cp: bool,
-        kernel_function: str = 'elu',
-        inline_residual: bool = False,
-    ):
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, drop_path: float,
+                 layerscale: bool, layer_init_value: float, attn_type: str,
+                 mala_impl: str, with_cp: bool, kernel_function: str = 'elu',
+                 inline_residual: bool = False):
         super().__init__()
         self.with_cp = with_cp
         self.layerscale = layerscale
@@ -397,22 +337,19 @@ class MAViTBlock(nn.Module):
             self.gamma_2 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_init_value)))
         # Registration order gives the published state-dict order.
         self.norm1 = LayerNorm2d(dim)
-        self.attn = GatedAttention(
-            dim, num_heads, attn_type, mala_impl, kernel_function, inline_residual
-        )
+        self.attn = GatedAttention(dim, num_heads, attn_type, mala_impl, kernel_function,
+                                   inline_residual)
         self.norm2 = LayerNorm2d(dim)
         self.ffn = ConvFFN(dim, int(mlp_ratio * dim))
-        self.pos = DepthwiseResidualConv(dim, 3)  # x + pos(x)
+        self.pos = DepthwiseResidualConv(dim, 3)   # x + pos(x)
         self.drop_path = DropPath(drop_path)
 
     def _forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         x = self.pos(x)
-        x = self.drop_path.residual(
-            x, self.attn(self.norm1(x), rope), self.gamma_1 if self.layerscale else None
-        )
-        return self.drop_path.residual(
-            x, self.ffn(self.norm2(x)), self.gamma_2 if self.layerscale else None
-        )
+        x = self.drop_path.residual(x, self.attn(self.norm1(x), rope),
+                                    self.gamma_1 if self.layerscale else None)
+        return self.drop_path.residual(x, self.ffn(self.norm2(x)),
+                                       self.gamma_2 if self.layerscale else None)
 
     def forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         if self.with_cp and x.requires_grad:
@@ -423,43 +360,18 @@ class MAViTBlock(nn.Module):
 class MAViTStage(nn.Module):
     """The blocks of one stage, its RoPE angles and the downsampling after it."""
 
-    def __init__(
-        self,
-        dim: int,
-        out_dim: int | None,
-        depth: int,
-        num_heads: int,
-        mlp_ratio: float,
-        drop_paths: Sequence[float],
-        layerscale: bool,
-        layer_init_value: float,
-        attn_type: str,
-        mala_impl: str,
-        norm_cfg: dict | None,
-        with_cp: bool,
-        kernel_function: str = 'elu',
-        inline_residual: bool = False,
-    ):
+    def __init__(self, dim: int, out_dim: int | None, depth: int, num_heads: int,
+                 mlp_ratio: float, drop_paths: Sequence[float], layerscale: bool,
+                 layer_init_value: float, attn_type: str, mala_impl: str,
+                 norm_cfg: dict | None, with_cp: bool, kernel_function: str = 'elu',
+                 inline_residual: bool = False):
         super().__init__()
         self.RoPE = RoPE2d(dim // num_heads)
-        self.blocks = nn.ModuleList(
-            [
-                MAViTBlock(
-                    dim,
-                    num_heads,
-                    mlp_ratio,
-                    drop_paths[i],
-                    layerscale,
-                    layer_init_value,
-                    attn_type,
-                    mala_impl,
-                    with_cp,
-                    kernel_function,
-                    inline_residual,
-                )
-                for i in range(depth)
-            ]
-        )
+        self.blocks = nn.ModuleList([
+            MAViTBlock(dim, num_heads, mlp_ratio, drop_paths[i], layerscale,
+                       layer_init_value, attn_type, mala_impl, with_cp,
+                       kernel_function, inline_residual)
+            for i in range(depth)])
         self.downsample = Downsample(dim, out_dim, norm_cfg) if out_dim is not None else None
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -475,14 +387,11 @@ def _per_stage(name: str, value, num_stages: int, kind=None) -> list:
     if kind is not None and isinstance(value, kind):
         return [value] * num_stages
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise ValueError(
-            f'{name} must be a list with one entry per stage ({num_stages}), got {value!r}'
-        )
+        raise ValueError(f'{name} must be a list with one entry per stage ({num_stages}), '
+                         f'got {value!r}')
     if len(value) != num_stages:
-        raise ValueError(
-            f'{name} must have {num_stages} entries (one per stage), '
-            f'got {len(value)}: {list(value)}'
-        )
+        raise ValueError(f'{name} must have {num_stages} entries (one per stage), '
+                         f'got {len(value)}: {list(value)}')
     return list(value)
 
 
@@ -519,64 +428,51 @@ class MAViT(BaseModule):
             MAViT checkpoint (classification or dense prediction).
     """
 
-    def __init__(
-        self,
-        arch: str | None = 'tiny',
-        embed_dims: Sequence[int] | None = None,
-        depths: Sequence[int] | None = None,
-        num_heads: Sequence[int] | None = None,
-        mlp_ratios=None,
-        drop_path_rate: float | None = None,
-        layerscales=None,
-        layer_init_values=None,
-        projection=None,
-        in_channels: int = 3,
-        out_indices: Sequence[int] = (0, 1, 2, 3),
-        attn_types: Sequence[str] = ('mala', 'mala', 'softmax', 'softmax'),
-        kernel_function: str = 'elu',
-        inline_residual: bool = False,
-        mala_impl: str = 'auto',
-        norm_cfg: dict | None = dict(type='BN', requires_grad=True),  # noqa: B006 (read only)
-        frozen_stages: int = -1,
-        norm_eval: bool = False,
-        with_cp: bool = False,
-        pretrained: str | None = None,
-        init_cfg=None,
-    ):
+    def __init__(self,
+                 arch: str | None = 'tiny',
+                 embed_dims: Sequence[int] | None = None,
+                 depths: Sequence[int] | None = None,
+                 num_heads: Sequence[int] | None = None,
+                 mlp_ratios=None,
+                 drop_path_rate: float | None = None,
+                 layerscales=None,
+                 layer_init_values=None,
+                 projection=None,
+                 in_channels: int = 3,
+                 out_indices: Sequence[int] = (0, 1, 2, 3),
+                 attn_types: Sequence[str] = ('mala', 'mala', 'softmax', 'softmax'),
+                 kernel_function: str = 'elu',
+                 inline_residual: bool = False,
+                 mala_impl: str = 'auto',
+                 norm_cfg: dict | None = dict(type='BN', requires_grad=True),  # noqa: B006 (read only)
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 pretrained: str | None = None,
+                 init_cfg=None):
         if pretrained is not None:
             if init_cfg is not None:
                 raise ValueError('give the checkpoint as pretrained or init_cfg, not both')
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
         super().__init__(init_cfg=init_cfg)
         preset = resolve_arch(arch) if arch is not None else {}
-        explicit = dict(
-            embed_dims=embed_dims,
-            depths=depths,
-            num_heads=num_heads,
-            mlp_ratios=mlp_ratios,
-            drop_path_rate=drop_path_rate,
-            layer_init_values=layer_init_values,
-        )
+        explicit = dict(embed_dims=embed_dims, depths=depths, num_heads=num_heads,
+                        mlp_ratios=mlp_ratios, drop_path_rate=drop_path_rate,
+                        layer_init_values=layer_init_values)
         settings = {**preset, **{k: v for k, v in explicit.items() if v is not None}}
         missing = [k for k in explicit if k not in settings]
         if missing:
             raise ValueError(f'without an arch preset MAViT needs {missing}')
 
         num_stages = len(_per_stage('depths', settings['depths'], len(settings['depths'])))
-        self.embed_dims = [
-            int(d) for d in _per_stage('embed_dims', settings['embed_dims'], num_stages)
-        ]
+        self.embed_dims = [int(d) for d in _per_stage('embed_dims', settings['embed_dims'], num_stages)]
         self.depths = [int(d) for d in settings['depths']]
-        self.num_heads = [
-            int(h) for h in _per_stage('num_heads', settings['num_heads'], num_stages)
-        ]
+        self.num_heads = [int(h) for h in _per_stage('num_heads', settings['num_heads'], num_stages)]
         self.mlp_ratios = _per_stage('mlp_ratios', settings['mlp_ratios'], num_stages, Number)
-        self.layer_init_values = _per_stage(
-            'layer_init_values', settings['layer_init_values'], num_stages, Number
-        )
-        self.layerscales = _per_stage(
-            'layerscales', True if layerscales is None else layerscales, num_stages, bool
-        )
+        self.layer_init_values = _per_stage('layer_init_values', settings['layer_init_values'],
+                                            num_stages, Number)
+        self.layerscales = _per_stage('layerscales', True if layerscales is None else layerscales,
+                                      num_stages, bool)
         self.attn_types = _per_stage('attn_types', attn_types, num_stages, str)
         self.drop_path_rate = float(settings['drop_path_rate'])
         self.out_indices = tuple(sorted(set(int(i) for i in out_indices)))
@@ -593,70 +489,49 @@ class MAViT(BaseModule):
         self.layers = nn.ModuleList()
         for i in range(num_stages):
             first = sum(self.depths[:i])
-            self.layers.append(
-                MAViTStage(
-                    dim=self.embed_dims[i],
-                    out_dim=self.embed_dims[i + 1] if i + 1 < num_stages else None,
-                    depth=self.depths[i],
-                    num_heads=self.num_heads[i],
-                    mlp_ratio=self.mlp_ratios[i],
-                    drop_paths=drop_paths[first : first + self.depths[i]],
-                    layerscale=self.layerscales[i],
-                    layer_init_value=self.layer_init_values[i],
-                    attn_type=self.attn_types[i],
-                    mala_impl=self.mala_impl,
-                    norm_cfg=norm_cfg,
-                    with_cp=with_cp,
-                    kernel_function=self.kernel_function,
-                    inline_residual=self.inline_residual and self.attn_types[i] == 'inline',
-                )
-            )
+            self.layers.append(MAViTStage(
+                dim=self.embed_dims[i],
+                out_dim=self.embed_dims[i + 1] if i + 1 < num_stages else None,
+                depth=self.depths[i], num_heads=self.num_heads[i],
+                mlp_ratio=self.mlp_ratios[i],
+                drop_paths=drop_paths[first:first + self.depths[i]],
+                layerscale=self.layerscales[i], layer_init_value=self.layer_init_values[i],
+                attn_type=self.attn_types[i], mala_impl=self.mala_impl,
+                norm_cfg=norm_cfg, with_cp=with_cp, kernel_function=self.kernel_function,
+                inline_residual=self.inline_residual and self.attn_types[i] == 'inline'))
         # Keyed by stage index ('extra_norms.2.norm.weight' as published), and
         # only for returned stages so no parameter goes unused under DDP.
         self.extra_norms = nn.ModuleDict(
-            {str(i): LayerNorm2d(self.embed_dims[i]) for i in self.out_indices}
-        )
+            {str(i): LayerNorm2d(self.embed_dims[i]) for i in self.out_indices})
         self._freeze_stages()
 
     def _check_settings(self, num_stages: int) -> None:
         for i, (dim, heads) in enumerate(zip(self.embed_dims, self.num_heads)):
             if heads <= 0 or dim % heads != 0:
-                raise ValueError(
-                    f'stage {i}: embed_dims {dim} is not divisible by num_heads {heads}'
-                )
+                raise ValueError(f'stage {i}: embed_dims {dim} is not divisible by '
+                                 f'num_heads {heads}')
             if (dim // heads) % 4 != 0:
-                raise ValueError(
-                    f'stage {i}: head dim {dim // heads} (embed_dims {dim} / '
-                    f'num_heads {heads}) must be divisible by 4 for 2D RoPE'
-                )
+                raise ValueError(f'stage {i}: head dim {dim // heads} (embed_dims {dim} / '
+                                 f'num_heads {heads}) must be divisible by 4 for 2D RoPE')
         for i, attn_type in enumerate(self.attn_types):
             check_attn_type(attn_type, name=f'attn_types[{i}]')
         linear_stages = [t for t in self.attn_types if t in LINEAR_ATTN_TYPES]
         if self.kernel_function != 'elu' and not linear_stages:
-            raise ValueError(
-                f'kernel_function={self.kernel_function!r} is phi of the linear '
-                f'attentions {LINEAR_ATTN_TYPES}, but no stage uses one '
-                f'(attn_types {self.attn_types})'
-            )
+            raise ValueError(f'kernel_function={self.kernel_function!r} is phi of the linear '
+                             f'attentions {LINEAR_ATTN_TYPES}, but no stage uses one '
+                             f'(attn_types {self.attn_types})')
         if self.inline_residual and 'inline' not in self.attn_types:
-            raise ValueError(
-                f"inline_residual=True needs an 'inline' stage, got attn_types {self.attn_types}"
-            )
-        if (
-            self.mala_impl == 'triton'
-            and self.kernel_function != 'elu'
-            and 'mala' in self.attn_types
-        ):
-            raise ValueError(
-                f"mala_impl='triton': the fused kernels run MALA with the 'elu' "
-                f'kernel only, not {self.kernel_function!r}; use '
-                "mala_impl='auto' or 'torch'"
-            )
+            raise ValueError("inline_residual=True needs an 'inline' stage, got attn_types "
+                             f'{self.attn_types}')
+        if (self.mala_impl == 'triton' and self.kernel_function != 'elu'
+                and 'mala' in self.attn_types):
+            raise ValueError(f"mala_impl='triton': the fused kernels run MALA with the 'elu' "
+                             f'kernel only, not {self.kernel_function!r}; use '
+                             "mala_impl='auto' or 'torch'")
         for index in self.out_indices:
             if not 0 <= index < num_stages:
-                raise ValueError(
-                    f'out_indices {self.out_indices} must lie in [0, {num_stages - 1}]'
-                )
+                raise ValueError(f'out_indices {self.out_indices} must lie in '
+                                 f'[0, {num_stages - 1}]')
         if self.in_channels <= 0:
             raise ValueError(f'in_channels must be positive, got {self.in_channels}')
 
@@ -686,13 +561,9 @@ class MAViT(BaseModule):
     def init_weights(self) -> None:
         if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
             from .checkpoint import load_pretrained_backbone
-
-            load_pretrained_backbone(
-                self,
-                self.init_cfg['checkpoint'],
-                prefix=self.init_cfg.get('prefix'),
-                logger=MMLogger.get_current_instance(),
-            )
+            load_pretrained_backbone(self, self.init_cfg['checkpoint'],
+                                     prefix=self.init_cfg.get('prefix'),
+                                     logger=MMLogger.get_current_instance())
             self._is_init = True
             return
         for module in self.modules():
@@ -709,12 +580,11 @@ class MAViT(BaseModule):
     # -- forward ------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if x.dim() != 4:
-            raise ValueError(f'MAViT expects a 4-D (N, C, H, W) input, got shape {tuple(x.shape)}')
+            raise ValueError(f'MAViT expects a 4-D (N, C, H, W) input, got shape '
+                             f'{tuple(x.shape)}')
         if x.shape[1] != self.in_channels:
-            raise ValueError(
-                f'MAViT expects {self.in_channels} input channels, got '
-                f'{x.shape[1]} (input shape {tuple(x.shape)})'
-            )
+            raise ValueError(f'MAViT expects {self.in_channels} input channels, got '
+                             f'{x.shape[1]} (input shape {tuple(x.shape)})')
         # Inside: channels_last throughout (convolutions, norms, attention;
         # docs/architecture.md). Out: contiguous NCHW, one copy per output,
         # because mmcv's C++/CUDA ops (RoIAlign) read raw memory as NCHW.

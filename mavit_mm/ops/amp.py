@@ -1,5 +1,4 @@
 """Autocast helpers for the paths that pick their own precision."""
-
 from __future__ import annotations
 
 import contextlib
@@ -15,9 +14,8 @@ _AUTOCAST_DEVICE_TYPES = ('cuda', 'cpu')
 def autocast_disabled(device_type: str) -> contextlib.AbstractContextManager:
     """Autocast off on ``device_type`` where it is on; a no-op elsewhere,
     including device types that have no autocast (``meta``)."""
-    available = device_type in _AUTOCAST_DEVICE_TYPES or torch.amp.is_autocast_available(
-        device_type
-    )
+    available = (device_type in _AUTOCAST_DEVICE_TYPES
+                 or torch.amp.is_autocast_available(device_type))
     if available and torch.is_autocast_enabled(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()

@@ -51,7 +51,6 @@ kernel function)::
 Kernel functions (``KERNEL_FUNCTIONS``, MALA Table 10): ``'elu'`` is
 ``elu(x) + 1`` (the published one), ``'relu'``, ``'exp'``.
 """
-
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -73,15 +72,8 @@ from .mala.naive import (
 from .rope2d import RotaryTables
 
 SOFTMAX_ATTN_TYPES = ('softmax', 'softmax_qnorm')
-ATTN_TYPES = (
-    'mala',
-    'softmax',
-    'linear',
-    'inline',
-    'mala_no_beta',
-    'mala_no_gamma',
-    'softmax_qnorm',
-)
+ATTN_TYPES = ('mala', 'softmax', 'linear', 'inline', 'mala_no_beta', 'mala_no_gamma',
+              'softmax_qnorm')
 # The fused Triton kernels implement exactly this case.
 FUSED_CASE = ('mala', 'elu')
 
@@ -94,9 +86,8 @@ def check_attn_type(attn_type: str, name: str = 'attn_type') -> str:
 
 def check_kernel_function(kernel_function: str) -> str:
     if kernel_function not in KERNEL_FUNCTIONS:
-        raise ValueError(
-            f'kernel_function must be one of {tuple(KERNEL_FUNCTIONS)}, got {kernel_function!r}'
-        )
+        raise ValueError(f'kernel_function must be one of {tuple(KERNEL_FUNCTIONS)}, '
+                         f'got {kernel_function!r}')
     return kernel_function
 
 
@@ -107,14 +98,9 @@ def _softmax_qk(q: torch.Tensor, k: torch.Tensor, rotation: Rotation, attn_type:
     return rotate(q, rotation), rotate(k, rotation)
 
 
-def attention_scores(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    attn_type: str,
-    rope: RotaryTables | None = None,
-    kernel_function: str = 'elu',
-    queries: Sequence[int] | None = None,
-) -> torch.Tensor:
+def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_type: str,
+                     rope: RotaryTables | None = None, kernel_function: str = 'elu',
+                     queries: Sequence[int] | None = None) -> torch.Tensor:
     """The explicit ``(B, heads, N, N)`` score matrix of ``attn_type``.
 
     ``score[..., i, j]`` is what query i gives to value j, so that
@@ -143,7 +129,7 @@ def attention_scores(
     q, k, z = kernel_z_rope(q, k, tables, kernel_function)
     if queries is not None:
         q, z = q[..., list(queries), :], z[..., list(queries), :]
-    scores = (q @ k.transpose(-1, -2)) * (scale / num_tokens)  # S_ij
+    scores = (q @ k.transpose(-1, -2)) * (scale / num_tokens)           # S_ij
     a, b = linear_coefficients(attn_type, z)
     if a is not None:
         scores = scores * a
@@ -153,15 +139,9 @@ def attention_scores(
 
 
 # -- the model's path -------------------------------------------------------------
-def attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    attn_type: str,
-    rope: RotaryTables | None,
-    kernel_function: str = 'elu',
-    impl: str = 'auto',
-) -> torch.Tensor:
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_type: str,
+              rope: RotaryTables | None, kernel_function: str = 'elu',
+              impl: str = 'auto') -> torch.Tensor:
     """``attn_type`` over ``(B, heads, N, d)`` q, k, v; returns ``(B, heads, N, d)``.
 
     Equals ``attention_scores(q, k, attn_type, rope, kernel_function) @ v``.
@@ -179,23 +159,16 @@ def attention(
     check_kernel_function(kernel_function)
     check_mala_impl(impl)
     if v.shape != q.shape:
-        raise ValueError(
-            f'q, k and v must all be (B, heads, N, d), got '
-            f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}'
-        )
+        raise ValueError(f'q, k and v must all be (B, heads, N, d), got '
+                         f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
     _check_qk(q, k, rope)
     if (attn_type, kernel_function) == FUSED_CASE and rope is not None:
         return mala_attention(q, k, v, rope, impl=impl)
     if attn_type == 'mala' and impl == 'triton':
-        reason = (
-            f"kernel_function {kernel_function!r} (they fuse 'elu')"
-            if kernel_function != 'elu'
-            else 'no RoPE (they always rotate)'
-        )
-        raise ValueError(
-            f"mala_impl='triton': the fused kernels cannot run MALA with {reason}; "
-            "use mala_impl='auto' or 'torch'"
-        )
+        reason = (f"kernel_function {kernel_function!r} (they fuse 'elu')"
+                  if kernel_function != 'elu' else 'no RoPE (they always rotate)')
+        raise ValueError(f"mala_impl='triton': the fused kernels cannot run MALA with {reason}; "
+                         "use mala_impl='auto' or 'torch'")
     if attn_type in SOFTMAX_ATTN_TYPES:
         q, k = _softmax_qk(q, k, rope, attn_type)
         return F.scaled_dot_product_attention(q, k, v)
@@ -206,24 +179,13 @@ def attention(
 
 def _check_qk(q: torch.Tensor, k: torch.Tensor, rope: RotaryTables | None) -> None:
     if q.dim() != 4 or q.shape != k.shape:
-        raise ValueError(
-            f'q and k must both be (B, heads, N, d), got {tuple(q.shape)}, {tuple(k.shape)}'
-        )
+        raise ValueError(f'q and k must both be (B, heads, N, d), got '
+                         f'{tuple(q.shape)}, {tuple(k.shape)}')
     if rope is not None and q.shape[-2] != rope.height * rope.width:
-        raise ValueError(
-            f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
-            'feature map of the rotary tables'
-        )
+        raise ValueError(f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
+                         'feature map of the rotary tables')
 
 
-__all__ = [
-    'attention',
-    'attention_scores',
-    'linear_attention_torch',
-    'check_attn_type',
-    'check_kernel_function',
-    'ATTN_TYPES',
-    'LINEAR_ATTN_TYPES',
-    'SOFTMAX_ATTN_TYPES',
-    'KERNEL_FUNCTIONS',
-]
+__all__ = ['attention', 'attention_scores', 'linear_attention_torch', 'check_attn_type',
+           'check_kernel_function', 'ATTN_TYPES', 'LINEAR_ATTN_TYPES', 'SOFTMAX_ATTN_TYPES',
+           'KERNEL_FUNCTIONS']

@@ -5,7 +5,6 @@ the first half of the channels encodes the row index, the second half the
 column index. The per-stage ``angle`` buffer holds ``head_dim // 2`` angles
 (``head_dim // 4`` frequencies, each repeated twice), as in the published model.
 """
-
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -43,7 +42,8 @@ class RotaryTables:
     from the angles in at least fp32.
     """
 
-    def __init__(self, angle: torch.Tensor, height: int, width: int, paired: bool | None = None):
+    def __init__(self, angle: torch.Tensor, height: int, width: int,
+                 paired: bool | None = None):
         self.angle = angle
         self.height = height
         self.width = width
@@ -109,24 +109,21 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
         return False
     if a.index is None or b.index is None:
         current = torch.cuda.current_device() if a.type == 'cuda' else 0
-        return (a.index if a.index is not None else current) == (
-            b.index if b.index is not None else current
-        )
+        return (a.index if a.index is not None else current) == \
+            (b.index if b.index is not None else current)
     return a.index == b.index
 
 
 def _pairs_adjacent(x: torch.Tensor) -> bool:
     """Whether ``x`` (..., d) can be viewed as (..., d / 2) complex numbers."""
-    return (
-        x.shape[-1] % 2 == 0
-        and x.stride(-1) == 1
-        and x.storage_offset() % 2 == 0
-        and all(stride % 2 == 0 for size, stride in zip(x.shape[:-1], x.stride()[:-1]) if size > 1)
-    )
+    return (x.shape[-1] % 2 == 0 and x.stride(-1) == 1 and x.storage_offset() % 2 == 0
+            and all(stride % 2 == 0 for size, stride in zip(x.shape[:-1], x.stride()[:-1])
+                    if size > 1))
 
 
 def _tracing() -> bool:
-    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
+    return (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+            or torch.compiler.is_compiling())
 
 
 def _angles_theta(angle: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -213,17 +210,14 @@ class RoPE2d(nn.Module):
         return self
 
     def forward(self, height: int, width: int) -> RotaryTables:
-        if _tracing():  # a traced graph computes its tables; no Python-side state
+        if _tracing():   # a traced graph computes its tables; no Python-side state
             return RotaryTables(self.angle, height, width, paired=self.angles_paired)
         key = (height, width)
         # A tensor's version counts its in-place edits.
         angle_state = (self.angle, self.angle._version, self.angles_paired)
         cached = self._rotary.get(key)
-        if (
-            cached is not None
-            and cached[0][0] is angle_state[0]
-            and cached[0][1:] == angle_state[1:]
-        ):
+        if cached is not None and cached[0][0] is angle_state[0] \
+                and cached[0][1:] == angle_state[1:]:
             self._rotary.move_to_end(key)
             return cached[1]
         rotary = RotaryTables(self.angle, height, width, paired=self.angles_paired)

@@ -11,7 +11,6 @@ and ``z = q . mean(k)``; element-wise scaling is not counted). Figures are
 multiply-accumulates (MACs), as in mmdet/mmseg tables. mmengine's own counter
 gets the fused MALA operator's formula from :mod:`mavit_mm.ops.mala.flops`.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -37,13 +36,9 @@ class Complexity:
         return self.layer_macs + self.attention_macs
 
     def as_dict(self) -> dict:
-        return dict(
-            params=self.params,
-            layer_macs=self.layer_macs,
-            attention_macs=self.attention_macs,
-            total_macs=self.total_macs,
-            per_module_type=dict(self.per_module_type),
-        )
+        return dict(params=self.params, layer_macs=self.layer_macs,
+                    attention_macs=self.attention_macs, total_macs=self.total_macs,
+                    per_module_type=dict(self.per_module_type))
 
 
 def conv_macs(module: nn.Conv2d, output: torch.Tensor) -> int:
@@ -68,9 +63,9 @@ def gated_attention_macs(module: GatedAttention, inputs) -> int:
     batch, _, height, width = x.shape
     tokens, head_dim, heads = height * width, module.head_dim, module.num_heads
     if module.attn_type in SOFTMAX_ATTN_TYPES:
-        per_head = 2 * tokens * tokens * head_dim  # q k^T and a v
+        per_head = 2 * tokens * tokens * head_dim           # q k^T and a v
         if module.attn_type == 'softmax_qnorm':
-            per_head += tokens * head_dim  # ||q||
+            per_head += tokens * head_dim                   # ||q||
     elif module.attn_type in LINEAR_ATTN_TYPES:
         per_head = linear_attention_macs_per_head(tokens, head_dim)
     else:

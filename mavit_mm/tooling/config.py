@@ -10,7 +10,6 @@
 :class:`ConfigCheckError` (``mavit_mm.errors``) is what a config that cannot
 work raises, here and in the pre-flight checks (``tooling.preflight``).
 """
-
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -80,11 +79,11 @@ def set_iterations(cfg, max_iters: int, checkpoint_interval: int = None) -> None
         if scheduler.get('end', 1) <= scheduler.get('begin', 0):
             scheduler['end'] = scheduler.get('begin', 0) + 1
         if 'milestones' in scheduler:
-            scheduler['milestones'] = [
-                max(1, int(round(m * factor))) for m in scheduler['milestones']
-            ]
+            scheduler['milestones'] = [max(1, int(round(m * factor)))
+                                       for m in scheduler['milestones']]
     hooks = cfg.default_hooks
     hooks.checkpoint.interval = checkpoint_interval or max_iters
     hooks.logger.interval = min(hooks.logger.get('interval', 50), max_iters)
     if cfg.get('log_processor'):
-        cfg.log_processor['window_size'] = min(cfg.log_processor.get('window_size', 10), max_iters)
+        cfg.log_processor['window_size'] = min(cfg.log_processor.get('window_size', 10),
+                                               max_iters)

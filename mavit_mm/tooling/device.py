@@ -1,5 +1,4 @@
 """What the benchmarks record about the machine they ran on, and measure on it."""
-
 from __future__ import annotations
 
 import importlib
@@ -34,20 +33,10 @@ def library_versions() -> dict[str, str]:
 def git_commit(repo_root: Path = REPO_ROOT) -> str | None:
     """The checkout's short commit, ``+changes`` when tracked files differ from it."""
     try:
-        out = subprocess.run(
-            ['git', 'rev-parse', '--short', 'HEAD'],
-            cwd=repo_root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        dirty = subprocess.run(
-            ['git', 'status', '--porcelain', '--untracked-files=no'],
-            cwd=repo_root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=repo_root,
+                             capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
+                               cwd=repo_root, capture_output=True, text=True, timeout=10)
         return out.stdout.strip() + ('+changes' if dirty.stdout.strip() else '') or None
     except (OSError, subprocess.SubprocessError):
         return None

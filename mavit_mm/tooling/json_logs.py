@@ -7,7 +7,6 @@ Layout of a work dir after a run (timestamp = ``YYYYmmdd_HHMMSS``)::
 
 Each file holds one JSON object per line.
 """
-
 from __future__ import annotations
 
 import json

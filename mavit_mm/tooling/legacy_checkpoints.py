@@ -35,7 +35,6 @@ backbone or heads (a backbone or classification checkpoint: convert those
 with ``--arch``), and anything that does not fit the config's model exactly
 (``models.checkpoint.fit_whole_model``).
 """
-
 from __future__ import annotations
 
 import re
@@ -55,10 +54,8 @@ HEAD_MODULES = {
 MODEL_MODULES = {scope: ('backbone', 'neck') + heads for scope, heads in HEAD_MODULES.items()}
 # The first major version of the layout our configs load: mmdet 2.x, mmseg 0.x
 # and later. Older ones named above are refused.
-LIBRARY_GENERATIONS = {
-    'mmdet': {2: 'mmdet 2.x', 3: 'mmdet 3.x'},
-    'mmseg': {0: 'mmseg 0.x', 1: 'mmseg 1.x'},
-}
+LIBRARY_GENERATIONS = {'mmdet': {2: 'mmdet 2.x', 3: 'mmdet 3.x'},
+                       'mmseg': {0: 'mmseg 0.x', 1: 'mmseg 1.x'}}
 
 
 class LegacyCheckpointError(ValueError):
@@ -66,8 +63,8 @@ class LegacyCheckpointError(ValueError):
 
 
 class Layout(NamedTuple):
-    library: str  # 'mmdet' or 'mmseg'
-    generation: str  # e.g. 'mmdet 2.x', or 'mmdet (version not recorded)'
+    library: str            # 'mmdet' or 'mmseg'
+    generation: str         # e.g. 'mmdet 2.x', or 'mmdet (version not recorded)'
     version: str | None  # meta's mmdet_version / mmseg_version, when recorded
 
 
@@ -87,14 +84,12 @@ def detect_layout(checkpoint: Mapping, state_dict: Mapping) -> Layout:
         raise LegacyCheckpointError(
             f'unknown layout: no backbone.* weights (top-level names: {", ".join(top[:8])}); '
             'not a whole detector / segmentor checkpoint. A backbone or classification '
-            'checkpoint is converted with --arch'
-        )
+            'checkpoint is converted with --arch')
     found = {scope: [m for m in heads if m in top] for scope, heads in HEAD_MODULES.items()}
     if found['mmdet'] and found['mmseg']:
         raise LegacyCheckpointError(
             f'unknown layout: both detector heads ({", ".join(found["mmdet"])}) and '
-            f'segmentor heads ({", ".join(found["mmseg"])})'
-        )
+            f'segmentor heads ({", ".join(found["mmseg"])})')
     if not found['mmdet'] and not found['mmseg']:
         if 'mask_head' in top:
             found['mmdet'] = ['mask_head']
@@ -102,36 +97,28 @@ def detect_layout(checkpoint: Mapping, state_dict: Mapping) -> Layout:
             raise LegacyCheckpointError(
                 f'unknown layout: a backbone but no detector or segmentor heads (top-level '
                 f'names: {", ".join(top)}; expected some of '
-                f'{", ".join(HEAD_MODULES["mmdet"] + HEAD_MODULES["mmseg"])})'
-            )
+                f'{", ".join(HEAD_MODULES["mmdet"] + HEAD_MODULES["mmseg"])})')
     library = 'mmdet' if found['mmdet'] else 'mmseg'
     version = meta.get(f'{library}_version')
     version = str(version) if version is not None else None
     major = _major(version) if version else None
     if library == 'mmdet' and (
-        (major is not None and major < 2)
-        or ('rpn_head' in top and 'bbox_head' in top)
-        or 'mask_head' in top
-    ):
-        where = (
-            f'mmdet {version}'
-            if major is not None and major < 2
-            else 'R-CNN heads at the top level, not under roi_head'
-        )
+            (major is not None and major < 2)
+            or ('rpn_head' in top and 'bbox_head' in top) or 'mask_head' in top):
+        where = (f'mmdet {version}' if major is not None and major < 2
+                 else 'R-CNN heads at the top level, not under roi_head')
         raise LegacyCheckpointError(
             f'mmdet 1.x layout ({where}): two-stage heads outside roi_head, the background '
             'as class 0 and background channels in fc_reg / conv_logits. Upgrade it to '
-            "mmdet 2.x first (mmdet 2.x's tools/model_converters/upgrade_model_version.py)"
-        )
+            "mmdet 2.x first (mmdet 2.x's tools/model_converters/upgrade_model_version.py)")
     generations = LIBRARY_GENERATIONS[library]
     if major is not None and major in generations:
         generation = generations[major]
     elif major is not None and major > max(generations):
         generation = f'{library} {version}'
     elif major is not None:
-        raise LegacyCheckpointError(
-            f'unknown layout: {library} {version} is older than {generations[min(generations)]}'
-        )
+        raise LegacyCheckpointError(f'unknown layout: {library} {version} is older than '
+                                    f'{generations[min(generations)]}')
     elif 'dataset_meta' in meta:
         generation = generations[max(generations)]  # mmengine's Runner wrote it
     elif 'CLASSES' in meta:
@@ -157,15 +144,10 @@ def checkpoint_dataset_meta(meta: Mapping | None) -> dict | None:
     return normalised_dataset_meta(source['classes'], source.get('palette'))
 
 
-def convert_whole_model(
-    checkpoint: Mapping,
-    state_dict: Mapping,
-    expected: Mapping,
-    scope: str,
-    num_classes: int | None = None,
-    config_meta: dict | None = None,
-    source: str = 'the checkpoint',
-) -> tuple[OrderedDict[str, torch.Tensor], dict, dict]:
+def convert_whole_model(checkpoint: Mapping, state_dict: Mapping, expected: Mapping,
+                        scope: str, num_classes: int | None = None,
+                        config_meta: dict | None = None, source: str = 'the checkpoint'
+                        ) -> tuple[OrderedDict[str, torch.Tensor], dict, dict]:
     """An mmdet 2.x / mmseg 0.x (or 3.x / 1.x) whole-model checkpoint for the
     model whose state dict is ``expected`` (a model of a ``scope`` config with
     ``num_classes`` classes, its test dataset's ``config_meta``).
@@ -180,8 +162,7 @@ def convert_whole_model(
         kind = {'mmdet': 'a detector', 'mmseg': 'a segmentor'}
         raise LegacyCheckpointError(
             f'{source} is {kind[layout.library]} checkpoint ({layout.library}); the config '
-            f'builds {kind.get(scope, scope)} ({scope})'
-        )
+            f'builds {kind.get(scope, scope)} ({scope})')
     fitted = fit_whole_model(expected, state_dict, source)
     meta_in = checkpoint.get('meta') if isinstance(checkpoint, Mapping) else None
     dataset_meta = checkpoint_dataset_meta(meta_in)
@@ -196,34 +177,22 @@ def convert_whole_model(
         if num_classes is not None and len(classes) != num_classes:
             raise ValueError(
                 f'{source} names {len(classes)} classes ({", ".join(classes[:4])}, ...) but '
-                f"the config's heads have {num_classes}"
-            )
+                f"the config's heads have {num_classes}")
         palette = dataset_meta.get('palette')
         if palette is not None and len(palette) != len(classes):
-            raise ValueError(f'{source}: {len(palette)} palette colours for {len(classes)} classes')
-        if (
-            palette is None
-            and config_meta
-            and config_meta.get('palette')
-            and len(config_meta['palette']) == len(classes)
-        ):
+            raise ValueError(f'{source}: {len(palette)} palette colours for '
+                             f'{len(classes)} classes')
+        if palette is None and config_meta and config_meta.get('palette') \
+                and len(config_meta['palette']) == len(classes):
             dataset_meta['palette'] = list(config_meta['palette'])
     meta = dict(converted_from=layout.generation, source=str(source))
     if dataset_meta is not None:
         meta['dataset_meta'] = dataset_meta
-    dropped = (
-        sorted(k for k in checkpoint if k not in ('state_dict', 'meta'))
-        if isinstance(checkpoint, Mapping) and 'state_dict' in checkpoint
-        else []
-    )
-    report = dict(
-        layout=layout.generation,
-        version=layout.version,
-        tensors=len(fitted),
-        classes_from=classes_from,
-        dropped=dropped,
-        classes=list(dataset_meta['classes']) if dataset_meta else None,
-    )
+    dropped = sorted(k for k in checkpoint if k not in ('state_dict', 'meta')) \
+        if isinstance(checkpoint, Mapping) and 'state_dict' in checkpoint else []
+    report = dict(layout=layout.generation, version=layout.version, tensors=len(fitted),
+                  classes_from=classes_from, dropped=dropped,
+                  classes=list(dataset_meta['classes']) if dataset_meta else None)
     return fitted, meta, report
 
 

@@ -7,7 +7,6 @@ conversion) and the tests: the default scope of a config (loaded with
 dummy inputs of a chosen size are made the way each library's tensor-mode
 forward expects them.
 """
-
 from __future__ import annotations
 
 import copy
@@ -54,24 +53,17 @@ def dataset_meta_from_config(cfg: Config) -> dict:
     return normalised_dataset_meta(metainfo['classes'], metainfo.get('palette'))
 
 
-def dummy_forward_inputs(
-    cfg: Config, height: int, width: int, batch_size: int = 1, device: str = 'cpu'
-) -> tuple[torch.Tensor, Sequence]:
+def dummy_forward_inputs(cfg: Config, height: int, width: int, batch_size: int = 1,
+                         device: str = 'cpu') -> tuple[torch.Tensor, Sequence]:
     """An input batch and data samples with the metadata ``model(inputs, samples, mode='tensor')`` needs."""
     inputs = torch.randn(batch_size, 3, height, width, device=device)
-    meta = dict(
-        img_shape=(height, width),
-        ori_shape=(height, width),
-        pad_shape=(height, width),
-        batch_input_shape=(height, width),
-        scale_factor=(1.0, 1.0),
-    )
+    meta = dict(img_shape=(height, width), ori_shape=(height, width),
+                pad_shape=(height, width), batch_input_shape=(height, width),
+                scale_factor=(1.0, 1.0))
     if cfg.default_scope == 'mmdet':
         from mmdet.structures import DetDataSample
-
         samples = [DetDataSample(metainfo=meta) for _ in range(batch_size)]
     else:
         from mmseg.structures import SegDataSample
-
         samples = [SegDataSample(metainfo=meta) for _ in range(batch_size)]
     return inputs, samples

@@ -12,7 +12,6 @@ prediction for a few validation images, and the training curves.
 
 Used by ``tools/main_job.py``; any config of ours with a test split works.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -27,22 +26,14 @@ _visualizer_ids = itertools.count()
 
 def _matplotlib_pyplot():
     import matplotlib
-
     matplotlib.use('Agg')  # files only, no display needed
     import matplotlib.pyplot as plt
-
     return plt
 
 
-def draw_validation_samples(
-    config,
-    checkpoint,
-    out_dir,
-    num_images: int = 4,
-    score_thr: float = 0.3,
-    device: str = 'cpu',
-    title: str | None = None,
-) -> dict[str, object]:
+def draw_validation_samples(config, checkpoint, out_dir, num_images: int = 4,
+                            score_thr: float = 0.3, device: str = 'cpu',
+                            title: str | None = None) -> dict[str, object]:
     """Draw ground truth beside prediction for the first ``num_images`` images
     of the test split of ``config`` (a path or an mmengine Config), with the
     weights of ``checkpoint``.
@@ -62,15 +53,15 @@ def draw_validation_samples(
     cfg = config if isinstance(config, Config) else load_config(config)
     dataset = scope_registry(cfg, 'DATASETS').build(cfg.test_dataloader.dataset)
     model = revert_sync_batchnorm(build_model(cfg))  # no backbone init: weights follow
-    load_checkpoint(model, str(checkpoint), map_location='cpu', strict=True, logger='silent')
+    load_checkpoint(model, str(checkpoint), map_location='cpu', strict=True,
+                    logger='silent')
     model.to(device).eval()
     classes = dataset.metainfo['classes']
     palette = dataset.metainfo.get('palette')
     model.dataset_meta = dict(classes=classes, palette=palette)
     # Only the visualiser's type from the config: it draws, out_file saves.
     visualizer = scope_registry(cfg, 'VISUALIZERS').build(
-        dict(type=cfg.visualizer['type'], name=f'mavit_pictures_{next(_visualizer_ids)}')
-    )
+        dict(type=cfg.visualizer['type'], name=f'mavit_pictures_{next(_visualizer_ids)}'))
     visualizer.dataset_meta = model.dataset_meta
 
     out_dir = Path(out_dir)
@@ -83,30 +74,20 @@ def draw_validation_samples(
             sample = model.test_step(batch)[0]
         image = mmcv.imread(sample.img_path, channel_order='rgb')
         out_file = out_dir / f'{index:02d}_{Path(sample.img_path).stem}.png'
-        options = (
-            dict(pred_score_thr=score_thr)
-            if cfg.default_scope == 'mmdet'
-            else dict(with_labels=True)
-        )
-        visualizer.add_datasample(
-            out_file.stem,
-            image,
-            data_sample=sample,
-            draw_gt=True,
-            draw_pred=True,
-            out_file=str(out_file),
-            **options,
-        )
+        options = (dict(pred_score_thr=score_thr) if cfg.default_scope == 'mmdet'
+                   else dict(with_labels=True))
+        visualizer.add_datasample(out_file.stem, image, data_sample=sample, draw_gt=True,
+                                  draw_pred=True, out_file=str(out_file), **options)
         # Read back what was written: mmseg's visualiser keeps only the last
         # half as its current image, the file holds both.
-        drawn.append((Path(sample.img_path).name, mmcv.imread(str(out_file), channel_order='rgb')))
+        drawn.append((Path(sample.img_path).name,
+                      mmcv.imread(str(out_file), channel_order='rgb')))
         written.append(out_file)
         print(f'  drew {index + 1}/{count}: {out_file}', flush=True)
 
     sheet = out_dir / 'ground_truth_vs_prediction.png'
-    prediction = (
-        f'prediction (score >= {score_thr:g})' if cfg.default_scope == 'mmdet' else 'prediction'
-    )
+    prediction = (f'prediction (score >= {score_thr:g})' if cfg.default_scope == 'mmdet'
+                  else 'prediction')
     _write_sheet(drawn, sheet, ('ground truth', prediction), title)
     return dict(images=written, sheet=sheet)
 
@@ -117,9 +98,8 @@ def _write_sheet(drawn: Sequence, out_file: Path, column_titles, title=None) -> 
     rows = len(drawn)
     height, width = drawn[0][1].shape[:2]
     panel = 3.2  # inches per half image
-    figure, axes = plt.subplots(
-        rows, 2, squeeze=False, figsize=(2 * panel, rows * panel * height / (width / 2) + 0.6)
-    )
+    figure, axes = plt.subplots(rows, 2, squeeze=False,
+                                figsize=(2 * panel, rows * panel * height / (width / 2) + 0.6))
     for row, (name, image) in enumerate(drawn):
         half = image.shape[1] // 2
         for column, part in enumerate((image[:, :half], image[:, half:])):
@@ -163,7 +143,8 @@ def training_curves(work_dir) -> dict[str, object]:
         elif 'loss' in record:
             target = losses
             # mmdet: loss, loss_cls, ...; mmseg: loss, decode.loss_ce, aux.loss_ce
-            values = {k: v for k, v in record.items() if k.startswith('loss') or '.loss' in k}
+            values = {k: v for k, v in record.items()
+                      if k.startswith('loss') or '.loss' in k}
         else:
             continue
         for name, value in values.items():
@@ -174,15 +155,11 @@ def training_curves(work_dir) -> dict[str, object]:
     return dict(losses=losses, metrics=metrics, run_dir=run_dir)
 
 
-def plot_training_curves(
-    work_dir,
-    out_file,
-    metric_names: Sequence[str],
-    final_metrics: dict[str, float] | None = None,
-    final_step: int | None = None,
-    bars: dict[str, float] | None = None,
-    title: str | None = None,
-) -> Path:
+def plot_training_curves(work_dir, out_file, metric_names: Sequence[str],
+                         final_metrics: dict[str, float] | None = None,
+                         final_step: int | None = None,
+                         bars: dict[str, float] | None = None,
+                         title: str | None = None) -> Path:
     """Losses (left) and validation metrics (right) against the iteration.
 
     ``final_metrics`` (e.g. the test run of the final checkpoint) are drawn as
@@ -191,16 +168,11 @@ def plot_training_curves(
     curves = training_curves(work_dir)
     plt = _matplotlib_pyplot()
     figure, (loss_axis, metric_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name, (steps, values) in sorted(
-        curves['losses'].items(), key=lambda item: item[0] != 'loss'
-    ):
-        loss_axis.plot(
-            steps,
-            values,
-            label=name,
-            linewidth=2.2 if name == 'loss' else 1.0,
-            color='black' if name == 'loss' else None,
-        )
+    for name, (steps, values) in sorted(curves['losses'].items(),
+                                        key=lambda item: item[0] != 'loss'):
+        loss_axis.plot(steps, values, label=name,
+                       linewidth=2.2 if name == 'loss' else 1.0,
+                       color='black' if name == 'loss' else None)
     positive = [v for _, values in curves['losses'].values() for v in values if v > 0]
     if positive and max(positive) / min(positive) > 50:
         loss_axis.set_yscale('log')
@@ -218,34 +190,16 @@ def plot_training_curves(
             metric_axis.plot(steps, values, marker='o', color=color, label=name)
             plotted.append(name)
         if final_metrics and name in final_metrics and final_step is not None:
-            metric_axis.plot(
-                [final_step],
-                [final_metrics[name]],
-                marker='*',
-                markersize=14,
-                linestyle='none',
-                color=color,
-            )
+            metric_axis.plot([final_step], [final_metrics[name]], marker='*', markersize=14,
+                             linestyle='none', color=color)
             starred = True
         if bars and name in bars:
-            metric_axis.axhline(
-                bars[name],
-                color=color,
-                linestyle='--',
-                linewidth=1,
-                label=f'bar: {name} >= {bars[name]:g}',
-            )
+            metric_axis.axhline(bars[name], color=color, linestyle='--', linewidth=1,
+                                label=f'bar: {name} >= {bars[name]:g}')
             plotted.append(name)
     if starred:  # one legend entry for the stars of every metric
-        metric_axis.plot(
-            [],
-            [],
-            marker='*',
-            markersize=14,
-            linestyle='none',
-            color='grey',
-            label='test of the final checkpoint',
-        )
+        metric_axis.plot([], [], marker='*', markersize=14, linestyle='none', color='grey',
+                         label='test of the final checkpoint')
         plotted.append('test')
     metric_axis.set_xlabel('iteration')
     metric_axis.set_ylabel('validation metric')

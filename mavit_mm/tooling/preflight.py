@@ -8,7 +8,6 @@ run will read (``load_from``, ``--resume``, the test checkpoint, a backbone's
 ``init_cfg=dict(type='Pretrained')``). Remote paths (``s3://``, ``http://`` ...)
 are left to the file backends.
 """
-
 from __future__ import annotations
 
 import json
@@ -50,19 +49,14 @@ def check_annotation_file(path: str, where: str, coco_format: bool = False) -> N
             with open(path, 'rb') as f:
                 content = json.load(f)
         except (ValueError, UnicodeDecodeError) as error:
-            raise ConfigCheckError(
-                f'{where}: annotation file is not valid JSON: {path} ({error})'
-            ) from None
+            raise ConfigCheckError(f'{where}: annotation file is not valid JSON: {path} '
+                                   f'({error})') from None
         if not isinstance(content, dict):
-            raise ConfigCheckError(
-                f'{where}: annotation file {path} holds a '
-                f'{type(content).__name__}, expected a JSON object'
-            )
+            raise ConfigCheckError(f'{where}: annotation file {path} holds a '
+                                   f'{type(content).__name__}, expected a JSON object')
         if coco_format and not isinstance(content.get('images'), list):
-            raise ConfigCheckError(
-                f"{where}: annotation file {path} has no 'images' list; "
-                'is it a COCO-format annotation file?'
-            )
+            raise ConfigCheckError(f"{where}: annotation file {path} has no 'images' list; "
+                                   'is it a COCO-format annotation file?')
         return
     with open(path, 'rb') as f:
         head = f.read(64).lstrip()
@@ -79,9 +73,8 @@ def check_dataset_cfg(dataset_cfg: dict, where: str) -> None:
         return
     data_root = dataset_cfg.get('data_root') or ''
     if data_root and not is_remote(data_root) and not osp.isdir(data_root):
-        raise ConfigCheckError(
-            f'{where}: data_root not found: {data_root} (absolute: {osp.abspath(data_root)})'
-        )
+        raise ConfigCheckError(f'{where}: data_root not found: {data_root} '
+                               f'(absolute: {osp.abspath(data_root)})')
     ann_file = dataset_cfg.get('ann_file') or ''
     if ann_file:
         path = _join(data_root, ann_file)
@@ -126,9 +119,8 @@ def check_evaluator_files(cfg, name: str) -> None:
         if not ann_file or is_remote(ann_file):
             continue
         where = f'{name}[{i}]' if isinstance(evaluators, list) else name
-        check_annotation_file(
-            ann_file, where, coco_format='coco' in str(evaluator.get('type', '')).lower()
-        )
+        check_annotation_file(ann_file, where,
+                              coco_format='coco' in str(evaluator.get('type', '')).lower())
 
 
 def _iter_typed_cfgs(node, path: str = 'model'):
@@ -149,7 +141,6 @@ def _is_mavit_type(type_name) -> bool:
 def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
     """Every MAViT in the model has a known size; its pretrained file exists."""
     from ..models.mavit import resolve_arch
-
     for node, path in _iter_typed_cfgs(cfg.get('model')):
         if not _is_mavit_type(node.get('type')):
             continue
@@ -164,23 +155,17 @@ def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
         if isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
             checkpoint = init_cfg.get('checkpoint')
         if check_pretrained and checkpoint:
-            check_checkpoint(
-                checkpoint,
-                f'{path}.init_cfg.checkpoint (pretrained backbone)',
-                hint=f'set {path}.init_cfg=None to train from scratch, '
-                'or put the published weights there',
-            )
+            check_checkpoint(checkpoint, f'{path}.init_cfg.checkpoint (pretrained backbone)',
+                             hint=f'set {path}.init_cfg=None to train from scratch, '
+                                  'or put the published weights there')
 
 
 def check_checkpoint(checkpoint: str, what: str, hint: str = '') -> None:
-    if is_remote(checkpoint) or str(checkpoint).startswith(
-        ('open-mmlab:', 'torchvision:', 'mmcls:')
-    ):
+    if is_remote(checkpoint) or str(checkpoint).startswith(('open-mmlab:', 'torchvision:', 'mmcls:')):
         return
     if not osp.exists(checkpoint):
-        raise ConfigCheckError(
-            f'{what}: checkpoint not found: {checkpoint}' + (f' ({hint})' if hint else '')
-        )
+        raise ConfigCheckError(f'{what}: checkpoint not found: {checkpoint}'
+                               + (f' ({hint})' if hint else ''))
     if not osp.isfile(checkpoint):
         raise ConfigCheckError(f'{what}: checkpoint is not a file: {checkpoint}')
 
@@ -200,9 +185,8 @@ def check_resume(cfg) -> None:
         with open(pointer) as f:
             latest = f.read().strip()
         if latest and not is_remote(latest) and not osp.isfile(latest):
-            raise ConfigCheckError(
-                f'resume: {pointer} points to a checkpoint that does not exist: {latest}'
-            )
+            raise ConfigCheckError(f'resume: {pointer} points to a checkpoint that does not '
+                                   f'exist: {latest}')
 
 
 def check_for_training(cfg) -> None:
@@ -221,3 +205,4 @@ def check_for_testing(cfg, checkpoint: str) -> None:
     # The test checkpoint replaces all weights: a missing pretrained file is fine.
     check_mavit_backbones(cfg, check_pretrained=False)
     check_datasets(cfg, 'test')
+

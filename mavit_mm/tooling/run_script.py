@@ -1,7 +1,6 @@
 """Run one of the repository's Python scripts (``tools/train.py`` ...) in a
 subprocess with this interpreter, as a user would: used by the main job and
 the tests."""
-
 from __future__ import annotations
 
 import os
@@ -12,14 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
-def run_script(
-    script,
-    *args,
-    cwd=None,
-    timeout: float | None = None,
-    transcript: Path | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> subprocess.CompletedProcess:
+def run_script(script, *args, cwd=None, timeout: float | None = None,
+               transcript: Path | None = None,
+               environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python <script> <args>``; the result has ``.seconds`` (wall time).
     ``environ``: the environment to start from (default: this process's).
 
@@ -33,20 +27,13 @@ def run_script(
     env = dict(os.environ if environ is None else environ, PYTHONUNBUFFERED='1')
     start = time.time()
     if transcript is None:
-        result = subprocess.run(
-            command, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
-        )
+        result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env,
+                                timeout=timeout)
     else:
         lines = []
         with open(transcript, 'w') as log_file:
-            process = subprocess.Popen(
-                command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                env=env,
-                cwd=cwd,
-            )
+            process = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
             try:
                 for line in process.stdout:
                     sys.stdout.write(line)

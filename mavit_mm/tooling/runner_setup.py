@@ -5,7 +5,6 @@ building mmengine's Runner.
 The tools work for detection and segmentation configs alike: the task comes
 from ``cfg.default_scope`` ('mmdet' or 'mmseg'); mmengine's Runner does the rest.
 """
-
 from __future__ import annotations
 
 import logging
@@ -25,16 +24,11 @@ CFG_OPTIONS_HELP = (
     'override settings of the config, as key=value pairs merged into it, e.g. '
     'train_cfg.max_iters=100 optim_wrapper.optimizer.lr=1e-4. A list value is given as '
     'key="[a,b]" or key=a,b, nested lists/tuples as key="[(a,b),(c,d)]" (quotes needed, '
-    'no spaces).'
-)
-LAUNCHER_HELP = (
-    'how the processes were started: none (one process), pytorch (torchrun / '
-    'tools/dist_train.sh, tools/dist_test.sh) or slurm (srun)'
-)
-LOCAL_RANK_HELP = (
-    'rank of this process on its node; set by older launchers '
-    '(torch.distributed.launch). torchrun sets the LOCAL_RANK variable instead'
-)
+    'no spaces).')
+LAUNCHER_HELP = ('how the processes were started: none (one process), pytorch (torchrun / '
+                 'tools/dist_train.sh, tools/dist_test.sh) or slurm (srun)')
+LOCAL_RANK_HELP = ('rank of this process on its node; set by older launchers '
+                   '(torch.distributed.launch). torchrun sets the LOCAL_RANK variable instead')
 
 
 def log(message: str, level: int = logging.INFO) -> None:
@@ -61,7 +55,6 @@ def set_work_dir(cfg: Config, work_dir: str | None, config_path: str) -> None:
 
 def cuda_available() -> bool:
     import torch
-
     return torch.cuda.is_available()
 
 
@@ -87,11 +80,8 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
             optim_wrapper.type = 'OptimWrapper'
             for key in _AMP_ONLY_KEYS:
                 optim_wrapper.pop(key, None)
-            log(
-                "No CUDA device: the config's AmpOptimWrapper is replaced by OptimWrapper "
-                '(fp32 training; mixed precision needs a GPU).',
-                logging.WARNING,
-            )
+            log('No CUDA device: the config\'s AmpOptimWrapper is replaced by OptimWrapper '
+                '(fp32 training; mixed precision needs a GPU).', logging.WARNING)
         if amp_requested:
             log('--amp ignored: no CUDA device, training in fp32.', logging.WARNING)
         return
@@ -126,8 +116,7 @@ def configure_auto_scale_lr(cfg: Config) -> None:
         raise ConfigCheckError(
             '--auto-scale-lr needs auto_scale_lr = dict(enable=False, base_batch_size=N) in '
             'the config, N being the total batch size its learning rate is meant for '
-            '(16 for the published MAViT recipes)'
-        )
+            '(16 for the published MAViT recipes)')
     auto_scale_lr.enable = True
 
 
@@ -136,10 +125,8 @@ def configure_visualization(cfg: Config, show_dir: str) -> None:
     hooks = cfg.get('default_hooks') or {}
     hook = hooks.get('visualization')
     if hook is None:
-        raise ConfigCheckError(
-            '--show-dir needs default_hooks.visualization (a '
-            'DetVisualizationHook / SegVisualizationHook) in the config'
-        )
+        raise ConfigCheckError("--show-dir needs default_hooks.visualization (a "
+                               "DetVisualizationHook / SegVisualizationHook) in the config")
     hook['draw'] = True
     if cfg.default_scope == 'mmdet':
         # DetVisualizationHook saves to <work_dir>/<timestamp>/<test_out_dir>.
@@ -162,10 +149,8 @@ def configure_prediction_output(cfg: Config, out: str) -> None:
         for evaluator in evaluators if isinstance(evaluators, list) else [evaluators]:
             evaluator['output_dir'] = out
     elif not out.endswith(('.pkl', '.pickle')):
-        raise ConfigCheckError(
-            f'--out {out}: detection predictions are dumped to a pickle '
-            'file; give a path ending in .pkl or .pickle'
-        )
+        raise ConfigCheckError(f'--out {out}: detection predictions are dumped to a pickle '
+                               'file; give a path ending in .pkl or .pickle')
 
 
 def attach_prediction_dump(runner, cfg: Config, out: str) -> None:
@@ -173,7 +158,6 @@ def attach_prediction_dump(runner, cfg: Config, out: str) -> None:
     if cfg.default_scope != 'mmdet':
         return
     from mmdet.evaluation import DumpDetResults
-
     runner.test_evaluator.metrics.append(DumpDetResults(out_file_path=out))
 
 
@@ -183,7 +167,6 @@ def close_process_group() -> None:
     process that has finished its work ("terminate called without an active
     exception", SIGABRT), and torchrun then reports the whole run as failed."""
     import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -198,8 +181,6 @@ def build_runner(cfg: Config):
         cpu_distributed.init_process_group(cfg)
     if 'runner_type' in cfg:
         from mmengine.registry import RUNNERS
-
         return RUNNERS.build(cfg)
     from mmengine.runner import Runner
-
     return Runner.from_cfg(cfg)

@@ -8,7 +8,6 @@ Loaded into a training run through the config:
 ``custom_imports = dict(imports=['helpers.dist_probe'])`` with ``tests/`` on
 PYTHONPATH, and ``custom_hooks = [dict(type='RankProbeHook', out_dir=...)]``.
 """
-
 from __future__ import annotations
 
 import os
@@ -45,14 +44,10 @@ class RankProbeHook(Hook):
         # The learning rate the schedules start from (after --auto-scale-lr), of
         # the optimizer's groups (OptimWrapper.param_groups adds one that keeps
         # the config's lr, logged as base_lr).
-        self.base_lrs = [
-            group.get('initial_lr', group['lr'])
-            for group in runner.optim_wrapper.optimizer.param_groups
-        ]
-        self.initial = {
-            name: float(param.detach().double().sum())
-            for name, param in _model(runner).named_parameters()
-        }
+        self.base_lrs = [group.get('initial_lr', group['lr'])
+                         for group in runner.optim_wrapper.optimizer.param_groups]
+        self.initial = {name: float(param.detach().double().sum())
+                        for name, param in _model(runner).named_parameters()}
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         self.batches.append(_image_paths(data_batch))
@@ -60,28 +55,12 @@ class RankProbeHook(Hook):
     def after_train(self, runner) -> None:
         rank, world_size = get_dist_info()
         os.makedirs(self.out_dir, exist_ok=True)
-        state = {
-            name: tensor.detach().cpu().clone()
-            for name, tensor in _model(runner).state_dict().items()
-        }
-        norm_types = sorted(
-            {
-                type(module).__name__
-                for module in _model(runner).modules()
-                if 'BatchNorm' in type(module).__name__
-            }
-        )
-        torch.save(
-            dict(
-                rank=rank,
-                world_size=world_size,
-                iters=runner.iter,
-                batches=self.batches,
-                initial_sums=self.initial,
-                state_dict=state,
-                wrapper=self.wrapper,
-                norm_types=norm_types,
-                base_lrs=self.base_lrs,
-            ),
-            os.path.join(self.out_dir, f'rank{rank}.pt'),
-        )
+        state = {name: tensor.detach().cpu().clone()
+                 for name, tensor in _model(runner).state_dict().items()}
+        norm_types = sorted({type(module).__name__ for module in _model(runner).modules()
+                             if 'BatchNorm' in type(module).__name__})
+        torch.save(dict(rank=rank, world_size=world_size, iters=runner.iter,
+                        batches=self.batches, initial_sums=self.initial, state_dict=state,
+                        wrapper=self.wrapper, norm_types=norm_types,
+                        base_lrs=self.base_lrs),
+                   os.path.join(self.out_dir, f'rank{rank}.pt'))

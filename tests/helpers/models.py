@@ -1,6 +1,5 @@
 """Helpers for the config tests: load a config, build its model without
 pretrained weights, and make small CPU batches with real ground truth."""
-
 from __future__ import annotations
 
 import numpy as np
@@ -21,9 +20,8 @@ def _downstream_available() -> bool:
 
 # Loading configs needs mmengine only; building models needs mmdet / mmseg
 # (and mmcv with its ops).
-needs_downstream = pytest.mark.skipif(
-    not _downstream_available(), reason='needs mmdet and mmseg (mmcv with ops)'
-)
+needs_downstream = pytest.mark.skipif(not _downstream_available(),
+                                      reason='needs mmdet and mmseg (mmcv with ops)')
 
 # Test images: small, and a multiple of 32 so no padding is needed.
 IMG_H, IMG_W = 96, 128
@@ -32,7 +30,6 @@ IMG_H, IMG_W = 96, 128
 def load_config(rel_path: str):
     """``configs/<rel_path>``, loaded as the tools load it."""
     from mavit_mm.tooling.config import load_config as load
-
     return load(CONFIG_DIR / rel_path)
 
 
@@ -45,7 +42,6 @@ def build_model(cfg, cpu_test: bool = False):
     out; segmentors pad to the test images rather than to the 512x512 crop.
     """
     from mavit_mm.tooling.model_builder import build_model as build
-
     model_cfg = cfg.model.copy()
     if cpu_test:
         _shrink_for_cpu(model_cfg, IMG_H, IMG_W)
@@ -80,8 +76,8 @@ def _image(rng: np.random.RandomState) -> torch.Tensor:
 
 # Per image: boxes (x1, y1, x2, y2) and COCO label indices.
 _DET_GT = [
-    ([[10.0, 8.0, 70.0, 60.0], [40.0, 30.0, 120.0, 90.0], [4.0, 50.0, 52.0, 94.0]], [1, 5, 17]),
-    ([[20.0, 12.0, 100.0, 80.0], [64.0, 40.0, 124.0, 92.0]], [0, 62]),
+    ([[10., 8., 70., 60.], [40., 30., 120., 90.], [4., 50., 52., 94.]], [1, 5, 17]),
+    ([[20., 12., 100., 80.], [64., 40., 124., 92.]], [0, 62]),
 ]
 
 
@@ -95,17 +91,10 @@ def det_batch(with_mask: bool, seed: int = 0) -> dict:
     rng = np.random.RandomState(seed)
     inputs, samples = [], []
     for img_id, (boxes, labels) in enumerate(_DET_GT):
-        sample = DetDataSample(
-            metainfo=dict(
-                img_id=img_id,
-                img_path=f'<test{img_id}>.jpg',
-                img_shape=(IMG_H, IMG_W),
-                ori_shape=(IMG_H, IMG_W),
-                scale_factor=(1.0, 1.0),
-                flip=False,
-                flip_direction=None,
-            )
-        )
+        sample = DetDataSample(metainfo=dict(
+            img_id=img_id, img_path=f'<test{img_id}>.jpg', img_shape=(IMG_H, IMG_W),
+            ori_shape=(IMG_H, IMG_W), scale_factor=(1.0, 1.0), flip=False,
+            flip_direction=None))
         gt = InstanceData()
         gt.bboxes = torch.tensor(boxes, dtype=torch.float32)
         gt.labels = torch.tensor(labels, dtype=torch.long)
@@ -134,18 +123,13 @@ def seg_batch(num_classes: int = 150, seed: int = 0) -> dict:
     for img_id in range(2):
         seg = np.zeros((IMG_H, IMG_W), dtype=np.int64)
         classes = rng.choice(num_classes, size=4, replace=False)
-        seg[:, : IMG_W // 2] = classes[0]
-        seg[:, IMG_W // 2 :] = classes[1]
-        seg[IMG_H // 3 : 2 * IMG_H // 3, IMG_W // 4 : 3 * IMG_W // 4] = classes[2]
+        seg[:, :IMG_W // 2] = classes[0]
+        seg[:, IMG_W // 2:] = classes[1]
+        seg[IMG_H // 3:2 * IMG_H // 3, IMG_W // 4:3 * IMG_W // 4] = classes[2]
         seg[:8, :8] = 255  # ignored
-        sample = SegDataSample(
-            metainfo=dict(
-                img_path=f'<test{img_id}>.jpg',
-                img_shape=(IMG_H, IMG_W),
-                ori_shape=(IMG_H, IMG_W),
-                flip=False,
-            )
-        )
+        sample = SegDataSample(metainfo=dict(
+            img_path=f'<test{img_id}>.jpg', img_shape=(IMG_H, IMG_W),
+            ori_shape=(IMG_H, IMG_W), flip=False))
         sample.gt_sem_seg = PixelData(data=torch.from_numpy(seg)[None])
         inputs.append(_image(rng))
         samples.append(sample)

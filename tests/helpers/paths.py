@@ -1,5 +1,4 @@
 """The repository's folders, as the tests and their helpers find them."""
-
 from pathlib import Path
 
 TESTS_DIR = Path(__file__).resolve().parents[1]

@@ -1,6 +1,5 @@
 """Shared by the tool tests: tiny data, tiny configs derived from the demo
 configs (another data root, smaller images), running the tools."""
-
 from __future__ import annotations
 
 import importlib.util
@@ -24,21 +23,16 @@ SIZE_FACTOR = {'coco': 0.4, 'ade20k': 0.5}
 
 def make_tiny_data(root: Path) -> dict:
     from mavit_mm.data.synthetic import make_ade20k_dataset, make_coco_dataset
-
     settings = dict(image_size=TINY_IMAGE_SIZE, max_objects=2, seed=0, **TINY_SPLITS)
-    return {
-        'coco': make_coco_dataset(root / 'coco', **settings)['root'],
-        'ade20k': make_ade20k_dataset(root / 'ade20k', **settings)['root'],
-    }
+    return {'coco': make_coco_dataset(root / 'coco', **settings)['root'],
+            'ade20k': make_ade20k_dataset(root / 'ade20k', **settings)['root']}
 
 
-def write_tiny_config(
-    name: str, data_roots: dict, out_dir: Path, max_iters: int = 2, checkpoint_interval: int = 1
-) -> Path:
+def write_tiny_config(name: str, data_roots: dict, out_dir: Path, max_iters: int = 2,
+                      checkpoint_interval: int = 1) -> Path:
     """The pipeline's demo config on the tiny data, ``max_iters`` iterations,
     batches of 2, a log line every iteration; dumped as a standalone config."""
     from mavit_mm.tooling.config import load_config, set_iterations
-
     config, kind, _ = DEMO_JOBS[name]
     cfg = load_config(REPO_ROOT / config)
     retarget_data_root(cfg, str(data_roots[kind]))
@@ -83,9 +77,7 @@ def retarget_data_root(cfg, new_root: str) -> None:
             if isinstance(evaluator, dict) and evaluator.get('ann_file'):
                 ann_file = evaluator['ann_file']
                 if old_root and ann_file.startswith(old_root):
-                    evaluator['ann_file'] = osp.join(
-                        new_root, ann_file[len(old_root) :].lstrip('/')
-                    )
+                    evaluator['ann_file'] = osp.join(new_root, ann_file[len(old_root):].lstrip('/'))
 
 
 # Pipeline transform keys holding image sizes, (w, h) pairs or lists of them.
@@ -107,7 +99,8 @@ def _iter_transforms(pipeline) -> Iterator[dict]:
             nested = transform.get('transforms')  # RandomChoice / TestTimeAug nest lists
             if isinstance(nested, (list, tuple)):
                 for item in nested:
-                    yield from _iter_transforms(item if isinstance(item, (list, tuple)) else [item])
+                    yield from _iter_transforms(item if isinstance(item, (list, tuple))
+                                                else [item])
         elif isinstance(transform, (list, tuple)):
             yield from _iter_transforms(transform)
 
@@ -125,7 +118,8 @@ def rescale_image_sizes(cfg, factor: float) -> None:
         preprocessor['size'] = _scaled(preprocessor['size'], factor)
 
 
-def save_initialised_checkpoint(cfg, path: Path, dataset_meta: dict = None, seed: int = 0) -> Path:
+def save_initialised_checkpoint(cfg, path: Path, dataset_meta: dict = None,
+                                seed: int = 0) -> Path:
     """A checkpoint of the freshly built (seeded) model of ``cfg`` (a config
     or its path), meta as mmengine's Runner writes it: ``dataset_meta`` (class
     names, palette) when given. For tools that draw, time or count, not learn."""
@@ -133,7 +127,6 @@ def save_initialised_checkpoint(cfg, path: Path, dataset_meta: dict = None, seed
 
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.model_builder import build_model
-
     cfg = load_config(cfg) if isinstance(cfg, (str, Path)) else cfg
     torch.manual_seed(seed)
     meta = {} if dataset_meta is None else dict(dataset_meta=dict(dataset_meta))
@@ -161,18 +154,15 @@ def run_tool(tool: str, *args, cwd=None, timeout: int = 600) -> subprocess.Compl
 def explain(result: subprocess.CompletedProcess) -> str:
     # stderr first, where the traceback is: a CI log that keeps only the head of
     # a failure message then still shows the cause, not a config dump.
-    return (
-        f'exit {result.returncode}\n--- stderr (tail) ---\n{result.stderr[-6000:]}'
-        f'\n--- stdout (tail) ---\n{result.stdout[-3000:]}'
-    )
+    return (f'exit {result.returncode}\n--- stderr (tail) ---\n{result.stderr[-6000:]}'
+            f'\n--- stdout (tail) ---\n{result.stdout[-3000:]}')
 
 
 def load_tool(name: str):
     """Import ``tools/<name>.py`` as a module (to call its main(argv) in-process);
     ``name`` may hold a folder: ``'analysis_tools/get_flops'``."""
-    spec = importlib.util.spec_from_file_location(
-        f'mavit_tool_{Path(name).name}', TOOLS / f'{name}.py'
-    )
+    spec = importlib.util.spec_from_file_location(f'mavit_tool_{Path(name).name}',
+                                                  TOOLS / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,5 +1,4 @@
 """The GPU benchmark scripts, checked without a GPU: imports, plans, arguments."""
-
 import functools
 import json
 import sys
@@ -29,7 +28,8 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
 
 
 def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
-    result = run_script('benchmarks/gpu_check.py', '--out', str(tmp_path), '--steps', 'env')
+    result = run_script('benchmarks/gpu_check.py', '--out', str(tmp_path),
+                        '--steps', 'env')
     if result.returncode == 0:
         pytest.skip('a CUDA GPU is present')
     assert result.returncode == 2
@@ -38,21 +38,9 @@ def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
 
 def test_bench_mala_times_the_torch_path_on_cpu(tmp_path):
     output = tmp_path / 'bench.json'
-    result = run_script(
-        'benchmarks/bench_mala.py',
-        '--device',
-        'cpu',
-        '--dtypes',
-        'fp32',
-        '--batch-heads',
-        '2',
-        '--tokens',
-        '256',
-        '--head-dims',
-        '32',
-        '--output',
-        str(output),
-    )
+    result = run_script('benchmarks/bench_mala.py', '--device', 'cpu', '--dtypes', 'fp32',
+                        '--batch-heads', '2', '--tokens', '256', '--head-dims', '32',
+                        '--output', str(output))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(output.read_text())
     assert report['environment']['device_type'] == 'cpu'
@@ -66,22 +54,9 @@ def test_bench_mala_times_the_torch_path_on_cpu(tmp_path):
 
 def test_speed_vs_swin_writes_json_and_plot(tmp_path):
     output = tmp_path / 'speed.json'
-    result = run_script(
-        'benchmarks/speed_vs_swin.py',
-        '--device',
-        'cpu',
-        '--sizes',
-        '64x96',
-        '--tasks',
-        'backbone-forward',
-        'backbone-train',
-        '--repeats',
-        '2',
-        '--warmup',
-        '0',
-        '--out',
-        str(output),
-    )
+    result = run_script('benchmarks/speed_vs_swin.py', '--device', 'cpu', '--sizes', '64x96',
+                        '--tasks', 'backbone-forward', 'backbone-train', '--repeats', '2',
+                        '--warmup', '0', '--out', str(output))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(output.read_text())
     assert report['device_type'] == 'cpu' and report['versions']['torch']
@@ -91,14 +66,13 @@ def test_speed_vs_swin_writes_json_and_plot(tmp_path):
         assert len(row['times_ms']['MAViT-T']) == len(row['times_ms']['Swin-T']) == 2
         assert row['ratio'] > 0
     assert output.with_suffix('.png').stat().st_size > 10_000
-    assert 'about' in result.stdout and 's left' in result.stdout  # progress with an estimate
+    assert 'about' in result.stdout and 's left' in result.stdout   # progress with an estimate
 
 
 def test_gpu_check_parts_fit_a_gpu_command():
     """A lent GPU runs one command for at most 10 minutes: every step's budget is
     at most 5 minutes and each of the two parts stays under 10."""
     from benchmarks import gpu_check
-
     assert set(sum(gpu_check.PARTS.values(), [])) == set(gpu_check.STEPS)
     assert max(gpu_check.STEP_BUDGET_MIN.values()) <= 5
     for steps in gpu_check.PARTS.values():
@@ -107,13 +81,10 @@ def test_gpu_check_parts_fit_a_gpu_command():
 
 def test_gpu_check_kills_a_step_at_its_budget_and_keeps_its_output(tmp_path):
     from benchmarks import gpu_check
-
     log = tmp_path / 'step.log'
     run = gpu_check._run_child(
         [sys.executable, '-c', "print('measured so far', flush=True); import time; time.sleep(60)"],
-        budget_s=3,
-        log=log,
-    )
+        budget_s=3, log=log)
     assert run['timed_out'] and run['returncode'] is None and run['seconds'] < 30
     assert 'measured so far' in log.read_text() and 'killed at its budget' in log.read_text()
     counts = gpu_check._log_summary('..F.s [ 50%]\n.. [100%]\nFAILED tests/x.py::t - boom\n')
@@ -127,7 +98,6 @@ def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, mo
     import triton.testing
 
     from benchmarks import tune_mala
-
     case = tune_mala.Case(torch.float32, 2, 256, 32, torch.device('cpu'))
     built = []
 
@@ -137,13 +107,11 @@ def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, mo
         if tile.block_n == 64:
             raise RuntimeError('out of resource: shared memory')
         return lambda: None
-
     monkeypatch.setattr(case, 'kernel_step', kernel_step)
     monkeypatch.setattr(case, 'launches', lambda plan: (_Stub(), _Stub()))
-    monkeypatch.setattr(case, 'pass_step', lambda plan, backward: lambda: None)
-    monkeypatch.setattr(
-        triton.testing, 'do_bench', lambda step, **kwargs: (step(), 0.01 * (1 + len(built) % 3))[1]
-    )
+    monkeypatch.setattr(case, 'pass_step', lambda plan, backward: (lambda: None))
+    monkeypatch.setattr(triton.testing, 'do_bench',
+                        lambda step, **kwargs: (step(), 0.01 * (1 + len(built) % 3))[1])
     output = tmp_path / 'tune.json'
     results = tune_mala.Results(output, {'device': 'cpu'})
     record = results.start({'dtype': 'fp32'})
@@ -152,7 +120,6 @@ def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, mo
     def save():
         results.save()
         snapshots.append(json.loads(output.read_text()))
-
     tune_mala.tune_shape(case, ['partials'], 1, record, save)
     timings = record['kernels']['partials']['timings']
     assert len(timings) == len(tune_mala.tile_candidates('partials', 32))
@@ -172,31 +139,21 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
     """Part 3's steps (SDPA kernels, the sweep against Swin-T, the host/kernel
     split), run on the CPU at small sizes: what they write a GPU run writes."""
     from benchmarks import gpu_check
-
     result = gpu_check.step_sdpa(tmp_path, 600, device='cpu', sizes=((64, 96),))
     sdpa = json.loads((tmp_path / 'sdpa.json').read_text())
     assert result['failed'] == 0 and sdpa['complete'] and not sdpa['math_path_seen']
     assert [(row['precision'], row['allowed']) for row in sdpa['results']] == [
-        ('fp32', 'flash+efficient'),
-        ('bf16', 'flash+efficient'),
-        ('bf16', 'flash'),
-    ]
+        ('fp32', 'flash+efficient'), ('bf16', 'flash+efficient'), ('bf16', 'flash')]
     # Each forward ran SDPA's flash op (the CPU's fast kernel), never the math one.
-    assert all(
-        row['ok'] and any('flash' in op for op in row['sdpa_ops']) for row in sdpa['results']
-    )
+    assert all(row['ok'] and any('flash' in op for op in row['sdpa_ops'])
+               for row in sdpa['results'])
 
-    gpu_check.step_sweep(
-        tmp_path, 600, device='cpu', sizes=((64, 96),), train_size=(64, 64), train_batch=2
-    )
+    gpu_check.step_sweep(tmp_path, 600, device='cpu', sizes=((64, 96),), train_size=(64, 64),
+                         train_batch=2)
     sweep = json.loads((tmp_path / 'sweep.json').read_text())
     assert sweep['complete']
     assert [(row['model'][:7], row['precision']) for row in sweep['forward']] == [
-        ('MAViT-T', 'fp32'),
-        ('Swin-T ', 'fp32'),
-        ('MAViT-T', 'bf16'),
-        ('Swin-T ', 'bf16'),
-    ]
+        ('MAViT-T', 'fp32'), ('Swin-T ', 'fp32'), ('MAViT-T', 'bf16'), ('Swin-T ', 'bf16')]
     for row in sweep['forward'] + sweep['training']:
         assert 'error' not in row, row
         assert row['time_ms'] > 0
@@ -204,9 +161,8 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
             assert row['time_vs_swin'] > 0
     assert {row['batch'] for row in sweep['training']} == {2}
 
-    gpu_check.step_profile(
-        tmp_path, 600, device='cpu', shapes=(dict(batch_heads=2, tokens=256, head_dim=32),)
-    )
+    gpu_check.step_profile(tmp_path, 600, device='cpu',
+                           shapes=(dict(batch_heads=2, tokens=256, head_dim=32),))
     profile = json.loads((tmp_path / 'profile.json').read_text())
     assert profile['complete'] and profile['impl'] == 'torch'
     assert [row['pass_name'] for row in profile['results']] == ['fwd', 'fwd+bwd']
@@ -218,13 +174,11 @@ def test_gpu_check_sdpa_step_reports_a_math_fallback(tmp_path, monkeypatch):
     # the restricted forward+backward must then fail, and the step say so.
     from benchmarks import gpu_check
     from mavit_mm.models import mavit
-
     original = mavit.GatedAttention.split_heads
 
     def strided_heads(self, x):
         heads = original(self, x)
-        return heads.transpose(-1, -2).contiguous().transpose(-1, -2)  # last stride != 1
-
+        return heads.transpose(-1, -2).contiguous().transpose(-1, -2)   # last stride != 1
     monkeypatch.setattr(mavit.GatedAttention, 'split_heads', strided_heads)
     result = gpu_check.step_sdpa(tmp_path, 600, device='cpu', sizes=((64, 96),))
     assert result['failed'] == 3
@@ -242,6 +196,5 @@ def test_ncu_mala_needs_a_gpu_and_says_so():
 
 def test_gpu_check_cuda_graphs_need_cuda(tmp_path):
     from benchmarks import gpu_check
-
     with pytest.raises(ValueError, match='CUDA graphs need a CUDA device'):
         gpu_check.step_sweep(tmp_path, 60, device='cpu', sizes=((64, 96),), cuda_graphs=True)

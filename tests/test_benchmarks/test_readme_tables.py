@@ -1,5 +1,4 @@
 """The README's measured figures come from the newest committed results files."""
-
 import json
 import re
 
@@ -17,29 +16,25 @@ def target_text(name: str) -> str:
 
 @pytest.mark.parametrize('name', sorted(readme_tables.BLOCKS))
 def test_block_is_the_newest_results_file(name):
-    assert readme_tables.readme_block(target_text(name), name) == readme_tables.block_for(name), (
+    assert readme_tables.readme_block(target_text(name), name) == readme_tables.block_for(name), \
         'run: python benchmarks/readme_tables.py --write'
-    )
 
 
 def test_readme_quotes_the_ratios_of_the_speed_file():
     report = json.loads(readme_tables.newest_results('speed-table').read_text())
     table = readme_tables.readme_block(README_TEXT, 'speed-table')
-    quoted = [
-        float(row.rsplit('|', 2)[1])
-        for row in table.splitlines()
-        if re.match(r'\| (backbone|UperNet)', row)
-    ]
+    quoted = [float(row.rsplit('|', 2)[1]) for row in table.splitlines()
+              if re.match(r'\| (backbone|UperNet)', row)]
     assert quoted == [round(row['ratio'], 2) for row in report['results']]
 
 
 def test_readme_quotes_the_main_job_of_its_file():
     summary = json.loads(readme_tables.newest_results('main-job').read_text())['summary']
     block = readme_tables.readme_block(README_TEXT, 'main-job')
-    assert f'**{summary["wall_seconds"] / 60:.1f} min**' in block
+    assert f"**{summary['wall_seconds'] / 60:.1f} min**" in block
     for result in summary['results'].values():
         for metric in result['headline_metrics']:
-            assert f'| {metric} | ' in block
+            assert f"| {metric} | " in block
 
 
 @pytest.mark.parametrize('name', sorted(readme_tables.BLOCKS))
@@ -65,5 +60,4 @@ def test_speed_results_record_what_a_reader_needs():
     for row in report['results']:
         assert len(row['times_ms']['MAViT-T']) == report['repeats']
         assert row['ratio'] == pytest.approx(
-            row['median_ms']['MAViT-T'] / row['median_ms']['Swin-T'], rel=1e-3
-        )
+            row['median_ms']['MAViT-T'] / row['median_ms']['Swin-T'], rel=1e-3)

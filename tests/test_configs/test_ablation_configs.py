@@ -3,7 +3,6 @@ variant and kernel function, for MAViT-T Semantic FPN 80k and Mask R-CNN 1x.
 Each is a thin child of the published config that changes the backbone's
 attention settings and nothing else; every one builds, keeps the published
 backbone keys (InLine's residual aside) and is listed in docs/attention.md."""
-
 from __future__ import annotations
 
 import functools
@@ -97,9 +96,8 @@ def test_ablation_builds_the_variant_with_the_published_keys(ablation):
     model = build_model(load_config(ablation_path(pipe, slug)))
     backbone = model.backbone
     attn_types = expected.get('attn_types', PUBLISHED)
-    assert [b.attn.attn_type for stage in backbone.layers for b in stage.blocks] == [
-        t for t, depth in zip(attn_types, backbone.depths) for _ in range(depth)
-    ]
+    assert [b.attn.attn_type for stage in backbone.layers for b in stage.blocks] == \
+        [t for t, depth in zip(attn_types, backbone.depths) for _ in range(depth)]
     assert backbone.kernel_function == expected.get('kernel_function', 'elu')
     keys = [(k, tuple(v.shape)) for k, v in backbone.state_dict().items()]
     residual = [k for k, _ in keys if '.attn.residual.' in k]
@@ -134,5 +132,6 @@ def test_inline_residual_ablation_trains_one_step(pipe):
 
 def test_docs_list_every_ablation_config():
     page = (REPO_ROOT / 'docs' / 'attention.md').read_text()
-    missing = [ablation_path(*a) for a in ABLATIONS if f'configs/{ablation_path(*a)}' not in page]
+    missing = [ablation_path(*a) for a in ABLATIONS
+               if f'configs/{ablation_path(*a)}' not in page]
     assert not missing, missing

@@ -4,7 +4,6 @@ models of the published size, train one step and predict on CPU.
 Parameter targets are the paper's table (reference README), in millions; the
 Cascade Mask R-CNN targets are what the published config builds.
 """
-
 from __future__ import annotations
 
 import math
@@ -28,9 +27,8 @@ from mavit_mm.models import resolve_arch
 SIZES = ('t', 's', 'b', 'l')
 ARCH = dict(t='tiny', s='small', b='base', l='large')
 # Published sizes (reference README): embed_dims and det/seg drop_path_rate.
-EMBED_DIMS = dict(
-    t=[64, 128, 256, 512], s=[64, 128, 320, 512], b=[96, 192, 384, 512], l=[96, 192, 448, 640]
-)
+EMBED_DIMS = dict(t=[64, 128, 256, 512], s=[64, 128, 320, 512],
+                  b=[96, 192, 384, 512], l=[96, 192, 448, 640])
 DROP_PATH = dict(t=0.1, s=0.15, b=0.4, l=0.55)
 
 PIPELINES = {
@@ -66,81 +64,24 @@ PARAMS_M = {
 }
 
 # The published recipes (reference README).
-_DET = dict(
-    scope='mmdet',
-    batch=2,
-    train_loop='EpochBasedTrainLoop',
-    warmup_end=500,
-    warmup_start=0.001,
-    betas=(0.9, 0.999),
-)
+_DET = dict(scope='mmdet', batch=2, train_loop='EpochBasedTrainLoop', warmup_end=500,
+            warmup_start=0.001, betas=(0.9, 0.999))
 RECIPES = {
-    'mask_rcnn_1x': dict(
-        _DET,
-        model='MaskRCNN',
-        lr=4e-4,
-        wd=0.05,
-        max_epochs=12,
-        milestones=[8, 11],
-        multiscale=False,
-        metric=['bbox', 'segm'],
-    ),
-    'mask_rcnn_3x': dict(
-        _DET,
-        model='MaskRCNN',
-        lr=4e-4,
-        wd=0.05,
-        max_epochs=36,
-        milestones=[27, 33],
-        multiscale=True,
-        metric=['bbox', 'segm'],
-    ),
-    'retinanet_1x': dict(
-        _DET,
-        model='RetinaNet',
-        lr=4e-4,
-        wd=1e-4,
-        max_epochs=12,
-        milestones=[8, 11],
-        multiscale=False,
-        metric=['bbox'],
-    ),
-    'cascade_3x': dict(
-        _DET,
-        model='CascadeRCNN',
-        lr=4e-4,
-        wd=0.05,
-        max_epochs=36,
-        milestones=[27, 33],
-        multiscale=True,
-        metric=['bbox', 'segm'],
-    ),
-    'sem_fpn_80k': dict(
-        scope='mmseg',
-        batch=2,
-        train_loop='IterBasedTrainLoop',
-        model='EncoderDecoder',
-        head='FPNHead',
-        lr=1e-4,
-        wd=1e-4,
-        betas=(0.9, 0.999),
-        max_iters=80000,
-        warmup_end=None,
-        poly_power=0.9,
-    ),
-    'upernet_160k': dict(
-        scope='mmseg',
-        batch=2,
-        train_loop='IterBasedTrainLoop',
-        model='EncoderDecoder',
-        head='UPerHead',
-        lr=6e-5,
-        wd=0.01,
-        betas=(0.9, 0.999),
-        max_iters=160000,
-        warmup_end=1500,
-        poly_power=1.0,
-    ),
+    'mask_rcnn_1x': dict(_DET, model='MaskRCNN', lr=4e-4, wd=0.05, max_epochs=12,
+                         milestones=[8, 11], multiscale=False, metric=['bbox', 'segm']),
+    'mask_rcnn_3x': dict(_DET, model='MaskRCNN', lr=4e-4, wd=0.05, max_epochs=36,
+                         milestones=[27, 33], multiscale=True, metric=['bbox', 'segm']),
+    'retinanet_1x': dict(_DET, model='RetinaNet', lr=4e-4, wd=1e-4, max_epochs=12,
+                         milestones=[8, 11], multiscale=False, metric=['bbox']),
+    'cascade_3x': dict(_DET, model='CascadeRCNN', lr=4e-4, wd=0.05, max_epochs=36,
+                       milestones=[27, 33], multiscale=True, metric=['bbox', 'segm']),
+    'sem_fpn_80k': dict(scope='mmseg', batch=2, train_loop='IterBasedTrainLoop',
+                        model='EncoderDecoder', head='FPNHead', lr=1e-4, wd=1e-4,
+                        betas=(0.9, 0.999), max_iters=80000, warmup_end=None, poly_power=0.9),
+    'upernet_160k': dict(scope='mmseg', batch=2, train_loop='IterBasedTrainLoop',
+                         model='EncoderDecoder', head='UPerHead', lr=6e-5, wd=0.01,
+                         betas=(0.9, 0.999), max_iters=160000, warmup_end=1500,
+                         poly_power=1.0),
 }
 DETR_SCALES = [(s, 1333) for s in range(480, 801, 32)]
 
@@ -155,11 +96,8 @@ def _transform(pipeline, type_name):
 def test_all_published_configs_exist():
     expected = {config_path(*c) for c in CONFIGS}
     folders = {path.split('/')[0] for path in PIPELINES.values()}
-    present = {
-        str(p.relative_to(CONFIG_DIR))
-        for folder in folders
-        for p in (CONFIG_DIR / folder).glob('*.py')
-    }
+    present = {str(p.relative_to(CONFIG_DIR)) for folder in folders
+               for p in (CONFIG_DIR / folder).glob('*.py')}
     assert present == expected
 
 
@@ -193,9 +131,8 @@ def test_config_keeps_published_recipe(pipe, size):
     dims = EMBED_DIMS[size]
 
     assert cfg.default_scope == recipe['scope']
-    assert cfg.custom_imports == dict(
-        imports=['mavit_mm', 'mavit_mm.deploy'], allow_failed_imports=False
-    )
+    assert cfg.custom_imports == dict(imports=['mavit_mm', 'mavit_mm.deploy'],
+                                      allow_failed_imports=False)
 
     # Model: MAViT of the right size, SyncBN, ImageNet weights, neck/head widths.
     assert cfg.model.type == recipe['model']
@@ -206,9 +143,8 @@ def test_config_keeps_published_recipe(pipe, size):
     assert backbone.get('drop_path_rate') is None
     assert resolve_arch(backbone.arch)['drop_path_rate'] == DROP_PATH[size]
     assert backbone.norm_cfg.type == 'SyncBN'
-    assert backbone.init_cfg == dict(
-        type='Pretrained', checkpoint=f'pretrained/mavit_{size}_in1k.pth'
-    )
+    assert backbone.init_cfg == dict(type='Pretrained',
+                                     checkpoint=f'pretrained/mavit_{size}_in1k.pth')
     out_indices = list(backbone.out_indices)
     if pipe == 'upernet_160k':
         assert out_indices == [0, 1, 2, 3]
@@ -286,12 +222,10 @@ def test_config_keeps_published_recipe(pipe, size):
             choice = _transform(train_pipeline, 'RandomChoice')
             plain, crop = choice.transforms
             assert [tuple(s) for s in plain[0].scales] == DETR_SCALES
-            assert [t['type'] for t in crop] == [
-                'RandomChoiceResize',
-                'RandomCrop',
-                'RandomChoiceResize',
-            ]
-            assert [tuple(s) for s in crop[0].scales] == [(400, 1333), (500, 1333), (600, 1333)]
+            assert [t['type'] for t in crop] == ['RandomChoiceResize', 'RandomCrop',
+                                                 'RandomChoiceResize']
+            assert [tuple(s) for s in crop[0].scales] == [(400, 1333), (500, 1333),
+                                                          (600, 1333)]
             assert crop[1].crop_type == 'absolute_range'
             assert tuple(crop[1].crop_size) == (384, 600)
             assert [tuple(s) for s in crop[2].scales] == DETR_SCALES
@@ -303,7 +237,8 @@ def test_config_keeps_published_recipe(pipe, size):
         assert ([metric] if isinstance(metric, str) else list(metric)) == recipe['metric']
         assert cfg.test_evaluator == cfg.val_evaluator
     else:
-        assert cfg.train_dataloader.dataset.data_root.rstrip('/') == 'data/ade/ADEChallengeData2016'
+        assert cfg.train_dataloader.dataset.data_root.rstrip('/') == \
+            'data/ade/ADEChallengeData2016'
         assert cfg.model.decode_head.num_classes == 150
         random_resize = _transform(train_pipeline, 'RandomResize')
         assert tuple(random_resize.scale) == (2048, 512)
@@ -322,9 +257,8 @@ def _synthetic_loaded_sample(scope: str) -> dict:
 
     rng = np.random.RandomState(0)
     img = rng.randint(0, 256, size=(480, 640, 3), dtype=np.uint8)
-    sample = dict(
-        img=img, img_shape=(480, 640), ori_shape=(480, 640), img_id=0, img_path='<synthetic>.jpg'
-    )
+    sample = dict(img=img, img_shape=(480, 640), ori_shape=(480, 640), img_id=0,
+                  img_path='<synthetic>.jpg')
     if scope == 'mmseg':
         seg = np.zeros((480, 640), dtype=np.uint8)
         seg[100:300, 200:500] = 7
@@ -333,17 +267,13 @@ def _synthetic_loaded_sample(scope: str) -> dict:
         return sample
     from mmdet.structures.bbox import HorizontalBoxes
     from mmdet.structures.mask import BitmapMasks
-
     boxes = np.array([[10, 10, 300, 200], [200, 100, 600, 400]], dtype=np.float32)
     masks = np.zeros((2, 480, 640), dtype=np.uint8)
     for mask, (x1, y1, x2, y2) in zip(masks, boxes.astype(int)):
         mask[y1:y2, x1:x2] = 1
-    sample.update(
-        gt_bboxes=HorizontalBoxes(boxes),
-        gt_bboxes_labels=np.array([1, 2]),
-        gt_ignore_flags=np.array([False, False]),
-        gt_masks=BitmapMasks(masks, 480, 640),
-    )
+    sample.update(gt_bboxes=HorizontalBoxes(boxes), gt_bboxes_labels=np.array([1, 2]),
+                  gt_ignore_flags=np.array([False, False]),
+                  gt_masks=BitmapMasks(masks, 480, 640))
     return sample
 
 
@@ -410,8 +340,7 @@ def test_param_count(built):
     targets, tol = PARAMS_M[pipe]
     millions = count_params(model) / 1e6
     assert abs(millions - targets[size]) <= tol, (
-        f'{pipe} {size}: {millions:.2f}M parameters, expected {targets[size]} +- {tol}M'
-    )
+        f'{pipe} {size}: {millions:.2f}M parameters, expected {targets[size]} +- {tol}M')
 
 
 @needs_downstream
@@ -428,9 +357,8 @@ def test_loss_and_backward(built):
         assert torch.isfinite(torch.as_tensor(value).detach()).all(), f'{key} = {value}'
     assert torch.isfinite(loss) and loss.item() > 0
     loss.backward()
-    no_grad = [
-        n for n, p in model.backbone.named_parameters() if p.requires_grad and p.grad is None
-    ]
+    no_grad = [n for n, p in model.backbone.named_parameters()
+               if p.requires_grad and p.grad is None]
     assert not no_grad, f'backbone parameters without gradient: {no_grad[:5]}'
     grads = [p.grad for p in model.backbone.parameters() if p.grad is not None]
     assert all(torch.isfinite(g).all() for g in grads)
@@ -448,7 +376,6 @@ def test_predict(built):
     assert len(results) == 2
     if cfg.default_scope == 'mmseg':
         from mmseg.structures import SegDataSample
-
         for result in results:
             assert isinstance(result, SegDataSample)
             assert result.pred_sem_seg.data.shape == (1, IMG_H, IMG_W)
@@ -457,7 +384,6 @@ def test_predict(built):
             assert labels.min() >= 0 and labels.max() < 150
         return
     from mmdet.structures import DetDataSample
-
     for result in results:
         assert isinstance(result, DetDataSample)
         pred = result.pred_instances
@@ -482,11 +408,8 @@ def test_no_weight_decay_on_norms(built):
 
     _, _, cfg, model = built
     wrapper = build_optim_wrapper(model, cfg.optim_wrapper.copy())
-    decay = {
-        id(p): group['weight_decay']
-        for group in wrapper.optimizer.param_groups
-        for p in group['params']
-    }
+    decay = {id(p): group['weight_decay'] for group in wrapper.optimizer.param_groups
+             for p in group['params']}
     wd = cfg.optim_wrapper.optimizer.weight_decay
     for name, module in model.named_modules():
         if isinstance(module, (torch.nn.LayerNorm, _BatchNorm, torch.nn.GroupNorm)):

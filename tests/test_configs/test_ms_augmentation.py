@@ -12,10 +12,8 @@ from mavit_mm.tooling.config import load_config
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed')
 pytest.importorskip('mmdet.datasets')
 
-MS_CONFIGS = [
-    'configs/mask_rcnn/mask-rcnn_mavit-t_fpn_ms-3x_coco.py',
-    'configs/cascade_rcnn/cascade-mask-rcnn_mavit-t_fpn_ms-3x_coco.py',
-]
+MS_CONFIGS = ['configs/mask_rcnn/mask-rcnn_mavit-t_fpn_ms-3x_coco.py',
+              'configs/cascade_rcnn/cascade-mask-rcnn_mavit-t_fpn_ms-3x_coco.py']
 # The published recipe: shorter side 480..800, longer side at most 1333.
 SHORT_SIDE_RANGE = (480, 800)
 LONG_SIDE_MAX = 1333
@@ -34,17 +32,13 @@ def test_multi_scale_train_pipeline_sizes(config, coco_root):
     from mmdet.registry import DATASETS
     from mmdet.utils import register_all_modules
     from mmengine.dataset import Compose  # noqa: F401  (the dataset composes it)
-
     register_all_modules(init_default_scope=True)
 
     cfg = load_config(REPO_ROOT / config)
     retarget_data_root(cfg, str(coco_root))
     dataset_cfg = cfg.train_dataloader.dataset
-    dataset_cfg.update(
-        ann_file='annotations/instances_train.json',
-        data_prefix=dict(img='train/'),
-        metainfo=coco_metainfo(),
-    )
+    dataset_cfg.update(ann_file='annotations/instances_train.json',
+                       data_prefix=dict(img='train/'), metainfo=coco_metainfo())
     dataset = DATASETS.build(dataset_cfg)
     assert len(dataset) == 3
 

@@ -7,7 +7,6 @@ A config changed on purpose gets its snapshot rewritten with
     PYTHONPATH=. python tests/test_configs/test_resolved_configs.py --update
 and the diff of the JSON shows, in review, what the change did.
 """
-
 from __future__ import annotations
 
 import json
@@ -65,15 +64,12 @@ def _allowed_addition(key: str, value, cfg: dict) -> bool:
 
 
 def training_configs() -> list:
-    return sorted(
-        str(p.relative_to(CONFIG_DIR))
-        for p in CONFIG_DIR.rglob('*.py')
-        if p.relative_to(CONFIG_DIR).parts[0] not in SKIPPED_DIRS
-    )
+    return sorted(str(p.relative_to(CONFIG_DIR)) for p in CONFIG_DIR.rglob('*.py')
+                  if p.relative_to(CONFIG_DIR).parts[0] not in SKIPPED_DIRS)
 
 
 def snapshot_path(rel_path: str) -> Path:
-    return SNAPSHOT_DIR / (rel_path[: -len('.py')].replace('/', '__') + '.json')
+    return SNAPSHOT_DIR / (rel_path[:-len('.py')].replace('/', '__') + '.json')
 
 
 def _plain(value):
@@ -90,7 +86,6 @@ def _plain(value):
 def resolve(rel_path: str) -> dict:
     """The config as the tools load it, as plain JSON data."""
     from mavit_mm.tooling.config import load_config
-
     return _plain(load_config(CONFIG_DIR / rel_path).to_dict())
 
 
@@ -149,18 +144,16 @@ def test_every_config_has_a_snapshot():
     present = {p.name for p in SNAPSHOT_DIR.glob('*.json')}
     assert expected == present, (
         f'configs without a snapshot: {sorted(expected - present)}; '
-        f'snapshots without a config: {sorted(present - expected)}'
-    )
+        f'snapshots without a config: {sorted(present - expected)}')
 
 
 @pytest.mark.parametrize('rel_path', training_configs())
 def test_config_resolves_as_committed(rel_path):
     expected = json.loads(snapshot_path(rel_path).read_text())
     lines = differences(expected, resolve(rel_path))
-    assert not lines, (
-        f'configs/{rel_path} resolves differently from '
-        f'{snapshot_path(rel_path).relative_to(REPO_ROOT)}:\n' + '\n'.join(lines)
-    )
+    assert not lines, (f'configs/{rel_path} resolves differently from '
+                       f'{snapshot_path(rel_path).relative_to(REPO_ROOT)}:\n'
+                       + '\n'.join(lines))
 
 
 if __name__ == '__main__':

@@ -1,5 +1,4 @@
 """The bundled synthetic datasets: formats, learnable content, determinism."""
-
 import hashlib
 import json
 from pathlib import Path
@@ -28,11 +27,8 @@ SMALL = dict(num_train=5, num_val=2, image_size=(72, 96), max_objects=3)
 
 
 def _digests(root: Path) -> dict:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob('*'))
-        if p.is_file()
-    }
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob('*')) if p.is_file()}
 
 
 @pytest.mark.parametrize('maker', [make_coco_dataset, make_ade20k_dataset])
@@ -48,14 +44,12 @@ def test_same_seed_gives_byte_identical_files(tmp_path, maker):
 
 def test_coco_dataset_masks_match_the_pixels(tmp_path):
     from pycocotools.coco import COCO
-
     paths = make_coco_dataset(tmp_path, seed=1, **SMALL)
     for split, count in (('train', SMALL['num_train']), ('val', SMALL['num_val'])):
         coco = COCO(str(paths[f'{split}_ann']))
         assert len(coco.getImgIds()) == count
-        assert [c['name'] for c in coco.loadCats(coco.getCatIds())] == [
-            name for name, _ in SHAPE_CLASSES
-        ]
+        assert [c['name'] for c in coco.loadCats(coco.getCatIds())] == \
+            [name for name, _ in SHAPE_CLASSES]
         assert len(coco.getAnnIds()) >= count  # every image has at least one object
         for ann in coco.loadAnns(coco.getAnnIds()):
             info = coco.loadImgs(ann['image_id'])[0]
@@ -126,26 +120,11 @@ def test_command_line(tmp_path):
     help_text = help_result.stdout
     for flag in ('--out', '--kind', '--num-train', '--num-val', '--image-size', '--seed'):
         assert flag in help_text
-    result = run_script(
-        tool,
-        '--out',
-        tmp_path,
-        '--num-train',
-        '2',
-        '--num-val',
-        '1',
-        '--image-size',
-        '64',
-        '--seed',
-        '5',
-    )
+    result = run_script(tool, '--out', tmp_path, '--num-train', '2', '--num-val', '1',
+                        '--image-size', '64', '--seed', '5')
     assert result.returncode == 0, result.stderr
-    assert (
-        json.loads((tmp_path / 'coco' / 'annotations' / 'instances_val.json').read_text())[
-            'images'
-        ][0]['height']
-        == 64
-    )
+    assert json.loads((tmp_path / 'coco' / 'annotations' / 'instances_val.json').read_text())[
+        'images'][0]['height'] == 64
     assert len(list((tmp_path / 'ade20k' / 'images' / 'training').glob('*.jpg'))) == 2
     assert read_manifest(tmp_path / 'ade20k')['seed'] == 5
     bad = run_script(tool, '--num-train', '0')

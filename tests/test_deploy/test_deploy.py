@@ -8,7 +8,6 @@ masks, and the metric each reaches. The compatibility mmdeploy 1.3.1 needs on
 torch 2.13 comes from the model config's ``custom_imports``
 (``mavit_mm.deploy``), never from the test.
 """
-
 from __future__ import annotations
 
 import json
@@ -36,15 +35,11 @@ from mavit_mm.tooling.config import load_config  # noqa: E402
 from mavit_mm.tooling.model_builder import build_model  # noqa: E402
 
 DEPLOY = REPO_ROOT / 'configs' / 'deploy'
-SEG_CONFIGS = {
-    'upernet': 'configs/demo/upernet_mavit-t_demo-shapes.py',
-    'sem_fpn': 'configs/demo/fpn_mavit-t_demo-shapes.py',
-}
-DETECTORS = {
-    'mask_rcnn': 'configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py',
-    'retinanet': 'configs/demo/retinanet_mavit-t_fpn_demo-shapes.py',
-    'cascade': 'configs/demo/cascade-mask-rcnn_mavit-t_fpn_ms-3x_demo-shapes.py',
-}
+SEG_CONFIGS = {'upernet': 'configs/demo/upernet_mavit-t_demo-shapes.py',
+               'sem_fpn': 'configs/demo/fpn_mavit-t_demo-shapes.py'}
+DETECTORS = {'mask_rcnn': 'configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py',
+             'retinanet': 'configs/demo/retinanet_mavit-t_fpn_demo-shapes.py',
+             'cascade': 'configs/demo/cascade-mask-rcnn_mavit-t_fpn_ms-3x_demo-shapes.py'}
 NUM_VAL = 4
 # Detections are compared one to one down to the configs' 0.05 score threshold:
 # with mavit_mm.deploy's RPN, R-CNN and dense-head rewrites the graphs keep
@@ -59,77 +54,40 @@ TRAIN_ITERS = {'mask_rcnn': 120, 'retinanet': 200, 'cascade': 120}
 # configs/mmdet/instance-seg/instance-seg_onnxruntime_dynamic.py in its
 # repository, which its wheel does not ship): a user who follows mmdeploy's
 # own docs uses exactly these settings.
-STOCK_ONNX = dict(
-    type='onnx',
-    export_params=True,
-    keep_initializers_as_inputs=False,
-    opset_version=11,
-    save_file='end2end.onnx',
-    input_names=['input'],
-    optimize=True,
-)
+STOCK_ONNX = dict(type='onnx', export_params=True, keep_initializers_as_inputs=False,
+                  opset_version=11, save_file='end2end.onnx', input_names=['input'],
+                  optimize=True)
 STOCK = {
     'segmentation_onnxruntime_static-512x512': dict(
         onnx_config=dict(STOCK_ONNX, output_names=['output'], input_shape=[512, 512]),
         codebase_config=dict(type='mmseg', task='Segmentation', with_argmax=True),
-        backend_config=dict(type='onnxruntime'),
-    ),
+        backend_config=dict(type='onnxruntime')),
     'detection_onnxruntime_dynamic': dict(
         onnx_config=dict(
-            STOCK_ONNX,
-            output_names=['dets', 'labels'],
-            input_shape=None,
-            dynamic_axes={
-                'input': {0: 'batch', 2: 'height', 3: 'width'},
-                'dets': {0: 'batch', 1: 'num_dets'},
-                'labels': {0: 'batch', 1: 'num_dets'},
-            },
-        ),
-        codebase_config=dict(
-            type='mmdet',
-            task='ObjectDetection',
-            model_type='end2end',
-            post_processing=dict(
-                score_threshold=0.05,
-                confidence_threshold=0.005,
-                iou_threshold=0.5,
-                max_output_boxes_per_class=200,
-                pre_top_k=5000,
-                keep_top_k=100,
-                background_label_id=-1,
-            ),
-        ),
-        backend_config=dict(type='onnxruntime'),
-    ),
+            STOCK_ONNX, output_names=['dets', 'labels'], input_shape=None,
+            dynamic_axes={'input': {0: 'batch', 2: 'height', 3: 'width'},
+                          'dets': {0: 'batch', 1: 'num_dets'},
+                          'labels': {0: 'batch', 1: 'num_dets'}}),
+        codebase_config=dict(type='mmdet', task='ObjectDetection', model_type='end2end',
+                             post_processing=dict(
+                                 score_threshold=0.05, confidence_threshold=0.005,
+                                 iou_threshold=0.5, max_output_boxes_per_class=200,
+                                 pre_top_k=5000, keep_top_k=100, background_label_id=-1)),
+        backend_config=dict(type='onnxruntime')),
     'instance-seg_onnxruntime_dynamic': dict(
         onnx_config=dict(
-            STOCK_ONNX,
-            output_names=['dets', 'labels', 'masks'],
-            input_shape=None,
-            dynamic_axes={
-                'input': {0: 'batch', 2: 'height', 3: 'width'},
-                'dets': {0: 'batch', 1: 'num_dets'},
-                'labels': {0: 'batch', 1: 'num_dets'},
-                'masks': {0: 'batch', 1: 'num_dets', 2: 'height', 3: 'width'},
-            },
-        ),
-        codebase_config=dict(
-            type='mmdet',
-            task='ObjectDetection',
-            model_type='end2end',
-            post_processing=dict(
-                score_threshold=0.05,
-                confidence_threshold=0.005,
-                iou_threshold=0.5,
-                max_output_boxes_per_class=200,
-                pre_top_k=5000,
-                keep_top_k=100,
-                background_label_id=-1,
-                export_postprocess_mask=False,
-            ),
-        ),
-        backend_config=dict(type='onnxruntime'),
-    ),
+            STOCK_ONNX, output_names=['dets', 'labels', 'masks'], input_shape=None,
+            dynamic_axes={'input': {0: 'batch', 2: 'height', 3: 'width'},
+                          'dets': {0: 'batch', 1: 'num_dets'},
+                          'labels': {0: 'batch', 1: 'num_dets'},
+                          'masks': {0: 'batch', 1: 'num_dets', 2: 'height', 3: 'width'}}),
+        codebase_config=dict(type='mmdet', task='ObjectDetection', model_type='end2end',
+                             post_processing=dict(
+                                 score_threshold=0.05, confidence_threshold=0.005,
+                                 iou_threshold=0.5, max_output_boxes_per_class=200,
+                                 pre_top_k=5000, keep_top_k=100, background_label_id=-1,
+                                 export_postprocess_mask=False)),
+        backend_config=dict(type='onnxruntime')),
 }
 
 
@@ -139,8 +97,7 @@ def deploy_config(name: str, tmp_path: Path) -> str:
     if not name.startswith('stock:'):
         return str(DEPLOY / f'{name}.py')
     from mmengine.config import Config
-
-    path = tmp_path / f'{name.split(":", 1)[1]}.py'
+    path = tmp_path / f"{name.split(':', 1)[1]}.py"
     Config(STOCK[name.split(':', 1)[1]]).dump(str(path))
     return str(path)
 
@@ -148,21 +105,11 @@ def deploy_config(name: str, tmp_path: Path) -> str:
 @pytest.fixture(scope='module')
 def data_roots(tmp_path_factory):
     from mavit_mm.data.synthetic import make_ade20k_dataset, make_coco_dataset
-
     root = tmp_path_factory.mktemp('deploy_data')
-    return {
-        'ade20k': make_ade20k_dataset(root / 'ade20k', num_train=64, num_val=NUM_VAL, seed=0)[
-            'root'
-        ],
-        'coco': make_coco_dataset(
-            root / 'coco',
-            num_train=64,
-            num_val=NUM_VAL,
-            image_size=(160, 160),
-            max_objects=3,
-            seed=0,
-        )['root'],
-    }
+    return {'ade20k': make_ade20k_dataset(root / 'ade20k', num_train=64, num_val=NUM_VAL,
+                                          seed=0)['root'],
+            'coco': make_coco_dataset(root / 'coco', num_train=64, num_val=NUM_VAL,
+                                      image_size=(160, 160), max_objects=3, seed=0)['root']}
 
 
 def model_config(config: str, data_root, out_dir: Path) -> str:
@@ -183,26 +130,23 @@ def fixed_seed_checkpoint(config: str, path: Path) -> str:
 
 
 def export(deploy_cfg: str, model_cfg: str, checkpoint: str, image: str, work_dir: Path):
-    torch2onnx(
-        image, str(work_dir), 'end2end.onnx', deploy_cfg, model_cfg, checkpoint, device='cpu'
-    )
+    torch2onnx(image, str(work_dir), 'end2end.onnx', deploy_cfg, model_cfg, checkpoint,
+               device='cpu')
     deploy, model = load_deploy_config(deploy_cfg, model_cfg)
     processor = build_task_processor(model, deploy, 'cpu')
     backend = processor.build_backend_model(
         [str(work_dir / 'end2end.onnx')],
-        data_preprocessor_updater=processor.update_data_preprocessor,
-    )
+        data_preprocessor_updater=processor.update_data_preprocessor)
     return processor, backend, processor.build_pytorch_model(checkpoint)
 
 
 def evaluate(processor, model, work_dir: Path) -> dict:
     """What mmdeploy's tools/test.py computes for ``model``."""
     from copy import deepcopy
-
     loader_cfg = deepcopy(processor.model_cfg.test_dataloader)
     loader_cfg['batch_size'] = 1
     input_shape = get_input_shape(processor.deploy_cfg)
-    if input_shape:  # a static model takes its one size (tools/test.py --cfg-options)
+    if input_shape:   # a static model takes its one size (tools/test.py --cfg-options)
         for step in loader_cfg['dataset']['pipeline']:
             if step['type'] == 'Resize':
                 step.update(scale=tuple(input_shape), keep_ratio=False)
@@ -218,15 +162,14 @@ def val_images(data_root, kind: str):
 
 
 # -- segmentation --------------------------------------------------------------
-SEG_CASES = [
-    ('upernet', 'segmentation_onnxruntime_dynamic'),
-    ('sem_fpn', 'segmentation_onnxruntime_dynamic'),
-    ('upernet', 'segmentation_onnxruntime_static-512x512'),
-    ('upernet', 'stock:segmentation_onnxruntime_static-512x512'),
-]
+SEG_CASES = [('upernet', 'segmentation_onnxruntime_dynamic'),
+             ('sem_fpn', 'segmentation_onnxruntime_dynamic'),
+             ('upernet', 'segmentation_onnxruntime_static-512x512'),
+             ('upernet', 'stock:segmentation_onnxruntime_static-512x512')]
 
 
-@pytest.mark.parametrize('pipeline,deploy_name', SEG_CASES, ids=[f'{p}-{d}' for p, d in SEG_CASES])
+@pytest.mark.parametrize('pipeline,deploy_name', SEG_CASES,
+                         ids=[f'{p}-{d}' for p, d in SEG_CASES])
 def test_segmentation_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp_path):
     """Labels agree on >= 99.9 % of pixels and mIoU within 0.5 points. UperNet's
     pyramid pooling on a 16x16 map (scales 3 and 6) at 512x512 is where
@@ -234,16 +177,13 @@ def test_segmentation_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp
     config = model_config(SEG_CONFIGS[pipeline], data_roots['ade20k'], tmp_path)
     checkpoint = fixed_seed_checkpoint(config, tmp_path / 'model.pth')
     images = val_images(data_roots['ade20k'], 'ade20k')
-    processor, backend, pytorch = export(
-        deploy_config(deploy_name, tmp_path), config, checkpoint, images[0], tmp_path / 'onnx'
-    )
+    processor, backend, pytorch = export(deploy_config(deploy_name, tmp_path), config,
+                                         checkpoint, images[0], tmp_path / 'onnx')
     # Labels at the network's output, on the same preprocessed input: the ONNX
     # graph's argmax against PyTorch's encode_decode (both resized to the input).
     import onnxruntime as ort
-
-    session = ort.InferenceSession(
-        str(tmp_path / 'onnx' / 'end2end.onnx'), providers=['CPUExecutionProvider']
-    )
+    session = ort.InferenceSession(str(tmp_path / 'onnx' / 'end2end.onnx'),
+                                   providers=['CPUExecutionProvider'])
     agree = []
     for image in images:
         data, inputs = processor.create_input(image, get_input_shape(processor.deploy_cfg))
@@ -279,19 +219,16 @@ def trained_detector(data_roots, tmp_path_factory):
             cfg.randomness = dict(seed=0)
             config = root / f'{name}.py'
             cfg.dump(str(config))
-            result = run_tool(
-                'train.py', config, '--work-dir', root / 'work', cwd=root, timeout=1800
-            )
+            result = run_tool('train.py', config, '--work-dir', root / 'work', cwd=root,
+                              timeout=1800)
             assert result.returncode == 0, explain(result)
             trained[name] = (str(config), str(root / 'work' / f'iter_{iters}.pth'))
         return trained[name]
-
     return train
 
 
 def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     from mmcv.ops import bbox_overlaps
-
     return bbox_overlaps(a, b)
 
 
@@ -301,34 +238,29 @@ def mask_iou(a: torch.Tensor, b: torch.Tensor) -> float:
     return 1.0 if union == 0 else (a & b).sum().item() / union
 
 
-DET_CASES = [
-    ('mask_rcnn', 'instance-seg_onnxruntime_dynamic'),
-    ('mask_rcnn', 'instance-seg_onnxruntime_static'),
-    ('mask_rcnn', 'stock:instance-seg_onnxruntime_dynamic'),
-    ('retinanet', 'detection_onnxruntime_dynamic'),
-    ('retinanet', 'stock:detection_onnxruntime_dynamic'),
-    # About 16 minutes on a 2-core CPU (training and the cascade's
-    # export and evaluation): out of CI, run by `make test-slow`.
-    pytest.param('cascade', 'instance-seg_onnxruntime_dynamic', marks=pytest.mark.slow),
-]
+DET_CASES = [('mask_rcnn', 'instance-seg_onnxruntime_dynamic'),
+             ('mask_rcnn', 'instance-seg_onnxruntime_static'),
+             ('mask_rcnn', 'stock:instance-seg_onnxruntime_dynamic'),
+             ('retinanet', 'detection_onnxruntime_dynamic'),
+             ('retinanet', 'stock:detection_onnxruntime_dynamic'),
+             # About 16 minutes on a 2-core CPU (training and the cascade's
+             # export and evaluation): out of CI, run by `make test-slow`.
+             pytest.param('cascade', 'instance-seg_onnxruntime_dynamic',
+                          marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize(
-    'pipeline,deploy_name',
-    DET_CASES,
-    ids=[f'{p}-{d}' for p, d in (getattr(case, 'values', case) for case in DET_CASES)],
-)
-def test_detector_matches_onnxruntime(
-    pipeline, deploy_name, trained_detector, data_roots, tmp_path
-):
+@pytest.mark.parametrize('pipeline,deploy_name', DET_CASES,
+                         ids=[f'{p}-{d}' for p, d in
+                              (getattr(case, 'values', case) for case in DET_CASES)])
+def test_detector_matches_onnxruntime(pipeline, deploy_name, trained_detector, data_roots,
+                                      tmp_path):
     """Every PyTorch detection above DET_SCORE_THR has an ORT one of its class
     with box IoU >= 0.99 and a score within 0.01 (and, with masks, mask IoU >=
     0.99); bbox (and segm) mAP within 0.5 points through mmdeploy's evaluation."""
     config, checkpoint = trained_detector(pipeline)
     images = val_images(data_roots['coco'], 'coco')
-    processor, backend, pytorch = export(
-        deploy_config(deploy_name, tmp_path), config, checkpoint, images[0], tmp_path / 'onnx'
-    )
+    processor, backend, pytorch = export(deploy_config(deploy_name, tmp_path), config,
+                                         checkpoint, images[0], tmp_path / 'onnx')
     with_masks = deploy_name.split(':')[-1].startswith('instance-seg')
     compared, best_scores = 0, []
     for image in images:
@@ -343,11 +275,8 @@ def test_detector_matches_onnxruntime(
         ious = box_iou(expected.bboxes[keep], got.bboxes)
         for row, index in enumerate(keep.nonzero().flatten().tolist()):
             same_class = got.labels == expected.labels[index]
-            candidates = (
-                (ious[row] >= 0.99)
-                & same_class
-                & ((got.scores - expected.scores[index]).abs() <= 0.01)
-            )
+            candidates = (ious[row] >= 0.99) & same_class & \
+                ((got.scores - expected.scores[index]).abs() <= 0.01)
             if not candidates.any():
                 same = ious[row].where(same_class, ious.new_tensor(-1.0))
                 best = int(same.argmax())
@@ -356,21 +285,18 @@ def test_detector_matches_onnxruntime(
                     f'{int(expected.labels[index])}, score {float(expected.scores[index]):.4f}, '
                     f'box {expected.bboxes[index].tolist()} has no ONNX Runtime match; the '
                     f'nearest of its class: IoU {float(same[best]):.4f}, score '
-                    f'{float(got.scores[best]):.4f}, box {got.bboxes[best].tolist()}'
-                )
+                    f'{float(got.scores[best]):.4f}, box {got.bboxes[best].tolist()}')
             if with_masks:
                 match = int(candidates.nonzero()[0])
                 assert mask_iou(expected.masks[index], got.masks[match]) >= 0.99
             compared += 1
-    assert compared >= 2, f'too few detections above {DET_SCORE_THR}: best {best_scores}'
+    assert compared >= 2, (f'too few detections above {DET_SCORE_THR}: '
+                           f'best {best_scores}')
     ort_metrics = evaluate(processor, backend, tmp_path / 'eval_ort')
     torch_metrics = evaluate(processor, pytorch, tmp_path / 'eval_torch')
     for key in ('coco/bbox_mAP', 'coco/segm_mAP') if with_masks else ('coco/bbox_mAP',):
-        assert abs(ort_metrics[key] - torch_metrics[key]) <= 0.005, (
-            key,
-            ort_metrics,
-            torch_metrics,
-        )
+        assert abs(ort_metrics[key] - torch_metrics[key]) <= 0.005, (key, ort_metrics,
+                                                                      torch_metrics)
 
 
 # -- as mmdeploy's tools run ---------------------------------------------------
@@ -393,18 +319,18 @@ def test_deploy_needs_nothing_but_the_model_config(data_roots, tmp_path):
                               ops=sorted({{n.op_type for n in model.graph.node}}),
                               domains=sorted({{n.domain for n in model.graph.node}}))))
     """)
-    result = subprocess.run(
-        [sys.executable, '-c', script], cwd=tmp_path, capture_output=True, text=True, timeout=900
-    )
+    result = subprocess.run([sys.executable, '-c', script], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     graph = json.loads(result.stdout.strip().splitlines()[-1])
     assert graph['opset'] == 11
-    assert graph['domains'] == [''], graph  # standard ONNX ops only
-    assert 'AveragePool' not in graph['ops']  # no approximate adaptive pooling
+    assert graph['domains'] == [''], graph      # standard ONNX ops only
+    assert 'AveragePool' not in graph['ops']    # no approximate adaptive pooling
 
 
 # -- the backbone alone, torch's default exporter -------------------------------
-def test_backbone_exports_with_dynamic_shapes_under_the_default_exporter(tmp_path, monkeypatch):
+def test_backbone_exports_with_dynamic_shapes_under_the_default_exporter(tmp_path,
+                                                                         monkeypatch):
     """torch 2.13's default (dynamo) exporter; one ONNX file serves two sizes
     within 1e-4 of PyTorch; the fused Triton op never enters the graph."""
     import onnx
@@ -415,7 +341,6 @@ def test_backbone_exports_with_dynamic_shapes_under_the_default_exporter(tmp_pat
 
     def no_kernels(*args):
         raise AssertionError('the fused kernels ran during export')
-
     monkeypatch.setattr(mala_ops, '_triton_mala', no_kernels)
     torch.manual_seed(0)
     model = MAViT('t', mala_impl='auto').eval()
@@ -423,13 +348,9 @@ def test_backbone_exports_with_dynamic_shapes_under_the_default_exporter(tmp_pat
     path = tmp_path / 'mavit_t.onnx'
     # Sizes in multiples of 32 (the backbone's stride), batch 1.
     height, width = (torch.export.Dim(name, min=1, max=128) for name in ('height', 'width'))
-    torch.onnx.export(
-        model,
-        (torch.randn(1, 3, *sizes[0]),),
-        str(path),
-        input_names=['image'],
-        dynamic_shapes={'x': {2: 32 * height, 3: 32 * width}},
-    )
+    torch.onnx.export(model, (torch.randn(1, 3, *sizes[0]),), str(path),
+                      input_names=['image'],
+                      dynamic_shapes={'x': {2: 32 * height, 3: 32 * width}})
     graph = onnx.load(str(path))
     assert not [n for n in graph.graph.node if n.domain not in ('', 'ai.onnx')]
     session = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
@@ -445,18 +366,19 @@ def test_backbone_exports_with_dynamic_shapes_under_the_default_exporter(tmp_pat
 
 
 @pytest.mark.parametrize('dynamo', [True, False], ids=['dynamo', 'torchscript'])
-def test_export_takes_the_pytorch_path_even_when_triton_is_asked_for(dynamo, tmp_path, monkeypatch):
+def test_export_takes_the_pytorch_path_even_when_triton_is_asked_for(dynamo, tmp_path,
+                                                                     monkeypatch):
     """``mala_impl='triton'`` runs the kernels (here in Triton's interpreter), but
     an exported graph gets the PyTorch path: no exported format holds them."""
     import onnx
 
     from mavit_mm.models.mavit import MAViT
     from mavit_mm.ops import mala as mala_ops
-
     monkeypatch.setenv('TRITON_INTERPRET', '1')
     calls = []
     original = mala_ops._triton_mala
-    monkeypatch.setattr(mala_ops, '_triton_mala', lambda *args: calls.append(1) or original(*args))
+    monkeypatch.setattr(mala_ops, '_triton_mala',
+                        lambda *args: calls.append(1) or original(*args))
     model = MAViT('t', depths=[1, 1, 1, 1], mala_impl='triton').eval()
     image = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
@@ -464,8 +386,8 @@ def test_export_takes_the_pytorch_path_even_when_triton_is_asked_for(dynamo, tmp
     assert calls, 'the kernels should run outside export'
     calls.clear()
     path = tmp_path / 'mavit.onnx'
-    torch.onnx.export(model, (image,), str(path), dynamo=dynamo, opset_version=18 if dynamo else 17)
+    torch.onnx.export(model, (image,), str(path), dynamo=dynamo,
+                      opset_version=18 if dynamo else 17)
     assert not calls
-    assert not [
-        n.op_type for n in onnx.load(str(path)).graph.node if n.domain not in ('', 'ai.onnx')
-    ]
+    assert not [n.op_type for n in onnx.load(str(path)).graph.node
+                if n.domain not in ('', 'ai.onnx')]

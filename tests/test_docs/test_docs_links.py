@@ -1,25 +1,18 @@
 """README.md and docs/ link only to files that exist, and name no work items."""
-
 import re
 
 import pytest
 from helpers.paths import REPO_ROOT
 
-PAGES = [
-    REPO_ROOT / 'README.md',
-    REPO_ROOT / 'benchmarks' / 'results' / 'README.md',
-    *sorted((REPO_ROOT / 'docs').glob('*.md')),
-]
+PAGES = [REPO_ROOT / 'README.md', REPO_ROOT / 'benchmarks' / 'results' / 'README.md',
+         *sorted((REPO_ROOT / 'docs').glob('*.md'))]
 LINK = re.compile(r'\]\(([^)#\s]+)(?:#[^)]*)?\)')
 
 
 @pytest.mark.parametrize('page', PAGES, ids=lambda page: page.relative_to(REPO_ROOT).as_posix())
 def test_relative_links_resolve(page):
-    missing = [
-        target
-        for target in LINK.findall(page.read_text())
-        if '://' not in target and not (page.parent / target).exists()
-    ]
+    missing = [target for target in LINK.findall(page.read_text())
+               if '://' not in target and not (page.parent / target).exists()]
     assert not missing, f'{page.name} links to missing files: {missing}'
 
 

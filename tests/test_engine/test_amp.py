@@ -2,21 +2,14 @@
 AmpWhereAvailableOptimWrapper is mixed precision where mmengine's
 AmpOptimWrapper can run, fp32 elsewhere, and found through mmdet's and mmseg's
 registries."""
-
 import warnings
 
 import pytest
 
 
 def _wrapper_cfg(**extra):
-    return dict(
-        dict(
-            type='AmpWhereAvailableOptimWrapper',
-            loss_scale='dynamic',
-            optimizer=dict(type='AdamW', lr=1e-4),
-        ),
-        **extra,
-    )
+    return dict(dict(type='AmpWhereAvailableOptimWrapper', loss_scale='dynamic',
+                     optimizer=dict(type='AdamW', lr=1e-4)), **extra)
 
 
 def test_wrapper_found_through_mmdet_and_mmseg_registries():
@@ -27,7 +20,6 @@ def test_wrapper_found_through_mmdet_and_mmseg_registries():
 
     import mavit_mm  # noqa: F401  (registers it)
     from mavit_mm.engine.amp import AmpWhereAvailableOptimWrapper
-
     assert DET.get('AmpWhereAvailableOptimWrapper') is AmpWhereAvailableOptimWrapper
     assert SEG.get('AmpWhereAvailableOptimWrapper') is AmpWhereAvailableOptimWrapper
 
@@ -37,12 +29,10 @@ def test_wrapper_without_amp_device_is_fp32_optim_wrapper(monkeypatch):
     from mmengine.optim import AmpOptimWrapper, OptimWrapper, build_optim_wrapper
 
     from mavit_mm.engine import amp
-
     monkeypatch.setattr(amp, 'amp_available', lambda: False)
     model = torch.nn.Linear(2, 2)
-    wrapper = build_optim_wrapper(
-        model, _wrapper_cfg(dtype='bfloat16', clip_grad=dict(max_norm=1.0))
-    )
+    wrapper = build_optim_wrapper(model, _wrapper_cfg(dtype='bfloat16',
+                                                      clip_grad=dict(max_norm=1.0)))
     assert type(wrapper) is OptimWrapper and not isinstance(wrapper, AmpOptimWrapper)
     assert wrapper.clip_grad_kwargs == dict(max_norm=1.0)
     assert isinstance(wrapper.optimizer, torch.optim.AdamW)
@@ -60,14 +50,12 @@ def test_wrapper_with_amp_device_is_amp_optim_wrapper(monkeypatch):
     from mmengine.optim.optimizer import amp_optimizer_wrapper
 
     from mavit_mm.engine import amp
-
     monkeypatch.setattr(amp, 'amp_available', lambda: True)
     monkeypatch.setattr(amp_optimizer_wrapper, 'is_cuda_available', lambda: True)
     with warnings.catch_warnings():  # GradScaler without CUDA may warn and disable itself
         warnings.simplefilter('ignore')
-        wrapper = build_optim_wrapper(
-            torch.nn.Linear(2, 2), _wrapper_cfg(loss_scale=512.0, dtype='bfloat16')
-        )
+        wrapper = build_optim_wrapper(torch.nn.Linear(2, 2),
+                                      _wrapper_cfg(loss_scale=512.0, dtype='bfloat16'))
     assert isinstance(wrapper, AmpOptimWrapper)
     assert wrapper.cast_dtype is torch.bfloat16
     assert wrapper._scale_update_param == 512.0

@@ -10,7 +10,6 @@ scripts:
 Real two-process runs through tools/dist_train.sh and tools/dist_test.sh:
 tests/test_tools/test_distributed_launch.py.
 """
-
 from __future__ import annotations
 
 import os
@@ -42,9 +41,8 @@ def _inputs():
 
 
 def _sync_bn_worker(rank: int, world_size: int, init_file: str):
-    dist.init_process_group(
-        'gloo', init_method=f'file://{init_file}', rank=rank, world_size=world_size
-    )
+    dist.init_process_group('gloo', init_method=f'file://{init_file}', rank=rank,
+                            world_size=world_size)
     try:
         torch.manual_seed(1)
         reference = nn.BatchNorm2d(CHANNELS, momentum=0.3)
@@ -64,14 +62,12 @@ def _sync_bn_worker(rank: int, world_size: int, init_file: str):
         (out * upstream[part]).sum().backward()
 
         def close(a, b, what):
-            assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), (
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), \
                 f'rank {rank}: {what} differs by {(a - b).abs().max():.3g}'
-            )
 
         with torch.no_grad():
             expected = nn.functional.batch_norm(
-                x, None, None, reference.weight, reference.bias, True, 0.0, reference.eps
-            )
+                x, None, None, reference.weight, reference.bias, True, 0.0, reference.eps)
         close(out.detach(), expected[part], 'output')
         close(x_mine.grad, x_ref.grad[part], 'input gradient')
         # Each process holds the gradient of its own loss; summed over the
@@ -104,19 +100,13 @@ def test_cpu_sync_bn_is_plain_batchnorm_in_one_process():
 
 
 def test_model_wrapper_converts_every_sync_bn():
-    model = nn.Sequential(
-        nn.Conv2d(3, 4, 1),
-        nn.SyncBatchNorm(4, momentum=0.2),
-        nn.Sequential(nn.SyncBatchNorm(4, affine=False), nn.BatchNorm2d(4)),
-    )
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.SyncBatchNorm(4, momentum=0.2),
+                          nn.Sequential(nn.SyncBatchNorm(4, affine=False), nn.BatchNorm2d(4)))
     weight = model[1].weight
     converted, count = cpu_distributed.to_cpu_sync_bn(model)
     assert count == 2
-    assert [type(m).__name__ for m in converted.modules() if 'Norm' in type(m).__name__] == [
-        'CPUSyncBatchNorm',
-        'CPUSyncBatchNorm',
-        'BatchNorm2d',
-    ]
+    assert [type(m).__name__ for m in converted.modules() if 'Norm' in type(m).__name__] == \
+        ['CPUSyncBatchNorm', 'CPUSyncBatchNorm', 'BatchNorm2d']
     assert converted[1].weight is weight and converted[1].momentum == 0.2  # shared, same settings
     assert converted[2][0].weight is None
     assert not any(isinstance(m, nn.SyncBatchNorm) for m in converted.modules())
@@ -124,30 +114,21 @@ def test_model_wrapper_converts_every_sync_bn():
 
 # -- the config of a CPU run -------------------------------------------------------
 
-
 def test_cpu_run_config_adaptations():
     messages = []
-    cfg = Config(
-        dict(
-            launcher='pytorch',
-            find_unused_parameters=True,
-            env_cfg=dict(dist_cfg=dict(backend='nccl')),
-        )
-    )
+    cfg = Config(dict(launcher='pytorch', find_unused_parameters=True,
+                      env_cfg=dict(dist_cfg=dict(backend='nccl'))))
     cpu_distributed.adapt_to_cpu(cfg, lambda message, level: messages.append(message))
     assert cfg.env_cfg.dist_cfg.backend == 'gloo'
     assert cfg.model_wrapper_cfg.type == 'CPUDistributedDataParallel'
     assert cfg.model_wrapper_cfg.find_unused_parameters is True
     assert len(messages) == 1 and 'gloo' in messages[0]
     # A config's own DDP settings are kept; another wrapper only loses its device ids.
-    own = Config(
-        dict(
-            launcher='pytorch',
-            model_wrapper_cfg=dict(type='MMDistributedDataParallel', broadcast_buffers=True),
-        )
-    )
+    own = Config(dict(launcher='pytorch', model_wrapper_cfg=dict(
+        type='MMDistributedDataParallel', broadcast_buffers=True)))
     cpu_distributed.adapt_to_cpu(own, lambda *args: None)
-    assert own.model_wrapper_cfg == dict(type='CPUDistributedDataParallel', broadcast_buffers=True)
+    assert own.model_wrapper_cfg == dict(type='CPUDistributedDataParallel',
+                                         broadcast_buffers=True)
     other = Config(dict(launcher='pytorch', model_wrapper_cfg=dict(type='Custom')))
     cpu_distributed.adapt_to_cpu(other, lambda *args: None)
     assert other.model_wrapper_cfg == dict(type='Custom', device_ids=None)
@@ -169,9 +150,7 @@ def test_only_a_multi_process_run_without_cuda_is_changed(monkeypatch):
 
 def test_messages_only_from_the_first_process(monkeypatch):
     printed = []
-    monkeypatch.setattr(
-        runner_setup, 'print_log', lambda message, **kwargs: printed.append(message)
-    )
+    monkeypatch.setattr(runner_setup, 'print_log', lambda message, **kwargs: printed.append(message))
     monkeypatch.setenv('RANK', '1')
     runner_setup.log('from rank 1')
     monkeypatch.setenv('RANK', '0')
@@ -187,11 +166,9 @@ def fake_scontrol(tmp_path, monkeypatch):
     bin_dir = tmp_path / 'bin'
     bin_dir.mkdir()
     scontrol = bin_dir / 'scontrol'
-    scontrol.write_text(
-        '#!/usr/bin/env bash\n'
-        '[ "$1 $2 $3" = "show hostnames node[07-08]" ] && '
-        'printf "node07\\nnode08\\n"\n'
-    )
+    scontrol.write_text('#!/usr/bin/env bash\n'
+                        '[ "$1 $2 $3" = "show hostnames node[07-08]" ] && '
+                        'printf "node07\\nnode08\\n"\n')
     scontrol.chmod(0o755)
     monkeypatch.setenv('PATH', f'{bin_dir}{os.pathsep}{os.environ["PATH"]}')
     # _slurm_environment writes these into os.environ: set through monkeypatch
@@ -205,13 +182,12 @@ def fake_scontrol(tmp_path, monkeypatch):
 def test_close_process_group_ends_the_run(tmp_path):
     # The tools destroy the group themselves after train / test: left to
     # interpreter shutdown, gloo could abort a rank that had finished (SIGABRT).
-    dist.init_process_group(
-        'gloo', init_method=f'file://{tmp_path / "store"}', rank=0, world_size=1
-    )
+    dist.init_process_group('gloo', init_method=f'file://{tmp_path / "store"}', rank=0,
+                            world_size=1)
     assert dist.is_initialized()
     runner_setup.close_process_group()
     assert not dist.is_initialized()
-    runner_setup.close_process_group()  # nothing to close: no error
+    runner_setup.close_process_group()   # nothing to close: no error
 
 
 def test_slurm_environment(fake_scontrol, monkeypatch):
@@ -221,9 +197,9 @@ def test_slurm_environment(fake_scontrol, monkeypatch):
     monkeypatch.setenv('SLURM_LOCALID', '1')
     monkeypatch.setenv('SLURM_NODELIST', 'node[07-08]')
     cpu_distributed._slurm_environment(port=None)
-    assert {
-        k: os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')
-    } == dict(RANK='9', WORLD_SIZE='16', LOCAL_RANK='1', MASTER_ADDR='node07', MASTER_PORT='29500')
+    assert {k: os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR',
+                                       'MASTER_PORT')} == dict(
+        RANK='9', WORLD_SIZE='16', LOCAL_RANK='1', MASTER_ADDR='node07', MASTER_PORT='29500')
     cpu_distributed._slurm_environment(port=29611)  # dist_cfg.port wins
     assert os.environ['MASTER_PORT'] == '29611'
 

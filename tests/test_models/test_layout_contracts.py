@@ -7,7 +7,6 @@ mmcv's RoIAlign reads raw memory as NCHW (docs/architecture.md, "Memory
 layout"). A regression here made the backbone 2.2x slower on a CPU: SDPA fell
 back to its math path and nothing noticed.
 """
-
 from collections import Counter
 
 import pytest
@@ -70,16 +69,13 @@ def expected_forward_copies(model: MAViT) -> int:
     NCHW; one per block: v, a channel slice of the qkvo map, made dense for
     the LePE depthwise convolution; and one per multi-head block of a linear
     variant on the PyTorch path, whose matmul returns head-major results."""
-    multi_head_linear = sum(
-        depth
-        for depth, heads, attn_type in zip(model.depths, model.num_heads, model.attn_types)
-        if heads > 1 and attn_type in LINEAR_ATTN_TYPES
-    )
+    multi_head_linear = sum(depth for depth, heads, attn_type in
+                            zip(model.depths, model.num_heads, model.attn_types)
+                            if heads > 1 and attn_type in LINEAR_ATTN_TYPES)
     return 1 + len(model.out_indices) + sum(model.depths) + multi_head_linear
 
 
 # -- SDPA runs its flash kernel --------------------------------------------------
-
 
 def test_forward_and_backward_run_with_only_flash_attention_allowed():
     model = tiny_model(None).train()
@@ -97,10 +93,8 @@ def test_flash_only_refuses_token_contiguous_heads():
     rope = RoPE2d(64)(8, 12)
     qkv = torch.randn(1, 3 * 64, 8, 12)
     q, k, v = (t.reshape(1, 1, 64, 96).transpose(-1, -2) for t in qkv.chunk(3, dim=1))
-    with (
-        sdpa_kernel([SDPBackend.FLASH_ATTENTION]),
-        pytest.raises(RuntimeError, match='No available kernel'),
-    ):
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]), pytest.raises(RuntimeError,
+                                                                   match='No available kernel'):
         attention(q, k, v, 'softmax', rope)
 
 
@@ -110,11 +104,10 @@ def test_profile_of_a_forward_has_no_sdpa_math_path(layout):
     with torch.no_grad():
         names = Counter(event.name for event in profiled(lambda: model(image(layout))))
     assert names[SDPA_MATH] == 0
-    assert names[SDPA_FLASH_CPU] == sum(model.depths[2:])  # the softmax stages
+    assert names[SDPA_FLASH_CPU] == sum(model.depths[2:])   # the softmax stages
 
 
 # -- outputs: contiguous NCHW ------------------------------------------------------
-
 
 @pytest.mark.parametrize('attn_type', ATTN_TYPES)
 @pytest.mark.parametrize('layout', sorted(LAYOUTS))
@@ -129,7 +122,6 @@ def test_outputs_are_contiguous_nchw(attn_type, layout):
 
 
 # -- copies ----------------------------------------------------------------------
-
 
 @pytest.mark.parametrize('attn_type', ATTN_TYPES)
 @pytest.mark.parametrize('layout', sorted(LAYOUTS))

@@ -1,6 +1,5 @@
 """The MAViT backbone against the published model: keys, shapes, numerics,
 mmdet backbone conventions and input validation."""
-
 import json
 import subprocess
 import sys
@@ -35,7 +34,6 @@ def parity_model(parity_data):
 
 # -- the published contract ----------------------------------------------------
 
-
 @pytest.mark.parametrize('size', SIZES)
 def test_state_dict_matches_published_keys_and_shapes(reference_dir, size):
     reference = reference_shapes(reference_dir, size)
@@ -49,12 +47,9 @@ def test_state_dict_matches_published_keys_and_shapes(reference_dir, size):
 def test_published_state_dict_loads_strictly(reference_dir, size):
     reference = reference_shapes(reference_dir, size)
     generator = torch.Generator().manual_seed(0)
-    published = {
-        key: torch.randn(shape, generator=generator, dtype=torch.float64).float()
-        if shape
-        else torch.tensor(7)
-        for key, shape in reference['state_dict'].items()
-    }
+    published = {key: torch.randn(shape, generator=generator, dtype=torch.float64).float()
+                 if shape else torch.tensor(7)
+                 for key, shape in reference['state_dict'].items()}
     model = MAViT(arch=size)
     model.load_state_dict(published, strict=True)
     for key, value in model.state_dict().items():
@@ -72,9 +67,8 @@ def test_preset_matches_published_config(reference_dir, size):
     assert model.layer_init_values == config['layer_init_values']
     assert model.drop_path_rate == pytest.approx(config['drop_path_rate'])
     gammas = [block.gamma_1 for stage in model.layers for block in stage.blocks]
-    expected = [
-        v for v, depth in zip(config['layer_init_values'], config['depths']) for _ in range(depth)
-    ]
+    expected = [v for v, depth in zip(config['layer_init_values'], config['depths'])
+                for _ in range(depth)]
     assert [g.flatten()[0].item() for g in gammas] == pytest.approx(expected)
 
 
@@ -106,7 +100,6 @@ def test_arch_aliases_and_explicit_overrides():
 
 
 # -- behaviour -------------------------------------------------------------------
-
 
 def conv_out(size: int) -> int:
     """Spatial size after a 3x3, stride-2, padding-1 conv."""
@@ -157,13 +150,8 @@ def test_out_indices_subset_has_no_unused_parameters():
 def test_frozen_stages_and_norm_eval():
     model = MAViT('t', depths=[1, 1, 1, 1], frozen_stages=2, norm_eval=True)
     model.train()
-    frozen = [
-        model.patch_embed,
-        model.layers[0],
-        model.layers[1],
-        model.extra_norms['0'],
-        model.extra_norms['1'],
-    ]
+    frozen = [model.patch_embed, model.layers[0], model.layers[1],
+              model.extra_norms['0'], model.extra_norms['1']]
     for module in frozen:
         assert not module.training
         assert all(not p.requires_grad for p in module.parameters())
@@ -176,9 +164,8 @@ def test_frozen_stages_and_norm_eval():
 def test_with_cp_gives_same_outputs_and_gradients():
     torch.manual_seed(0)
     plain = MAViT('t', depths=[1, 1, 1, 1], drop_path_rate=0.0, norm_eval=True).double()
-    checkpointed = MAViT(
-        't', depths=[1, 1, 1, 1], drop_path_rate=0.0, norm_eval=True, with_cp=True
-    ).double()
+    checkpointed = MAViT('t', depths=[1, 1, 1, 1], drop_path_rate=0.0, norm_eval=True,
+                         with_cp=True).double()
     checkpointed.load_state_dict(plain.state_dict())
     x = torch.randn(1, 3, 48, 64, dtype=torch.float64)
     grads = []
@@ -186,7 +173,7 @@ def test_with_cp_gives_same_outputs_and_gradients():
         model.train()
         model.zero_grad()
         inp = x.clone().requires_grad_()
-        loss = sum((o**2).mean() for o in model(inp))
+        loss = sum((o ** 2).mean() for o in model(inp))
         loss.backward()
         grads.append((loss.detach(), inp.grad, model.layers[0].blocks[0].attn.qkvo.weight.grad))
     for a, b in zip(*grads):
@@ -206,9 +193,9 @@ def test_rope_tables_are_built_once_per_stage_and_size(monkeypatch):
     with torch.no_grad():
         model(torch.randn(2, 3, 64, 96))
         assert builds == [(16, 24), (8, 12), (4, 6), (2, 3)]
-        model(torch.randn(1, 3, 64, 96))  # same sizes: the cached tables
+        model(torch.randn(1, 3, 64, 96))          # same sizes: the cached tables
         assert len(builds) == 4
-        model(torch.randn(1, 3, 32, 32))  # a new size: built once more per stage
+        model(torch.randn(1, 3, 32, 32))          # a new size: built once more per stage
         assert builds[4:] == [(8, 8), (4, 4), (2, 2), (1, 1)]
         model.load_state_dict(model.state_dict())  # a load may change the angles
         model(torch.randn(1, 3, 64, 96))
@@ -240,16 +227,15 @@ def test_rotary_tables_are_broadcast_not_copied():
 
 # -- pretrained weights ------------------------------------------------------------
 
-
 def test_init_cfg_pretrained_loads_classification_checkpoint(tmp_path):
     source = MAViT('t', depths=[1, 1, 1, 1])
-    classification = {
-        k: v for k, v in source.state_dict().items() if not k.startswith('extra_norms')
-    }
+    classification = {k: v for k, v in source.state_dict().items()
+                      if not k.startswith('extra_norms')}
     classification['head.weight'] = torch.zeros(1000, 512)
     path = tmp_path / 'mavit_t_in1k.pth'
     torch.save({'model': classification}, path)
-    model = MAViT('t', depths=[1, 1, 1, 1], init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model = MAViT('t', depths=[1, 1, 1, 1],
+                  init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     for key, value in classification.items():
         if key != 'head.weight':
@@ -273,11 +259,8 @@ def test_init_cfg_pretrained_of_another_size_is_an_error(tmp_path):
     path = tmp_path / 'mavit_s.pth'
     torch.save({'model': MAViT('s', depths=[1, 1, 1, 1]).state_dict()}, path)
     model = MAViT('t', depths=[1, 1, 1, 1], init_cfg=dict(type='Pretrained', checkpoint=str(path)))
-    with pytest.raises(
-        ValueError,
-        match=r'does not fit this MAViT \(\d+ tensors differ in shape: '
-        r'layers\.1\.downsample',
-    ):
+    with pytest.raises(ValueError, match=r'does not fit this MAViT \(\d+ tensors differ in shape: '
+                                         r'layers\.1\.downsample'):
         model.init_weights()
 
 
@@ -289,7 +272,6 @@ def test_missing_pretrained_checkpoint_names_the_path(tmp_path):
 
 
 # -- bad input ---------------------------------------------------------------------
-
 
 def test_input_must_be_4d():
     with pytest.raises(ValueError, match='4-D'):
@@ -316,17 +298,14 @@ def test_embed_dims_divisible_by_num_heads():
         MAViT('t', num_heads=[3, 2, 4, 8])
 
 
-@pytest.mark.parametrize(
-    'name,value',
-    [
-        ('embed_dims', [64, 128, 256]),
-        ('num_heads', [1, 2, 4]),
-        ('mlp_ratios', [3.5, 3.5]),
-        ('layer_init_values', [1, 1, 1, 1, 1]),
-        ('layerscales', [True]),
-        ('attn_types', ['mala', 'softmax']),
-    ],
-)
+@pytest.mark.parametrize('name,value', [
+    ('embed_dims', [64, 128, 256]),
+    ('num_heads', [1, 2, 4]),
+    ('mlp_ratios', [3.5, 3.5]),
+    ('layer_init_values', [1, 1, 1, 1, 1]),
+    ('layerscales', [True]),
+    ('attn_types', ['mala', 'softmax']),
+])
 def test_list_arguments_of_wrong_length(name, value):
     with pytest.raises(ValueError, match=f'{name} must have 4 entries'):
         MAViT('t', **{name: value})
@@ -334,9 +313,8 @@ def test_list_arguments_of_wrong_length(name, value):
 
 def test_unknown_attention_type_and_mala_impl():
     # The message names the stage and lists the choices.
-    with pytest.raises(
-        ValueError, match="attn_types\\[1\\] must be one of .*'inline'.*got 'flash'"
-    ):
+    with pytest.raises(ValueError, match="attn_types\\[1\\] must be one of .*'inline'.*"
+                                         "got 'flash'"):
         MAViT('t', attn_types=['mala', 'flash', 'softmax', 'softmax'])
     with pytest.raises(ValueError, match="kernel_function must be one of .*'relu'.*got 'gelu'"):
         MAViT('t', kernel_function='gelu')
@@ -346,14 +324,12 @@ def test_unknown_attention_type_and_mala_impl():
 
 # -- registries --------------------------------------------------------------------
 
-
 def test_registered_in_mmdet_and_mmseg():
     """Registered once, in mmengine's root MODELS; mmdet's and mmseg's
     registries (children of it) find it, and build it inside their scope."""
     from mmdet.registry import MODELS as DET_MODELS
     from mmengine.registry import DefaultScope
     from mmseg.registry import MODELS as SEG_MODELS
-
     assert mavit_mm.REGISTERED_IN == ['mmengine.registry']
     assert 'MAViT' not in DET_MODELS.module_dict and 'MAViT' not in SEG_MODELS.module_dict
     for scope, registry in (('mmdet', DET_MODELS), ('mmseg', SEG_MODELS)):
@@ -365,7 +341,7 @@ def test_registered_in_mmdet_and_mmseg():
 
 def test_core_runs_without_mmcv_mmdet_mmseg():
     """The model code needs torch and mmengine only."""
-    script = """
+    script = '''
 import sys
 class Block:
     def find_spec(self, name, path=None, target=None):
@@ -377,9 +353,8 @@ assert mavit_mm.REGISTERED_IN == ['mmengine.registry'], mavit_mm.REGISTERED_IN
 assert not [m for m in sys.modules if m.split('.')[0] in ('mmdet', 'mmseg', 'mmcv')]
 out = mavit_mm.MAViT('t', depths=[1, 1, 1, 1])(torch.randn(1, 3, 64, 64))
 print([tuple(o.shape) for o in out])
-"""
-    result = subprocess.run(
-        [sys.executable, '-c', script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
-    )
+'''
+    result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert '(1, 512, 2, 2)' in result.stdout

@@ -2,7 +2,6 @@
 InLine slides): the papers' properties on ``attention_scores``, the model's
 linear-time path against ``scores @ v`` with gradients, and MAViT with every
 variant and kernel function. Comparisons in float64."""
-
 from __future__ import annotations
 
 import itertools
@@ -31,9 +30,8 @@ HEIGHT, WIDTH, HEAD_DIM = 3, 4, 8
 TOKENS = HEIGHT * WIDTH
 EPS = 1e-6
 # (attn_type, kernel_function) pairs that differ: softmax variants have no kernel.
-CASES = [(t, kf) for t in LINEAR_ATTN_TYPES for kf in KERNEL_FUNCTIONS] + [
-    (t, 'elu') for t in SOFTMAX_ATTN_TYPES
-]
+CASES = ([(t, kf) for t in LINEAR_ATTN_TYPES for kf in KERNEL_FUNCTIONS]
+         + [(t, 'elu') for t in SOFTMAX_ATTN_TYPES])
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -49,21 +47,13 @@ def rope_tables(head_dim: int = HEAD_DIM, height: int = HEIGHT, width: int = WID
     return RoPE2d(head_dim)(height, width)
 
 
-def random_qkv(
-    seed: int = 0,
-    batch: int = 2,
-    heads: int = 2,
-    tokens: int = TOKENS,
-    head_dim: int = HEAD_DIM,
-    shift: float = 0.5,
-):
+def random_qkv(seed: int = 0, batch: int = 2, heads: int = 2, tokens: int = TOKENS,
+               head_dim: int = HEAD_DIM, shift: float = 0.5):
     """q, k, v in float64; q and k shifted so that relu(q) . mean relu(k) is
     nowhere near 0 (the sum-to-1 tolerance below relies on z >> eps)."""
     generator = torch.Generator().manual_seed(seed)
-    q, k, v = (
-        torch.randn(batch, heads, tokens, head_dim, generator=generator, dtype=F64)
-        for _ in range(3)
-    )
+    q, k, v = (torch.randn(batch, heads, tokens, head_dim, generator=generator, dtype=F64)
+               for _ in range(3))
     return q + shift, k + shift, v
 
 
@@ -77,7 +67,7 @@ def paper_scores(q, k, attn_type, kernel_function, rope=None):
     of MALA's published code; the normalisers use phi(q).phi(k) before RoPE,
     the numerators after it."""
     num_tokens, head_dim = q.shape[-2:]
-    scale = head_dim**-0.5
+    scale = head_dim ** -0.5
     rotate = (lambda t: t) if rope is None else (lambda t: apply_rope(t, *rope.tables(t.dtype)))
     if attn_type in SOFTMAX_ATTN_TYPES:
         if attn_type == 'softmax_qnorm':
@@ -86,18 +76,16 @@ def paper_scores(q, k, attn_type, kernel_function, rope=None):
         return logits.exp() / logits.exp().sum(-1, keepdim=True)
     phi = PAPER_PHI[kernel_function]
     fq, fk = phi(q), phi(k)
-    plain = (scale / num_tokens) * fq @ fk.transpose(-1, -2)  # before RoPE
+    plain = (scale / num_tokens) * fq @ fk.transpose(-1, -2)             # before RoPE
     sim = (scale / num_tokens) * rotate(fq) @ rotate(fk).transpose(-1, -2)
-    total = plain.sum(-1, keepdim=True)  # sum_m phi(q).phi(k_m)
+    total = plain.sum(-1, keepdim=True)                                # sum_m phi(q).phi(k_m)
     beta = 1 + 1 / (total + EPS)
     gamma = total / num_tokens
-    return {
-        'mala': beta * sim - gamma,
-        'mala_no_beta': sim - gamma,
-        'mala_no_gamma': beta * sim,
-        'linear': sim / total,
-        'inline': sim - total / num_tokens + 1 / num_tokens,
-    }[attn_type]
+    return {'mala': beta * sim - gamma,
+            'mala_no_beta': sim - gamma,
+            'mala_no_gamma': beta * sim,
+            'linear': sim / total,
+            'inline': sim - total / num_tokens + 1 / num_tokens}[attn_type]
 
 
 @pytest.mark.parametrize('case', CASES, ids=case_id)
@@ -113,17 +101,16 @@ def test_scores_follow_the_papers_formulas(case, with_rope):
 
 
 # -- each query's scores sum to 1 (without RoPE) -----------------------------------
-@pytest.mark.parametrize(
-    'case', [c for c in CASES if c[0] not in ('mala_no_beta', 'mala_no_gamma')], ids=case_id
-)
+@pytest.mark.parametrize('case', [c for c in CASES if c[0] not in ('mala_no_beta',
+                                                                   'mala_no_gamma')],
+                         ids=case_id)
 def test_scores_sum_to_one_without_rope(case):
     attn_type, kernel_function = case
     q, k, _ = random_qkv(2)
     sums = attention_scores(q, k, attn_type, None, kernel_function).sum(-1)
     # MALA's sum is z / (z + eps); z here is far above 1e-2.
-    z = (q.shape[-1] ** -0.5) * (
-        PAPER_PHI[kernel_function](q) @ PAPER_PHI[kernel_function](k).mean(-2).unsqueeze(-1)
-    )
+    z = (q.shape[-1] ** -0.5) * (PAPER_PHI[kernel_function](q)
+                                 @ PAPER_PHI[kernel_function](k).mean(-2).unsqueeze(-1))
     assert z.min() > 1e-2
     tolerance = 1e-4 if attn_type == 'mala' else 1e-12
     torch.testing.assert_close(sums, torch.ones_like(sums), rtol=0, atol=tolerance)
@@ -132,7 +119,7 @@ def test_scores_sum_to_one_without_rope(case):
 def test_ablated_mala_rows_do_not_sum_to_one():
     """Without beta the rows sum to 0, without gamma to z + 1: why they break."""
     q, k, _ = random_qkv(3)
-    z = (HEAD_DIM**-0.5) * ((F.elu(q) + 1) @ (F.elu(k) + 1).mean(-2).unsqueeze(-1))
+    z = (HEAD_DIM ** -0.5) * ((F.elu(q) + 1) @ (F.elu(k) + 1).mean(-2).unsqueeze(-1))
     no_beta = attention_scores(q, k, 'mala_no_beta').sum(-1)
     no_gamma = attention_scores(q, k, 'mala_no_gamma').sum(-1)
     torch.testing.assert_close(no_beta, torch.zeros_like(no_beta), rtol=0, atol=1e-12)
@@ -164,11 +151,9 @@ def scaled_queries():
     generator = torch.Generator().manual_seed(5)
     q = 0.05 * (1 + torch.rand(1, 1, 1, 16, generator=generator, dtype=F64))
     k = 1 + torch.randn(1, 1, 16, 16, generator=generator, dtype=F64).abs()
-    q = q.expand(1, 1, 16, 16).contiguous()  # attention_scores wants N queries: repeat it
-    return {
-        t: [attention_scores(a * q, k, t, None, 'relu')[0, 0, 0] for a in (1.0, 2.0, 4.0)]
-        for t in ATTN_TYPES
-    }
+    q = q.expand(1, 1, 16, 16).contiguous()   # attention_scores wants N queries: repeat it
+    return {t: [attention_scores(a * q, k, t, None, 'relu')[0, 0, 0] for a in (1.0, 2.0, 4.0)]
+            for t in ATTN_TYPES}
 
 
 def test_query_scaling_leaves_linear_attention_exactly_unchanged(scaled_queries):
@@ -179,7 +164,7 @@ def test_query_scaling_leaves_linear_attention_exactly_unchanged(scaled_queries)
 @pytest.mark.parametrize('attn_type', ['mala', 'softmax'])
 def test_query_scaling_sharpens_mala_and_softmax(scaled_queries, attn_type):
     rows = scaled_queries[attn_type]
-    assert all((row > 0).all() for row in rows)  # entropy needs positive scores
+    assert all((row > 0).all() for row in rows)   # entropy needs positive scores
     maxima = [row.max().item() for row in rows]
     entropies = [entropy(row).item() for row in rows]
     assert maxima[0] < maxima[1] < maxima[2], maxima
@@ -201,9 +186,8 @@ def test_query_scaling_changes_inline_and_not_softmax_qnorm(scaled_queries):
 def _rows(attn_type, queries, k, kernel_function):
     """Scores of each query in ``queries`` (n, d) over the keys k (N, d)."""
     q = torch.stack([queries[i].expand_as(k) for i in range(len(queries))])[:, None]
-    return attention_scores(
-        q, k.expand(len(queries), 1, *k.shape), attn_type, None, kernel_function
-    )[:, 0, 0]
+    return attention_scores(q, k.expand(len(queries), 1, *k.shape), attn_type, None,
+                            kernel_function)[:, 0, 0]
 
 
 @pytest.mark.parametrize('kernel_function', ['relu', 'elu'])
@@ -213,7 +197,7 @@ def test_inline_separates_queries_linear_attention_confuses(kernel_function):
     distribution, InLine four different ones (and so does softmax)."""
     generator = torch.Generator().manual_seed(6)
     keys = torch.randn(4, 4, generator=generator, dtype=F64)
-    base = torch.rand(4, generator=generator, dtype=F64) + 0.1  # positive
+    base = torch.rand(4, generator=generator, dtype=F64) + 0.1      # positive
     # phi(q_c) = c * phi(base): relu is homogeneous; elu(x)+1 = x+1 for x > 0.
     if kernel_function == 'relu':
         queries = torch.stack([c * base for c in (1, 2, 3, 4)])
@@ -244,9 +228,7 @@ def test_attention_equals_scores_times_v_with_gradients(case, with_rope):
     grads_fast = torch.autograd.grad((fast * upstream).sum(), (q, k, v))
     grads_ref = torch.autograd.grad((reference * upstream).sum(), (q, k, v))
     for name, a, b in zip('qkv', grads_fast, grads_ref):
-        torch.testing.assert_close(
-            a, b, rtol=1e-9, atol=1e-11, msg=lambda m, name=name: f'd{name}: {m}'
-        )
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11, msg=lambda m, name=name: f'd{name}: {m}')
 
 
 def test_only_mala_with_elu_goes_to_the_mala_dispatch(monkeypatch):
@@ -272,7 +254,6 @@ def test_mala_with_elu_runs_the_fused_kernels():
     pytest.importorskip('triton')
     if not torch.cuda.is_available():
         from mavit_mm.ops.mala import triton_interpreter_enabled
-
         if not triton_interpreter_enabled():
             pytest.skip('needs CUDA or TRITON_INTERPRET=1')
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -301,27 +282,20 @@ def test_half_precision_is_computed_in_fp32(attn_type):
 def test_bad_names_and_shapes_are_clear_errors():
     q, k, v = random_qkv(12)
     rope = rope_tables()
-    with pytest.raises(
-        ValueError,
-        match=r"attn_type must be one of \('mala', 'softmax', "
-        r"'linear', 'inline'.*got 'flash'",
-    ):
+    with pytest.raises(ValueError, match=r"attn_type must be one of \('mala', 'softmax', "
+                                         r"'linear', 'inline'.*got 'flash'"):
         attention(q, k, v, 'flash', rope)
     with pytest.raises(ValueError, match=r"attn_type must be one of .*got 'flash'"):
         attention_scores(q, k, 'flash')
-    with pytest.raises(
-        ValueError,
-        match=r"kernel_function must be one of \('elu', 'relu', "
-        r"'exp'\), got 'gelu'",
-    ):
+    with pytest.raises(ValueError, match=r"kernel_function must be one of \('elu', 'relu', "
+                                         r"'exp'\), got 'gelu'"):
         attention(q, k, v, 'linear', rope, 'gelu')
-    with pytest.raises(ValueError, match='kernel_function must be one of'):
+    with pytest.raises(ValueError, match="kernel_function must be one of"):
         attention_scores(q, k, 'mala', rope, 'gelu')
     with pytest.raises(ValueError, match='mala_impl must be one of'):
         attention(q, k, v, 'linear', rope, impl='cuda')
-    with pytest.raises(
-        ValueError, match="fused kernels cannot run MALA with kernel_function 'relu'"
-    ):
+    with pytest.raises(ValueError, match="fused kernels cannot run MALA with kernel_function "
+                                         "'relu'"):
         attention(q, k, v, 'mala', rope, 'relu', impl='triton')
     with pytest.raises(ValueError, match='q, k and v must all be'):
         attention(q, k, v[..., :4], 'inline', rope)
@@ -332,10 +306,8 @@ def test_bad_names_and_shapes_are_clear_errors():
 
 
 def test_model_level_misconfigurations_are_clear_errors():
-    with pytest.raises(
-        ValueError,
-        match="kernel_function='relu' is phi of the linear attentions.*no stage uses one",
-    ):
+    with pytest.raises(ValueError, match="kernel_function='relu' is phi of the linear "
+                                         "attentions.*no stage uses one"):
         MAViT('t', attn_types=['softmax'] * 4, kernel_function='relu')
     with pytest.raises(ValueError, match="inline_residual=True needs an 'inline' stage"):
         MAViT('t', inline_residual=True)
@@ -361,13 +333,13 @@ def test_every_variant_keeps_the_published_state_dict(attn_type, published_keys)
     for attn_types in ([attn_type] * 4, [attn_type, attn_type, 'softmax', 'softmax']):
         model = MAViT('t', attn_types=attn_types, kernel_function=kernel)
         assert [(k, tuple(v.shape)) for k, v in model.state_dict().items()] == published_keys
-        assert [b.attn.attn_type for layer in model.layers for b in layer.blocks] == [
-            t for t, depth in zip(attn_types, model.depths) for _ in range(depth)
-        ]
+        assert [b.attn.attn_type for layer in model.layers for b in layer.blocks] == \
+            [t for t, depth in zip(attn_types, model.depths) for _ in range(depth)]
 
 
 def test_inline_residual_adds_only_its_keys(published_keys):
-    model = MAViT('t', attn_types=['inline', 'inline', 'softmax', 'softmax'], inline_residual=True)
+    model = MAViT('t', attn_types=['inline', 'inline', 'softmax', 'softmax'],
+                  inline_residual=True)
     keys = [(k, tuple(v.shape)) for k, v in model.state_dict().items()]
     extra = [k for k in keys if '.attn.residual.' in k[0]]
     assert [k for k in keys if k not in extra] == published_keys
@@ -375,12 +347,10 @@ def test_inline_residual_adds_only_its_keys(published_keys):
     for stage, dim, heads in ((0, 64, 1), (1, 128, 2)):
         for block in range(2):
             prefix = f'layers.{stage}.blocks.{block}.attn.residual'
-            expected += [
-                (f'{prefix}.0.weight', (dim, dim // heads, 1, 1)),
-                (f'{prefix}.0.bias', (dim,)),
-                (f'{prefix}.2.weight', (9 * dim, dim // heads, 1, 1)),
-                (f'{prefix}.2.bias', (9 * dim,)),
-            ]
+            expected += [(f'{prefix}.0.weight', (dim, dim // heads, 1, 1)),
+                         (f'{prefix}.0.bias', (dim,)),
+                         (f'{prefix}.2.weight', (9 * dim, dim // heads, 1, 1)),
+                         (f'{prefix}.2.bias', (9 * dim,))]
     assert extra == expected
 
 
@@ -393,7 +363,7 @@ def test_inline_residual_is_the_3x3_neighbourhood_sum():
     expected = torch.zeros_like(v)
     padded = F.pad(v, (1, 1, 1, 1))
     for dy, dx in itertools.product(range(3), range(3)):
-        expected += r[:, :, dy, dx, None, None] * padded[:, :, dy : dy + 3, dx : dx + 5]
+        expected += r[:, :, dy, dx, None, None] * padded[:, :, dy:dy + 3, dx:dx + 5]
     torch.testing.assert_close(module._local_residual(x, v), expected, rtol=1e-12, atol=1e-14)
 
 
@@ -406,41 +376,31 @@ def test_gated_attention_has_one_entry_point(monkeypatch):
         return original(q, k, v, attn_type, rope, kernel_function, impl)
 
     monkeypatch.setattr(mavit_module, 'attention', spy)
-    model = small_mavit(
-        attn_types=['linear', 'inline', 'mala_no_beta', 'softmax_qnorm'],
-        kernel_function='exp',
-        mala_impl='torch',
-    ).eval()
+    model = small_mavit(attn_types=['linear', 'inline', 'mala_no_beta', 'softmax_qnorm'],
+                        kernel_function='exp', mala_impl='torch').eval()
     with torch.no_grad():
         model(torch.randn(1, 3, 32, 32))
-    assert calls == [
-        ('linear', 'exp', 'torch'),
-        ('inline', 'exp', 'torch'),
-        ('mala_no_beta', 'exp', 'torch'),
-        ('softmax_qnorm', 'exp', 'torch'),
-    ]
+    assert calls == [('linear', 'exp', 'torch'), ('inline', 'exp', 'torch'),
+                     ('mala_no_beta', 'exp', 'torch'), ('softmax_qnorm', 'exp', 'torch')]
 
 
-MODEL_CASES = [(t, kf, False) for t, kf in CASES if t != 'inline'] + [
-    ('inline', kf, res) for kf in KERNEL_FUNCTIONS for res in (False, True)
-]
+MODEL_CASES = ([(t, kf, False) for t, kf in CASES if t != 'inline']
+               + [('inline', kf, res) for kf in KERNEL_FUNCTIONS for res in (False, True)])
 
 
-@pytest.mark.parametrize(
-    'case', MODEL_CASES, ids=lambda c: '-'.join([c[0], c[1]] + (['residual'] if c[2] else []))
-)
+@pytest.mark.parametrize('case', MODEL_CASES,
+                         ids=lambda c: '-'.join([c[0], c[1]] + (['residual'] if c[2] else [])))
 def test_mavit_trains_one_step_with_every_variant(case):
     attn_type, kernel_function, residual = case
     torch.manual_seed(14)
-    model = small_mavit(
-        attn_types=[attn_type] * 4, kernel_function=kernel_function, inline_residual=residual
-    )
+    model = small_mavit(attn_types=[attn_type] * 4, kernel_function=kernel_function,
+                        inline_residual=residual)
     model.init_weights()
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     outputs = model(torch.randn(2, 3, 48, 64))
-    loss = sum((out**2).mean() for out in outputs)
+    loss = sum((out ** 2).mean() for out in outputs)
     assert torch.isfinite(loss)
     loss.backward()
     unused = [n for n, p in model.named_parameters() if p.grad is None]
@@ -483,7 +443,7 @@ def test_attention_macs_of_every_variant(attn_type):
         if attn_type in SOFTMAX_ATTN_TYPES:
             per_head = 2 * tokens * tokens * head_dim
             if attn_type == 'softmax_qnorm':
-                per_head += tokens * head_dim  # ||q||
+                per_head += tokens * head_dim                       # ||q||
         else:
             per_head = 2 * tokens * head_dim * head_dim + tokens * head_dim
         expected += heads * per_head
@@ -500,7 +460,7 @@ def test_inline_residual_macs_are_counted_as_layers():
     a = count_complexity(with_res, lambda: with_res(x))
     b = count_complexity(without, lambda: without(x))
     dim, tokens = 64, 16 * 24
-    mlp = dim * dim + dim * 9 * dim  # two grouped 1x1 convs, 1 head, one pooled token
+    mlp = dim * dim + dim * 9 * dim          # two grouped 1x1 convs, 1 head, one pooled token
     assert a.layer_macs - b.layer_macs == mlp + 9 * tokens * dim
     assert a.per_module_type['inline_residual'] == 9 * tokens * dim
     assert a.attention_macs == b.attention_macs

@@ -1,5 +1,4 @@
 """2D RoPE: the rotation tables, their cache, their device and dtype."""
-
 from __future__ import annotations
 
 import pytest
@@ -17,11 +16,9 @@ def channel_contiguous_heads(batch=2, heads=2, head_dim=32, dtype=torch.float32,
     """(B, heads, N, d) views of a channels_last map, as the backbone makes them."""
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, HEIGHT, WIDTH, 3 * heads * head_dim, generator=generator, dtype=dtype)
-    x = x.permute(0, 3, 1, 2)  # channels_last (B, 3C, H, W)
-    return [
-        t.reshape(batch, heads, head_dim, HEIGHT * WIDTH).transpose(-1, -2)
-        for t in x.chunk(3, dim=1)
-    ]
+    x = x.permute(0, 3, 1, 2)                              # channels_last (B, 3C, H, W)
+    return [t.reshape(batch, heads, head_dim, HEIGHT * WIDTH).transpose(-1, -2)
+            for t in x.chunk(3, dim=1)]
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
@@ -31,7 +28,7 @@ def test_rotate_equals_the_table_formula_with_gradients(dtype, layout):
     q, _, _ = channel_contiguous_heads(dtype=dtype)
     if layout == 'contiguous':
         q = q.contiguous()
-    elif layout == 'nchw':  # channel stride N: no complex view
+    elif layout == 'nchw':                                 # channel stride N: no complex view
         q = q.transpose(-1, -2).contiguous().transpose(-1, -2)
     q = q.detach().requires_grad_()
     q_ref = q.detach().clone().requires_grad_()
@@ -44,20 +41,19 @@ def test_rotate_equals_the_table_formula_with_gradients(dtype, layout):
     expected.backward(grad)
     torch.testing.assert_close(q.grad, q_ref.grad, **tol)
     if layout == 'heads':
-        assert out.stride(-1) == 1  # still channel-contiguous for SDPA
+        assert out.stride(-1) == 1                          # still channel-contiguous for SDPA
 
 
 def test_rotate_takes_the_table_formula_for_unpaired_angles_and_half_inputs(monkeypatch):
     calls = []
     import mavit_mm.ops.rope2d as rope2d
-
     original = rope2d.apply_rope
     monkeypatch.setattr(rope2d, 'apply_rope', lambda *a: calls.append(a[0].dtype) or original(*a))
     q, _, _ = channel_contiguous_heads()
     unpaired = RotaryTables(torch.arange(16, dtype=torch.float32) / 16, HEIGHT, WIDTH)
     unpaired.rotate(q)
     RoPE2d(32)(HEIGHT, WIDTH).rotate(q.to(torch.bfloat16))
-    RoPE2d(32)(HEIGHT, WIDTH).rotate(q)  # paired fp32: complex multiply
+    RoPE2d(32)(HEIGHT, WIDTH).rotate(q)                    # paired fp32: complex multiply
     assert calls == [torch.float32, torch.bfloat16]
 
 
@@ -98,12 +94,10 @@ def test_half_models_keep_fp32_angles(dtype):
     # The tables of a half model are the fp32 tables, rounded once at the end.
     rope = model.layers[0].RoPE(8, 512)
     cos, _ = rope.tables(dtype)
-    expected = torch.cos(
-        torch.arange(512, dtype=torch.float64) * angles['layers.0.RoPE.angle'][0].double()
-    )
-    head_dim = model.layers[0].RoPE.head_dim  # channels head_dim / 2.. are columns
+    expected = torch.cos(torch.arange(512, dtype=torch.float64) * angles['layers.0.RoPE.angle'][0].double())
+    head_dim = model.layers[0].RoPE.head_dim                # channels head_dim / 2.. are columns
     assert torch.equal(cos.reshape(8, 512, -1)[0, :, head_dim // 2], expected.to(dtype))
-    model.double()  # fp64 is more, not less
+    model.double()                                        # fp64 is more, not less
     assert model.layers[0].RoPE.angle.dtype == torch.float64
 
 
@@ -115,10 +109,8 @@ def test_cached_rotation_follows_in_place_angle_edits():
         module.angle.mul_(2)
     second = module(HEIGHT, WIDTH)
     assert second is not first
-    torch.testing.assert_close(
-        second.tables(torch.float32)[0],
-        RotaryTables(module.angle.clone(), HEIGHT, WIDTH).tables(torch.float32)[0],
-    )
-    for size in range(RoPE2d.CACHED_SIZES + 2):  # the cache stays small
+    torch.testing.assert_close(second.tables(torch.float32)[0],
+                               RotaryTables(module.angle.clone(), HEIGHT, WIDTH).tables(torch.float32)[0])
+    for size in range(RoPE2d.CACHED_SIZES + 2):            # the cache stays small
         module(size + 1, size + 1)
     assert len(module._rotary) == RoPE2d.CACHED_SIZES

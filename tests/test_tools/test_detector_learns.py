@@ -10,7 +10,6 @@ its RoI sample; loss_cls about 1) for 1200 iterations.
 One real run of tools/train.py on the demo-sized data (64 images of 160 px),
 with the demo config's own schedule, cut at ITERS iterations.
 """
-
 import statistics
 
 import pytest
@@ -38,9 +37,8 @@ def rcnn_records(tmp_path_factory):
     from mavit_mm.data.synthetic import make_coco_dataset
 
     root = tmp_path_factory.mktemp('learns')
-    data = make_coco_dataset(
-        root / 'coco', num_train=64, num_val=16, image_size=(160, 160), max_objects=3, seed=0
-    )
+    data = make_coco_dataset(root / 'coco', num_train=64, num_val=16, image_size=(160, 160),
+                             max_objects=3, seed=0)
     cfg = load_config(REPO_ROOT / CONFIG)
     retarget_data_root(cfg, str(data['root']))
     # The demo schedule as it is (warm-up included), stopped early; no validation.
@@ -64,16 +62,11 @@ def test_rcnn_head_leaves_the_background_plateau(rcnn_records):
     last = rcnn_records[-LAST:]
     loss_cls = statistics.mean(r['loss_cls'] for r in last)
     acc = statistics.mean(r['acc'] for r in last)
-    trace = [
-        (r.get('step', r.get('iter')), round(r['loss_cls'], 3), round(r['acc'], 1))
-        for r in rcnn_records
-    ]
+    trace = [(r.get('step', r.get('iter')), round(r['loss_cls'], 3), round(r['acc'], 1)) for r in rcnn_records]
     # The logged values are 10-iteration running means. Measured with the fix:
     # loss_cls 0.36-0.44 and acc 77-94 % (mean 83) over iterations 31-39; stalled runs
     # sat at 1.0-1.3 (spiking to 5-15) and 71-78 % for hundreds of iterations.
-    assert loss_cls < 0.6 * PRIOR_LOSS, (
-        f'R-CNN loss_cls {loss_cls:.3f} over the last {LAST}: {trace}'
-    )
+    assert loss_cls < 0.6 * PRIOR_LOSS, f'R-CNN loss_cls {loss_cls:.3f} over the last {LAST}: {trace}'
     assert acc > BACKGROUND_ACC + 3, f'R-CNN acc {acc:.1f} over the last {LAST}: {trace}'
 
 

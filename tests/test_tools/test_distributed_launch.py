@@ -17,7 +17,6 @@
 The pieces of a CPU run (CPUSyncBatchNorm, the config adaptations, the Slurm
 environment): tests/test_engine/test_cpu_distributed.py.
 """
-
 from __future__ import annotations
 
 import math
@@ -43,16 +42,8 @@ from mavit_mm.tooling.demo_jobs import DEMO_JOBS
 from mavit_mm.tooling.json_logs import latest_test_metrics
 
 DEMO_DATA = REPO_ROOT / 'data' / 'demo'
-LAUNCHER_VARIABLES = (
-    'MASTER_ADDR',
-    'MASTER_PORT',
-    'RANK',
-    'WORLD_SIZE',
-    'LOCAL_RANK',
-    'NNODES',
-    'NODE_RANK',
-    'PORT',
-)
+LAUNCHER_VARIABLES = ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK',
+                      'NNODES', 'NODE_RANK', 'PORT')
 
 
 def free_port() -> int:
@@ -64,103 +55,59 @@ def free_port() -> int:
 # -- the commands of the launch scripts --------------------------------------------
 # A stand-in interpreter records what dist_*.sh hand to it.
 
-
 @pytest.fixture
 def recording_python(tmp_path):
     """A fake interpreter writing its argv (one per line) and PYTHONPATH."""
     record = tmp_path / 'argv.txt'
     fake = tmp_path / 'python'
-    fake.write_text(
-        '#!/usr/bin/env bash\n'
-        f'printf "%s\\n" "$@" > {record}\n'
-        f'echo "PYTHONPATH=$PYTHONPATH" >> {record}\n'
-    )
+    fake.write_text('#!/usr/bin/env bash\n'
+                    f'printf "%s\\n" "$@" > {record}\n'
+                    f'echo "PYTHONPATH=$PYTHONPATH" >> {record}\n')
     fake.chmod(0o755)
     return fake, record
 
 
 def _run(script, args, python, **env):
-    return subprocess.run(
-        ['bash', str(REPO_ROOT / 'tools' / script), *args],
-        env=dict(os.environ, PYTHON=str(python), **env),
-        capture_output=True,
-        text=True,
-    )
+    return subprocess.run(['bash', str(REPO_ROOT / 'tools' / script), *args],
+                          env=dict(os.environ, PYTHON=str(python), **env),
+                          capture_output=True, text=True)
 
 
 def test_dist_train_command(recording_python):
     python, record = recording_python
-    result = _run(
-        'dist_train.sh',
-        ['cfg.py', '8', '--amp', '--cfg-options', 'a=1'],
-        python,
-        NNODES='2',
-        NODE_RANK='1',
-        MASTER_ADDR='10.0.0.7',
-        PORT='29611',
-    )
+    result = _run('dist_train.sh', ['cfg.py', '8', '--amp', '--cfg-options', 'a=1'], python,
+                  NNODES='2', NODE_RANK='1', MASTER_ADDR='10.0.0.7', PORT='29611')
     assert result.returncode == 0, result.stderr
     argv = record.read_text().splitlines()
     assert argv[:2] == ['-m', 'torch.distributed.run']
-    for flag in (
-        '--nnodes=2',
-        '--node_rank=1',
-        '--master_addr=10.0.0.7',
-        '--master_port=29611',
-        '--nproc_per_node=8',
-    ):
+    for flag in ('--nnodes=2', '--node_rank=1', '--master_addr=10.0.0.7',
+                 '--master_port=29611', '--nproc_per_node=8'):
         assert flag in argv
     tool = argv.index(str(REPO_ROOT / 'tools' / 'train.py'))
-    assert argv[tool + 1 : tool + 7] == [
-        'cfg.py',
-        '--launcher',
-        'pytorch',
-        '--amp',
-        '--cfg-options',
-        'a=1',
-    ]
+    assert argv[tool + 1:tool + 7] == ['cfg.py', '--launcher', 'pytorch', '--amp',
+                                       '--cfg-options', 'a=1']
     # The checkout is importable without installing it.
     assert argv[-1].startswith(f'PYTHONPATH={REPO_ROOT}')
 
 
 def test_dist_test_command_and_defaults(recording_python):
     python, record = recording_python
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ('NNODES', 'NODE_RANK', 'MASTER_ADDR', 'PORT')
-    }
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('NNODES', 'NODE_RANK', 'MASTER_ADDR', 'PORT')}
     result = subprocess.run(
-        [
-            'bash',
-            str(REPO_ROOT / 'tools' / 'dist_test.sh'),
-            'cfg.py',
-            'ckpt.pth',
-            '2',
-            '--out',
-            'r.pkl',
-        ],
-        env=dict(env, PYTHON=str(python)),
-        capture_output=True,
-        text=True,
-    )
+        ['bash', str(REPO_ROOT / 'tools' / 'dist_test.sh'), 'cfg.py', 'ckpt.pth', '2',
+         '--out', 'r.pkl'], env=dict(env, PYTHON=str(python)), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     argv = record.read_text().splitlines()
-    for flag in (
-        '--nnodes=1',
-        '--node_rank=0',
-        '--master_addr=127.0.0.1',
-        '--master_port=29500',
-        '--nproc_per_node=2',
-    ):
+    for flag in ('--nnodes=1', '--node_rank=0', '--master_addr=127.0.0.1',
+                 '--master_port=29500', '--nproc_per_node=2'):
         assert flag in argv
     tool = argv.index(str(REPO_ROOT / 'tools' / 'test.py'))
-    assert argv[tool + 1 : tool + 6] == ['cfg.py', 'ckpt.pth', '--launcher', 'pytorch', '--out']
+    assert argv[tool + 1:tool + 6] == ['cfg.py', 'ckpt.pth', '--launcher', 'pytorch', '--out']
 
 
-@pytest.mark.parametrize(
-    'script, args', [('dist_train.sh', ['cfg.py']), ('dist_test.sh', ['cfg.py', 'ckpt.pth'])]
-)
+@pytest.mark.parametrize('script, args', [('dist_train.sh', ['cfg.py']),
+                                          ('dist_test.sh', ['cfg.py', 'ckpt.pth'])])
 def test_missing_arguments_print_usage(recording_python, script, args):
     python, record = recording_python
     result = _run(script, args, python)
@@ -168,41 +115,28 @@ def test_missing_arguments_print_usage(recording_python, script, args):
     assert not record.exists()
 
 
-@pytest.mark.parametrize(
-    'script, words',
-    [
-        ('dist_train.sh', ['CONFIG GPUS_PER_NODE', 'NNODES', 'NODE_RANK', 'MASTER_ADDR', 'PORT']),
-        ('dist_test.sh', ['CONFIG CHECKPOINT GPUS_PER_NODE', 'NNODES', 'PORT']),
-        (
-            'slurm_train.sh',
-            ['PARTITION JOB_NAME CONFIG WORK_DIR', 'GPUS_PER_NODE', 'CPUS_PER_TASK', 'SRUN_ARGS'],
-        ),
-        (
-            'slurm_test.sh',
-            ['PARTITION JOB_NAME CONFIG CHECKPOINT', 'GPUS_PER_NODE', 'CPUS_PER_TASK', 'SRUN_ARGS'],
-        ),
-    ],
-)
+@pytest.mark.parametrize('script, words', [
+    ('dist_train.sh', ['CONFIG GPUS_PER_NODE', 'NNODES', 'NODE_RANK', 'MASTER_ADDR', 'PORT']),
+    ('dist_test.sh', ['CONFIG CHECKPOINT GPUS_PER_NODE', 'NNODES', 'PORT']),
+    ('slurm_train.sh', ['PARTITION JOB_NAME CONFIG WORK_DIR', 'GPUS_PER_NODE',
+                        'CPUS_PER_TASK', 'SRUN_ARGS']),
+    ('slurm_test.sh', ['PARTITION JOB_NAME CONFIG CHECKPOINT', 'GPUS_PER_NODE',
+                       'CPUS_PER_TASK', 'SRUN_ARGS'])])
 def test_help(script, words):
     for flag in ('-h', '--help'):
-        result = subprocess.run(
-            ['bash', str(REPO_ROOT / 'tools' / script), flag], capture_output=True, text=True
-        )
+        result = subprocess.run(['bash', str(REPO_ROOT / 'tools' / script), flag],
+                                capture_output=True, text=True)
         assert result.returncode == 0 and not result.stderr
         assert f'tools/{script}' in result.stdout
         for word in words:
             assert word in result.stdout, word
 
 
-@pytest.mark.parametrize(
-    'env, message',
-    [
-        ({}, None),
-        ({'NNODES': '2', 'NODE_RANK': '2'}, 'NODE_RANK=2 must be below NNODES=2'),
-        ({'PORT': 'auto'}, "PORT must be a whole number, got 'auto'"),
-        ({'NNODES': '0'}, "NNODES must be a positive whole number, got '0'"),
-    ],
-)
+@pytest.mark.parametrize('env, message', [
+    ({}, None),
+    ({'NNODES': '2', 'NODE_RANK': '2'}, 'NODE_RANK=2 must be below NNODES=2'),
+    ({'PORT': 'auto'}, "PORT must be a whole number, got 'auto'"),
+    ({'NNODES': '0'}, "NNODES must be a positive whole number, got '0'")])
 def test_dist_launch_settings_are_checked(recording_python, env, message):
     python, record = recording_python
     result = _run('dist_train.sh', ['cfg.py', '2'], python, **env)
@@ -228,24 +162,20 @@ def fake_srun(tmp_path):
     bin_dir.mkdir()
     argv_file, env_file = tmp_path / 'srun_argv.txt', tmp_path / 'srun_env.txt'
     srun = bin_dir / 'srun'
-    srun.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {argv_file}\nenv > {env_file}\n')
+    srun.write_text('#!/usr/bin/env bash\n'
+                    f'printf "%s\\n" "$@" > {argv_file}\n'
+                    f'env > {env_file}\n')
     srun.chmod(0o755)
 
     def run(script, args, **env):
         base = {k: v for k, v in os.environ.items() if k not in SLURM_SETTINGS}
         base['PATH'] = f'{bin_dir}{os.pathsep}{base["PATH"]}'
-        result = subprocess.run(
-            ['bash', str(REPO_ROOT / 'tools' / script), *args],
-            env=dict(base, PYTHON='/opt/py/bin/python', **env),
-            capture_output=True,
-            text=True,
-        )
+        result = subprocess.run(['bash', str(REPO_ROOT / 'tools' / script), *args],
+                                env=dict(base, PYTHON='/opt/py/bin/python', **env),
+                                capture_output=True, text=True)
         argv = argv_file.read_text().splitlines() if argv_file.exists() else None
-        environment = (
-            dict(line.split('=', 1) for line in env_file.read_text().splitlines() if '=' in line)
-            if env_file.exists()
-            else None
-        )
+        environment = (dict(line.split('=', 1) for line in env_file.read_text().splitlines()
+                            if '=' in line) if env_file.exists() else None)
         return result, argv, environment
 
     return run
@@ -253,44 +183,17 @@ def fake_srun(tmp_path):
 
 def test_slurm_train_command_and_environment(fake_srun):
     result, argv, env = fake_srun(
-        'slurm_train.sh',
-        [
-            'gpu_part',
-            'mavit-upernet',
-            'configs/x.py',
-            'work_dirs/x',
-            '--amp',
-            '--cfg-options',
-            'a=1',
-        ],
-        GPUS='16',
-        GPUS_PER_NODE='8',
-        CPUS_PER_TASK='6',
-        SRUN_ARGS='--quotatype=auto --time=72:00:00',
-        MASTER_PORT='29611',
-    )
+        'slurm_train.sh', ['gpu_part', 'mavit-upernet', 'configs/x.py', 'work_dirs/x',
+                           '--amp', '--cfg-options', 'a=1'],
+        GPUS='16', GPUS_PER_NODE='8', CPUS_PER_TASK='6',
+        SRUN_ARGS='--quotatype=auto --time=72:00:00', MASTER_PORT='29611')
     assert result.returncode == 0, result.stderr
-    assert argv == [
-        '-p',
-        'gpu_part',
-        '--job-name=mavit-upernet',
-        '--gres=gpu:8',
-        '--ntasks=16',
-        '--ntasks-per-node=8',
-        '--cpus-per-task=6',
-        '--kill-on-bad-exit=1',
-        '--quotatype=auto',
-        '--time=72:00:00',
-        '/opt/py/bin/python',
-        '-u',
-        str(REPO_ROOT / 'tools' / 'train.py'),
-        'configs/x.py',
-        '--work-dir=work_dirs/x',
-        '--launcher=slurm',
-        '--amp',
-        '--cfg-options',
-        'a=1',
-    ]
+    assert argv == ['-p', 'gpu_part', '--job-name=mavit-upernet', '--gres=gpu:8',
+                    '--ntasks=16', '--ntasks-per-node=8', '--cpus-per-task=6',
+                    '--kill-on-bad-exit=1', '--quotatype=auto', '--time=72:00:00',
+                    '/opt/py/bin/python', '-u', str(REPO_ROOT / 'tools' / 'train.py'),
+                    'configs/x.py', '--work-dir=work_dirs/x', '--launcher=slurm',
+                    '--amp', '--cfg-options', 'a=1']
     # srun hands its environment to the tasks: the checkout importable, the
     # caller's variables (MASTER_PORT for the process group) passed on.
     assert env['PYTHONPATH'].split(os.pathsep)[0] == str(REPO_ROOT)
@@ -301,28 +204,13 @@ def test_slurm_train_command_and_environment(fake_srun):
 
 
 def test_slurm_test_command_and_defaults(fake_srun):
-    result, argv, env = fake_srun(
-        'slurm_test.sh', ['p1', 'eval', 'c.py', 'ckpt.pth', '--out', 'r.pkl']
-    )
+    result, argv, env = fake_srun('slurm_test.sh', ['p1', 'eval', 'c.py', 'ckpt.pth',
+                                                    '--out', 'r.pkl'])
     assert result.returncode == 0, result.stderr
-    assert argv == [
-        '-p',
-        'p1',
-        '--job-name=eval',
-        '--gres=gpu:8',
-        '--ntasks=8',
-        '--ntasks-per-node=8',
-        '--cpus-per-task=5',
-        '--kill-on-bad-exit=1',
-        '/opt/py/bin/python',
-        '-u',
-        str(REPO_ROOT / 'tools' / 'test.py'),
-        'c.py',
-        'ckpt.pth',
-        '--launcher=slurm',
-        '--out',
-        'r.pkl',
-    ]
+    assert argv == ['-p', 'p1', '--job-name=eval', '--gres=gpu:8', '--ntasks=8',
+                    '--ntasks-per-node=8', '--cpus-per-task=5', '--kill-on-bad-exit=1',
+                    '/opt/py/bin/python', '-u', str(REPO_ROOT / 'tools' / 'test.py'),
+                    'c.py', 'ckpt.pth', '--launcher=slurm', '--out', 'r.pkl']
     assert env['PYTHONPATH'].split(os.pathsep)[0] == str(REPO_ROOT)
     # Fewer GPUs than a node has: one node, GPUS processes.
     _, argv, _ = fake_srun('slurm_test.sh', ['p1', 'eval', 'c.py', 'ckpt.pth'], GPUS='2')
@@ -335,9 +223,7 @@ def test_slurm_default_interpreter_is_the_checkouts(fake_srun, tmp_path):
     result = subprocess.run(
         ['bash', str(REPO_ROOT / 'tools' / 'slurm_train.sh'), 'p', 'j', 'c.py', 'w'],
         env=dict(env, PATH=f'{bin_dir}{os.pathsep}{env["PATH"]}'),
-        capture_output=True,
-        text=True,
-    )
+        capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     argv = (tmp_path / 'srun_argv.txt').read_text().splitlines()
     venv_python = REPO_ROOT / '.venv' / 'bin' / 'python'
@@ -356,12 +242,9 @@ def test_slurm_errors(fake_srun, tmp_path, script):
     only_dirname = tmp_path / 'only_dirname'
     only_dirname.mkdir()
     (only_dirname / 'dirname').symlink_to(shutil.which('dirname'))
-    result = subprocess.run(
-        ['/bin/bash', str(REPO_ROOT / 'tools' / script), 'p', 'j', 'c.py', 'x'],
-        env=dict(PATH=str(only_dirname), PYTHON='py'),
-        capture_output=True,
-        text=True,
-    )
+    result = subprocess.run(['/bin/bash', str(REPO_ROOT / 'tools' / script), 'p', 'j', 'c.py',
+                             'x'], env=dict(PATH=str(only_dirname), PYTHON='py'),
+                            capture_output=True, text=True)
     assert result.returncode == 127 and 'srun not found' in result.stderr
 
 
@@ -387,30 +270,23 @@ def test_auto_scale_lr_of_the_published_configs():
     from mmengine.optim import OptimWrapper
     from mmengine.runner import Runner
 
-    configs = sorted(
-        path for family in PUBLISHED for path in (REPO_ROOT / 'configs' / family).glob('*.py')
-    )
+    configs = sorted(path for family in PUBLISHED
+                     for path in (REPO_ROOT / 'configs' / family).glob('*.py'))
     assert len(configs) == 24
     for path in configs:
         cfg = load_config(path)
         assert cfg.train_dataloader.batch_size == 2, path.name
         assert cfg.auto_scale_lr == dict(enable=False, base_batch_size=16), path.name
         for gpus, expected in README_SCALED_LR[path.parent.name].items():
-            optimizer = torch.optim.AdamW(
-                [nn.Parameter(torch.zeros(1))], lr=cfg.optim_wrapper.optimizer.lr
-            )
-            runner = SimpleNamespace(
-                _train_dataloader=cfg.train_dataloader,
-                world_size=gpus,
-                param_schedulers=None,
-                logger=MMLogger.get_instance('auto_scale_lr_test'),
-            )
-            Runner.scale_lr(runner, OptimWrapper(optimizer), dict(cfg.auto_scale_lr, enable=True))
-            assert math.isclose(optimizer.param_groups[0]['lr'], expected), (
-                path.name,
-                gpus,
-                optimizer.param_groups[0]['lr'],
-            )
+            optimizer = torch.optim.AdamW([nn.Parameter(torch.zeros(1))],
+                                          lr=cfg.optim_wrapper.optimizer.lr)
+            runner = SimpleNamespace(_train_dataloader=cfg.train_dataloader, world_size=gpus,
+                                     param_schedulers=None,
+                                     logger=MMLogger.get_instance('auto_scale_lr_test'))
+            Runner.scale_lr(runner, OptimWrapper(optimizer),
+                            dict(cfg.auto_scale_lr, enable=True))
+            assert math.isclose(optimizer.param_groups[0]['lr'], expected), \
+                (path.name, gpus, optimizer.param_groups[0]['lr'])
     # Without the flag (enable=False, as in the configs) the lr is the config's.
     optimizer = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=4e-4)
     Runner.scale_lr(runner, OptimWrapper(optimizer), dict(enable=False, base_batch_size=16))
@@ -419,13 +295,11 @@ def test_auto_scale_lr_of_the_published_configs():
 
 # -- end to end: dist_train.sh / test.py / dist_test.sh ------------------------------
 
-
 def _probe_config(base: Path, probe_dir: Path, out: Path) -> Path:
     cfg = load_config(base)
     cfg.custom_imports = dict(imports=['helpers.dist_probe'], allow_failed_imports=False)
     cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
-        dict(type='RankProbeHook', out_dir=str(probe_dir))
-    ]
+        dict(type='RankProbeHook', out_dir=str(probe_dir))]
     cfg.dump(str(out))
     return out
 
@@ -438,39 +312,24 @@ def _launch(script: str, *args, cwd: Path, timeout: int = 900) -> subprocess.Com
     output so far."""
     # A fresh shell's environment: no launcher variables (a MASTER_ADDR would
     # be the script's --master_addr), the tests' hook importable.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in LAUNCHER_VARIABLES and not k.startswith('SLURM_')
-    }
-    env.update(
-        PORT=str(free_port()),
-        OMP_NUM_THREADS='1',
-        PYTHON=sys.executable,
-        PYTHONUNBUFFERED='1',
-        PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get('PYTHONPATH')])),
-    )
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARIABLES and not k.startswith('SLURM_')}
+    env.update(PORT=str(free_port()), OMP_NUM_THREADS='1', PYTHON=sys.executable,
+               PYTHONUNBUFFERED='1',
+               PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS_DIR),
+                                                        os.environ.get('PYTHONPATH')])))
     command = ['bash', str(REPO_ROOT / 'tools' / script), *map(str, args)]
     start = time.time()
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=cwd, env=env, start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         stdout, stderr = process.communicate()
-        pytest.fail(
-            f'{script} did not finish in {timeout} s (killed): a hang, or a machine '
-            f'too busy\n--- stdout ---\n{stdout[-4000:]}\n--- stderr ---\n'
-            f'{stderr[-4000:]}'
-        )
+        pytest.fail(f'{script} did not finish in {timeout} s (killed): a hang, or a machine '
+                    f'too busy\n--- stdout ---\n{stdout[-4000:]}\n--- stderr ---\n'
+                    f'{stderr[-4000:]}')
     result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     result.seconds = time.time() - start
     return result
@@ -500,14 +359,11 @@ def _check_two_process_training(probe_dir: Path, checkpoint: Path, max_iters: in
     bn_means = [k for k in state0 if k.endswith('running_mean')]
     assert bn_means and any(state0[k].abs().sum() > 0 for k in bn_means)
     # ... that training changed, ...
-    changed = [
-        name
-        for name, before in rank0['initial_sums'].items()
-        if not math.isclose(before, float(state0[name].double().sum()), rel_tol=0, abs_tol=0)
-    ]
-    assert len(changed) > 0.5 * len(rank0['initial_sums']), (
+    changed = [name for name, before in rank0['initial_sums'].items()
+               if not math.isclose(before, float(state0[name].double().sum()),
+                                   rel_tol=0, abs_tol=0)]
+    assert len(changed) > 0.5 * len(rank0['initial_sums']), \
         f'only {len(changed)} of {len(rank0["initial_sums"])} parameters changed'
-    )
     # ... and what the checkpoint holds.
     saved = torch.load(checkpoint, map_location='cpu', weights_only=False)['state_dict']
     assert saved.keys() == state0.keys()
@@ -518,9 +374,8 @@ def _train_and_evaluate(config: Path, work: Path, max_iters: int, metric: str):
     probe_dir = work / 'probe'
     probed = _probe_config(config, probe_dir, work / f'probed_{config.name}')
     train_dir = work / 'train'
-    result = _launch(
-        'dist_train.sh', probed, 2, '--work-dir', train_dir, '--auto-scale-lr', cwd=REPO_ROOT
-    )
+    result = _launch('dist_train.sh', probed, 2, '--work-dir', train_dir, '--auto-scale-lr',
+                     cwd=REPO_ROOT)
     assert result.returncode == 0, explain(result)
     output = result.stdout + result.stderr
     # Said once (by rank 0), not once per process.
@@ -535,31 +390,19 @@ def _train_and_evaluate(config: Path, work: Path, max_iters: int, metric: str):
     cfg = load_config(config)
     total_batch = 2 * cfg.train_dataloader.batch_size
     ratio = total_batch / cfg.auto_scale_lr.base_batch_size
-    assert (
-        f'based on batch size of {cfg.auto_scale_lr.base_batch_size} and the current '
-        f'batch size is {total_batch}. Scaling the original LR by {ratio}'
-    ) in output
+    assert (f'based on batch size of {cfg.auto_scale_lr.base_batch_size} and the current '
+            f'batch size is {total_batch}. Scaling the original LR by {ratio}') in output
     for rank in (0, 1):
         base_lrs = torch.load(probe_dir / f'rank{rank}.pt', weights_only=False)['base_lrs']
-        assert base_lrs and all(
-            math.isclose(lr, cfg.optim_wrapper.optimizer.lr * ratio) for lr in base_lrs
-        ), base_lrs
+        assert base_lrs and all(math.isclose(lr, cfg.optim_wrapper.optimizer.lr * ratio)
+                                for lr in base_lrs), base_lrs
     timings = dict(dist_train=result.seconds)
 
     # Segmentation --out: one predicted label PNG per image, written by the
     # process that evaluated it.
     one_per_batch = ('--cfg-options', 'test_dataloader.batch_size=1')
-    single = run_tool(
-        'test.py',
-        config,
-        checkpoint,
-        '--work-dir',
-        work / 'test1',
-        '--out',
-        work / 'pred1',
-        *one_per_batch,
-        cwd=REPO_ROOT,
-    )
+    single = run_tool('test.py', config, checkpoint, '--work-dir', work / 'test1',
+                      '--out', work / 'pred1', *one_per_batch, cwd=REPO_ROOT)
     assert single.returncode == 0, explain(single)
     metrics = latest_test_metrics(work / 'test1')
     assert metrics and metric in metrics, metrics
@@ -568,27 +411,14 @@ def _train_and_evaluate(config: Path, work: Path, max_iters: int, metric: str):
     assert len(predictions) >= 2 and len(predictions) % 2 == 0, predictions
     timings['test'] = single.seconds
 
-    double = _launch(
-        'dist_test.sh',
-        config,
-        checkpoint,
-        2,
-        '--work-dir',
-        work / 'test2',
-        '--out',
-        work / 'pred2',
-        *one_per_batch,
-        cwd=REPO_ROOT,
-    )
+    double = _launch('dist_test.sh', config, checkpoint, 2, '--work-dir', work / 'test2',
+                     '--out', work / 'pred2', *one_per_batch, cwd=REPO_ROOT)
     assert double.returncode == 0, explain(double)
     metrics2 = latest_test_metrics(work / 'test2')
     assert metrics2 is not None and metrics2.keys() == metrics.keys()
     for name, value in metrics.items():
-        assert math.isclose(metrics2[name], value, rel_tol=1e-6, abs_tol=1e-6), (
-            name,
-            value,
-            metrics2[name],
-        )
+        assert math.isclose(metrics2[name], value, rel_tol=1e-6, abs_tol=1e-6), \
+            (name, value, metrics2[name])
     # Both processes evaluated, half the images each (one per batch), and
     # predicted what one process does.
     output = double.stdout + double.stderr
@@ -598,9 +428,8 @@ def _train_and_evaluate(config: Path, work: Path, max_iters: int, metric: str):
     predictions2 = sorted(p.name for p in (work / 'pred2').iterdir())
     assert predictions2 == predictions
     for name in predictions:
-        assert np.array_equal(
-            np.array(Image.open(work / 'pred1' / name)), np.array(Image.open(work / 'pred2' / name))
-        ), name
+        assert np.array_equal(np.array(Image.open(work / 'pred1' / name)),
+                              np.array(Image.open(work / 'pred2' / name))), name
     timings['dist_test'] = double.seconds
     return metrics, timings
 
@@ -618,10 +447,8 @@ def test_dist_train_two_processes_on_cpu(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (DEMO_DATA / 'ade20k').is_dir(),
-    reason='bundled demo data missing: python tools/make_demo_data.py',
-)
+@pytest.mark.skipif(not (DEMO_DATA / 'ade20k').is_dir(),
+                    reason='bundled demo data missing: python tools/make_demo_data.py')
 def test_dist_train_upernet_demo_config(tmp_path):
     """dist_train.sh CONFIG 2 --auto-scale-lr on the bundled demo data: the
     UperNet-T demo config as shipped, 4 iterations, 2 processes; then test.py

@@ -7,7 +7,6 @@ Each tool runs in its own process, as a user runs it. Tiny on purpose (64 px
 images, 4 train / 2 val images, 2 iterations): these tests check the plumbing
 and the metric reporting, not accuracy (the main job shows learning).
 """
-
 import math
 import pickle
 
@@ -46,16 +45,14 @@ class TrainedRuns:
         self.roots, self.root, self.runs = roots, root, {}
 
     def config(self, name):
-        return write_tiny_config(
-            name, self.roots, self.root / 'configs', MAX_ITERS, checkpoint_interval=1
-        )
+        return write_tiny_config(name, self.roots, self.root / 'configs', MAX_ITERS,
+                                 checkpoint_interval=1)
 
     def get(self, name, *extra_args):
         if name not in self.runs:
             work_dir = self.root / name
-            result = run_tool(
-                'train.py', self.config(name), '--work-dir', work_dir, *extra_args, cwd=self.root
-            )
+            result = run_tool('train.py', self.config(name), '--work-dir', work_dir,
+                              *extra_args, cwd=self.root)
             assert result.returncode == 0, explain(result)
             self.runs[name] = (work_dir, result)
         return self.runs[name]
@@ -96,27 +93,18 @@ def test_train_then_test(trained, name, tmp_path):
     _check_training(work_dir, kind, metric_names)
     # No CUDA here: the recipes' AmpWhereAvailableOptimWrapper trains in fp32, loudly.
     import torch
-
     if not torch.cuda.is_available():
-        assert 'AmpWhereAvailableOptimWrapper: no CUDA' in train_result.stdout + train_result.stderr
+        assert 'AmpWhereAvailableOptimWrapper: no CUDA' in train_result.stdout + \
+            train_result.stderr
         if extra:
             assert '--amp ignored' in train_result.stdout + train_result.stderr
 
     out = tmp_path / ('predictions.pkl' if kind == 'coco' else 'predictions')
     show_dir = 'painted'
     test_dir = tmp_path / 'test'
-    result = run_tool(
-        'test.py',
-        trained.config(name),
-        work_dir / f'iter_{MAX_ITERS}.pth',
-        '--work-dir',
-        test_dir,
-        '--out',
-        out,
-        '--show-dir',
-        tmp_path / show_dir if kind == 'ade20k' else show_dir,
-        cwd=tmp_path,
-    )
+    result = run_tool('test.py', trained.config(name), work_dir / f'iter_{MAX_ITERS}.pth',
+                      '--work-dir', test_dir, '--out', out, '--show-dir',
+                      tmp_path / show_dir if kind == 'ade20k' else show_dir, cwd=tmp_path)
     assert result.returncode == 0, explain(result)
     _check_metrics(latest_test_metrics(test_dir), metric_names, kind)
 
@@ -124,7 +112,8 @@ def test_train_then_test(trained, name, tmp_path):
         with open(out, 'rb') as f:
             predictions = pickle.load(f)
         assert len(predictions) == 2  # one entry per val image
-        assert all('pred_instances' in p and 'bboxes' in p['pred_instances'] for p in predictions)
+        assert all('pred_instances' in p and 'bboxes' in p['pred_instances']
+                   for p in predictions)
         painted = list((run_dirs(test_dir)[-1] / show_dir).rglob('*.jpg'))
     else:
         assert len(list(out.rglob('*.png'))) == 2  # one label map per val image
@@ -136,15 +125,8 @@ def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
     """--resume CKPT: weights, optimizer and iteration come from the checkpoint."""
     work_dir, _ = trained.get('mask_rcnn')
     resumed_dir = tmp_path / 'resumed'
-    result = run_tool(
-        'train.py',
-        trained.config('mask_rcnn'),
-        '--work-dir',
-        resumed_dir,
-        '--resume',
-        work_dir / 'iter_1.pth',
-        cwd=tmp_path,
-    )
+    result = run_tool('train.py', trained.config('mask_rcnn'), '--work-dir', resumed_dir,
+                      '--resume', work_dir / 'iter_1.pth', cwd=tmp_path)
     assert result.returncode == 0, explain(result)
     assert 'resumed epoch: 0, iter: 1' in result.stdout + result.stderr
     records = training_records(run_dirs(resumed_dir)[-1])
@@ -155,21 +137,12 @@ def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
 def test_auto_resume_from_the_work_dir(trained, tmp_path):
     """--resume without a value: the latest checkpoint of the work dir."""
     import shutil
-
     work_dir, _ = trained.get('upernet')
     copy = tmp_path / 'upernet'
     shutil.copytree(work_dir, copy, ignore=shutil.ignore_patterns('2*'))  # no old logs
     (copy / 'last_checkpoint').write_text(str(copy / f'iter_{MAX_ITERS}.pth'))
-    result = run_tool(
-        'train.py',
-        trained.config('upernet'),
-        '--work-dir',
-        copy,
-        '--resume',
-        '--cfg-options',
-        f'train_cfg.max_iters={MAX_ITERS + 1}',
-        cwd=tmp_path,
-    )
+    result = run_tool('train.py', trained.config('upernet'), '--work-dir', copy, '--resume',
+                      '--cfg-options', f'train_cfg.max_iters={MAX_ITERS + 1}', cwd=tmp_path)
     assert result.returncode == 0, explain(result)
     assert f'resumed epoch: 0, iter: {MAX_ITERS}' in result.stdout + result.stderr
     records = training_records(run_dirs(copy)[-1])
@@ -183,34 +156,19 @@ def test_our_checkpoints_feed_load_from_and_pretrained(trained, tmp_path):
     both read through torch.load(weights_only=True) with no env var."""
     work_dir, _ = trained.get('mask_rcnn')
     checkpoint = work_dir / f'iter_{MAX_ITERS}.pth'
-    cascade = run_tool(
-        'train.py',
-        trained.config('cascade_mask_rcnn'),
-        '--work-dir',
-        tmp_path / 'cascade',
-        '--cfg-options',
-        f'load_from={checkpoint}',
-        'train_cfg.max_iters=1',
-        cwd=tmp_path,
-    )
+    cascade = run_tool('train.py', trained.config('cascade_mask_rcnn'), '--work-dir',
+                       tmp_path / 'cascade', '--cfg-options', f'load_from={checkpoint}',
+                       'train_cfg.max_iters=1', cwd=tmp_path)
     assert cascade.returncode == 0, explain(cascade)
     assert f'Load checkpoint from {checkpoint}' in cascade.stdout + cascade.stderr
     # The demo configs train from scratch (init_cfg=None): replace it, as a user would.
     pretrained_config = tmp_path / 'fpn_pretrained.py'
     pretrained_config.write_text(
-        f'_base_ = [{str(trained.config("sem_fpn"))!r}]\n'
-        f'model = dict(backbone=dict(init_cfg=dict(\n'
-        f"    _delete_=True, type='Pretrained', checkpoint={str(checkpoint)!r})))\n"
-    )
-    fpn = run_tool(
-        'train.py',
-        pretrained_config,
-        '--work-dir',
-        tmp_path / 'fpn',
-        '--cfg-options',
-        'train_cfg.max_iters=1',
-        cwd=tmp_path,
-    )
+        f"_base_ = [{str(trained.config('sem_fpn'))!r}]\n"
+        f"model = dict(backbone=dict(init_cfg=dict(\n"
+        f"    _delete_=True, type='Pretrained', checkpoint={str(checkpoint)!r})))\n")
+    fpn = run_tool('train.py', pretrained_config, '--work-dir', tmp_path / 'fpn',
+                   '--cfg-options', 'train_cfg.max_iters=1', cwd=tmp_path)
     assert fpn.returncode == 0, explain(fpn)
     log = fpn.stdout + fpn.stderr
     assert 'MAViT: loaded' in log and str(checkpoint) in log

@@ -9,7 +9,6 @@ saves one (``meta.dataset_meta``): the predictions' structure and sizes, the
 weights and class names the inferencers load, the files they write, and the
 score threshold of the drawing.
 """
-
 import json
 import os
 import subprocess
@@ -41,10 +40,8 @@ def tiny(tmp_path_factory):
     for name, metainfo in (('mask_rcnn', coco_metainfo()), ('upernet', ade20k_metainfo())):
         config = write_tiny_config(name, roots, root / 'configs')
         checkpoint = save_initialised_checkpoint(
-            config,
-            root / f'{name}.pth',
-            dataset_meta=dict(classes=metainfo['classes'], palette=metainfo['palette']),
-        )
+            config, root / f'{name}.pth',
+            dataset_meta=dict(classes=metainfo['classes'], palette=metainfo['palette']))
         setup[name] = (config, checkpoint, metainfo)
     return setup
 
@@ -59,7 +56,6 @@ def ade_val_images(tiny):
 
 def read_rgb(path):
     import mmcv
-
     image = mmcv.imread(str(path), channel_order='rgb')
     assert image is not None, f'{path} is not an image'
     return image
@@ -74,7 +70,6 @@ def assert_same_weights(model, checkpoint):
 
 def test_det_inferencer_predicts_boxes_and_masks(tiny, tmp_path):
     from mmdet.apis import DetInferencer
-
     config, checkpoint, metainfo = tiny['mask_rcnn']
     images = coco_val_images(tiny)
     assert len(images) == 2
@@ -85,9 +80,8 @@ def test_det_inferencer_predicts_boxes_and_masks(tiny, tmp_path):
 
     # A folder, as mmdet's image_demo.py passes it; threshold 0 draws every box.
     out_dir = tmp_path / 'det'
-    result = inferencer(
-        str(images[0].parent), out_dir=str(out_dir), pred_score_thr=0.0, return_datasamples=True
-    )
+    result = inferencer(str(images[0].parent), out_dir=str(out_dir), pred_score_thr=0.0,
+                        return_datasamples=True)
     # mmdet lists the folder in the file system's order.
     samples = sorted(result['predictions'], key=lambda sample: sample.img_path)
     assert [s.img_path for s in samples] == [str(p) for p in images]
@@ -114,9 +108,8 @@ def test_det_inferencer_predicts_boxes_and_masks(tiny, tmp_path):
         assert np.abs(drawn.astype(int) - read_rgb(image_path).astype(int)).mean() > 5
 
     # As dicts (the default), predictions also saved as JSON under preds/.
-    result = inferencer(
-        [str(p) for p in images], out_dir=str(out_dir), no_save_pred=False, no_save_vis=True
-    )
+    result = inferencer([str(p) for p in images], out_dir=str(out_dir), no_save_pred=False,
+                        no_save_vis=True)
     for image_path, prediction in zip(images, result['predictions']):
         count = len(prediction['scores'])
         assert count > 0 and len(prediction['labels']) == len(prediction['bboxes']) == count
@@ -130,7 +123,6 @@ def test_det_inferencer_predicts_boxes_and_masks(tiny, tmp_path):
 
 def test_det_inferencer_draws_only_boxes_above_the_threshold(tiny):
     from mmdet.apis import DetInferencer
-
     config, checkpoint, _ = tiny['mask_rcnn']
     image = coco_val_images(tiny)[0]
     source = read_rgb(image)
@@ -148,7 +140,6 @@ def test_det_inferencer_draws_only_boxes_above_the_threshold(tiny):
 
 def test_seg_inferencer_predicts_a_label_map_of_the_image_size(tiny, tmp_path):
     from mmseg.apis import MMSegInferencer
-
     config, checkpoint, metainfo = tiny['upernet']
     images = ade_val_images(tiny)
     assert len(images) == 2
@@ -170,7 +161,6 @@ def test_seg_inferencer_predicts_a_label_map_of_the_image_size(tiny, tmp_path):
     assert np.abs(drawn.astype(int) - read_rgb(images[0]).astype(int)).mean() > 5
     # mmseg numbers its label-map files; the first holds this prediction.
     from PIL import Image
-
     with Image.open(out_dir / 'pred' / '00000000_pred.png') as saved:
         assert np.array_equal(np.asarray(saved), label_map)
 
@@ -190,7 +180,7 @@ def test_inferencers_as_a_user_runs_them(tiny, tmp_path):
     det_config, det_checkpoint, det_meta = tiny['mask_rcnn']
     seg_config, seg_checkpoint, seg_meta = tiny['upernet']
     det_image, seg_image = coco_val_images(tiny)[0], ade_val_images(tiny)[0]
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent(f'''
         import json, sys
         from mmdet.apis import DetInferencer
         from mmseg.apis import MMSegInferencer
@@ -206,17 +196,11 @@ def test_inferencers_as_a_user_runs_them(tiny, tmp_path):
             num_boxes=len(detections['bboxes']), labels=detections['labels'],
             seg_classes=list(segmentor.model.dataset_meta['classes']),
             seg_shape=list(label_map.shape), seg_max=int(label_map.max()))))
-    """)
+    ''')
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     env.pop('PYTHONPATH', None)
-    result = subprocess.run(
-        [sys.executable, '-c', script],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=300,
-    )
+    result = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                            cwd=tmp_path, env=env, timeout=300)
     assert result.returncode == 0, explain(result)
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report['mavit_imported_by_configs']  # through the configs' custom_imports

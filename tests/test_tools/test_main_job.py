@@ -2,7 +2,6 @@
 exit status on fake summaries, the job config, the evaluation progress hook,
 and the pictures (real visualisers, on tiny data and a freshly initialised
 checkpoint; training curves from a written mmengine JSON log)."""
-
 import json
 import logging
 
@@ -20,19 +19,15 @@ SEGMENTOR_HEADLINE = ['mIoU', 'mAcc', 'aAcc']
 
 
 def fake_result(headline, untrained, trained):
-    return dict(
-        headline_metrics=list(headline),
-        untrained=dict(zip(headline, untrained)),
-        trained=dict(zip(headline, trained)),
-        improved=all(a > b for a, b in zip(trained, untrained)),
-    )
+    return dict(headline_metrics=list(headline), untrained=dict(zip(headline, untrained)),
+                trained=dict(zip(headline, trained)),
+                improved=all(a > b for a, b in zip(trained, untrained)))
 
 
 def fake_results(bbox_map=0.62, bbox_map50=0.93, miou=94.0):
     return {
-        'mask_rcnn': fake_result(
-            DETECTOR_HEADLINE, [0.001, 0.002, 0.0, 0.0], [bbox_map, bbox_map50, 0.55, 0.9]
-        ),
+        'mask_rcnn': fake_result(DETECTOR_HEADLINE, [0.001, 0.002, 0.0, 0.0],
+                                 [bbox_map, bbox_map50, 0.55, 0.9]),
         'upernet': fake_result(SEGMENTOR_HEADLINE, [2.9, 19.4, 8.3], [miou, 98.0, 99.4]),
     }
 
@@ -48,18 +43,13 @@ def test_results_above_the_bars_pass():
     verdict = main_job.check_results(fake_results())
     assert verdict['passed'] and verdict['failures'] == []
     assert [(b['metric'], b['passed']) for b in verdict['bars']] == [
-        ('coco/bbox_mAP_50', True),
-        ('coco/bbox_mAP', True),
-    ]
+        ('coco/bbox_mAP_50', True), ('coco/bbox_mAP', True)]
 
 
-@pytest.mark.parametrize(
-    'bbox_map,bbox_map50,failing',
-    [
-        (0.45, 0.93, 'coco/bbox_mAP'),  # mAP below 0.5
-        (0.62, 0.79, 'coco/bbox_mAP_50'),  # mAP@50 below 0.8
-    ],
-)
+@pytest.mark.parametrize('bbox_map,bbox_map50,failing', [
+    (0.45, 0.93, 'coco/bbox_mAP'),      # mAP below 0.5
+    (0.62, 0.79, 'coco/bbox_mAP_50'),   # mAP@50 below 0.8
+])
 def test_a_detector_below_a_bar_fails(bbox_map, bbox_map50, failing):
     verdict = main_job.check_results(fake_results(bbox_map, bbox_map50))
     assert not verdict['passed']
@@ -75,8 +65,7 @@ def test_a_model_not_beating_its_baseline_fails_even_above_the_bars():
     verdict = main_job.check_results(results)
     assert not verdict['passed']
     assert verdict['failures'] == [
-        'upernet: trained mIoU 2.000 is not above the untrained baseline 2.900'
-    ]
+        'upernet: trained mIoU 2.000 is not above the untrained baseline 2.900']
 
 
 def test_bars_of_models_not_run_are_left_out():
@@ -100,37 +89,28 @@ def test_summary_table_shows_the_bars():
 
 
 @pytest.mark.parametrize('bbox_map,exit_status', [(0.62, 0), (0.45, 1)])
-def test_exit_status_and_summary_follow_the_bars(
-    monkeypatch, tmp_path, capsys, bbox_map, exit_status
-):
+def test_exit_status_and_summary_follow_the_bars(monkeypatch, tmp_path, capsys, bbox_map,
+                                                 exit_status):
     results = fake_results(bbox_map=bbox_map)
     for name, result in results.items():
-        result.update(
-            train_seconds=1.0,
-            test_seconds=1.0,
-            picture_seconds=1.0,
-            pictures=dict(
-                ground_truth_vs_prediction=f'{name}/gt_vs_pred.png',
-                training_curves=f'{name}/curves.png',
-            ),
-        )
+        result.update(train_seconds=1.0, test_seconds=1.0, picture_seconds=1.0,
+                      pictures=dict(ground_truth_vs_prediction=f'{name}/gt_vs_pred.png',
+                                    training_curves=f'{name}/curves.png'))
     monkeypatch.setattr(main_job, 'ensure_data', lambda kinds, regenerate: None)
-    monkeypatch.setattr(main_job, 'run_job', lambda name, work_root, max_iters: results[name])
+    monkeypatch.setattr(main_job, 'run_job',
+                        lambda name, work_root, max_iters: results[name])
     assert main_job.main(['--work-dir', str(tmp_path)]) == exit_status
     out, err = capsys.readouterr()
     summary = json.loads((tmp_path / 'summary.json').read_text())
     assert summary['passed'] is (exit_status == 0)
     assert {b['metric']: b['passed'] for b in summary['bars']} == {
-        'coco/bbox_mAP_50': True,
-        'coco/bbox_mAP': exit_status == 0,
-    }
+        'coco/bbox_mAP_50': True, 'coco/bbox_mAP': exit_status == 0}
     assert 'mask_rcnn ground truth | prediction: mask_rcnn/gt_vs_pred.png' in out
     assert 'upernet training curves: upernet/curves.png' in out
     if exit_status:
         assert 'FAILED' in err and 'coco/bbox_mAP 0.450 is below the bar 0.5' in err
-        assert summary['failures'] == [
-            'mask_rcnn: trained coco/bbox_mAP 0.450 is below the bar 0.5'
-        ]
+        assert summary['failures'] == ['mask_rcnn: trained coco/bbox_mAP 0.450 is below the '
+                                       'bar 0.5']
     else:
         assert 'PASSED' in out and summary['failures'] == []
 
@@ -155,7 +135,6 @@ class _FakeRunner:
 
 def test_evaluation_progress_hook_reports_batches_and_eta(caplog):
     from mavit_mm.engine.hooks import EvaluationProgressHook
-
     runner = _FakeRunner(3)
     hook = EvaluationProgressHook(min_interval_s=0)
     with caplog.at_level(logging.INFO, logger='fake_runner'):
@@ -168,10 +147,8 @@ def test_evaluation_progress_hook_reports_batches_and_eta(caplog):
     lines = [record.getMessage() for record in caplog.records]
     assert lines[0] == 'Evaluating (test): ? images in 3 batches'
     assert [line.split(',')[0] for line in lines[1:]] == [
-        'Evaluating (test): 1/3 batches',
-        'Evaluating (test): 2/3 batches',
-        'Evaluating (test): 3/3 batches',
-    ]
+        'Evaluating (test): 1/3 batches', 'Evaluating (test): 2/3 batches',
+        'Evaluating (test): 3/3 batches']
     assert all('eta 0:00:0' in line for line in lines[1:])
     assert lines[-1].endswith('computing the metrics')
     # Rate-limited: only the last batch of a quick loop is reported.
@@ -182,12 +159,10 @@ def test_evaluation_progress_hook_reports_batches_and_eta(caplog):
         for index in range(3):
             hook.after_val_iter(runner, index)
     assert [r.getMessage().split(',')[0] for r in caplog.records][1:] == [
-        'Evaluating (val): 3/3 batches'
-    ]
+        'Evaluating (val): 3/3 batches']
 
 
 # --- pictures -------------------------------------------------------------------------
-
 
 @pytest.fixture(scope='module')
 def tiny_setup(tmp_path_factory):
@@ -209,7 +184,6 @@ def tiny_setup(tmp_path_factory):
 
 def read_png(path):
     from PIL import Image
-
     with Image.open(path) as image:
         assert image.format == 'PNG'
         return np.asarray(image.convert('RGB'))
@@ -218,18 +192,13 @@ def read_png(path):
 @pytest.mark.parametrize('name', ['mask_rcnn', 'upernet'])
 def test_ground_truth_beside_prediction(tiny_setup, tmp_path, name):
     from mavit_mm.tooling.pictures import draw_validation_samples
-
     config, checkpoint = tiny_setup[name]
     # Threshold 0: the untrained detector's low-scored boxes are drawn too.
-    drawn = draw_validation_samples(
-        config, checkpoint, tmp_path / 'pictures', num_images=2, score_thr=0.0, title=name
-    )
+    drawn = draw_validation_samples(config, checkpoint, tmp_path / 'pictures', num_images=2,
+                                    score_thr=0.0, title=name)
     assert len(drawn['images']) == 2  # the tiny validation split has 2 images
-    data_dir = (
-        config.parent.parent
-        / 'data'
-        / ('coco/val' if name == 'mask_rcnn' else 'ade20k/images/validation')
-    )
+    data_dir = config.parent.parent / 'data' / ('coco/val' if name == 'mask_rcnn'
+                                                else 'ade20k/images/validation')
     for path in drawn['images']:
         picture = read_png(path)
         source = read_png_or_jpeg(data_dir / f'{path.stem.split("_", 1)[1]}.jpg')
@@ -244,7 +213,6 @@ def test_ground_truth_beside_prediction(tiny_setup, tmp_path, name):
 
 def read_png_or_jpeg(path):
     from PIL import Image
-
     with Image.open(path) as image:
         return np.asarray(image.convert('RGB'))
 
@@ -253,55 +221,31 @@ def write_training_log(work_dir, timestamp='20260101_000000'):
     """An mmengine vis_data JSON log: a baseline, 20 iterations, two validations."""
     vis_data = work_dir / timestamp / 'vis_data'
     vis_data.mkdir(parents=True)
-    records = [
-        {'coco/bbox_mAP': 0.0, 'coco/bbox_mAP_50': 0.0, 'data_time': 0.1, 'time': 1.0, 'step': 0}
-    ]
+    records = [{'coco/bbox_mAP': 0.0, 'coco/bbox_mAP_50': 0.0, 'data_time': 0.1, 'time': 1.0,
+                'step': 0}]
     for step in range(2, 21, 2):
-        records.append(
-            {
-                'lr': 1e-4,
-                'data_time': 0.01,
-                'loss': 5.0 / step,
-                'loss_cls': 2.0 / step,
-                'decode.loss_ce': 1.0 / step,
-                'decode.acc_seg': 50.0,
-                'time': 1.0,
-                'iter': step,
-                'memory': 0,
-                'step': step,
-            }
-        )
+        records.append({'lr': 1e-4, 'data_time': 0.01, 'loss': 5.0 / step,
+                        'loss_cls': 2.0 / step, 'decode.loss_ce': 1.0 / step,
+                        'decode.acc_seg': 50.0, 'time': 1.0, 'iter': step, 'memory': 0,
+                        'step': step})
         if step % 10 == 0:
-            records.append(
-                {
-                    'coco/bbox_mAP': step / 40,
-                    'coco/bbox_mAP_50': step / 25,
-                    'data_time': 0.1,
-                    'time': 1.0,
-                    'step': step,
-                }
-            )
+            records.append({'coco/bbox_mAP': step / 40, 'coco/bbox_mAP_50': step / 25,
+                            'data_time': 0.1, 'time': 1.0, 'step': step})
     (vis_data / f'{timestamp}.json').write_text(
-        ''.join(json.dumps(record) + '\n' for record in records)
-    )
+        ''.join(json.dumps(record) + '\n' for record in records))
 
 
 def test_training_curves_from_the_json_log(tmp_path):
     from mavit_mm.tooling.pictures import plot_training_curves, training_curves
-
     write_training_log(tmp_path / 'work')
     curves = training_curves(tmp_path / 'work')
     assert curves['losses']['loss'] == (list(range(2, 21, 2)), [5.0 / s for s in range(2, 21, 2)])
     assert set(curves['losses']) == {'loss', 'loss_cls', 'decode.loss_ce'}
     assert curves['metrics']['coco/bbox_mAP'] == ([0, 10, 20], [0.0, 0.25, 0.5])
-    out = plot_training_curves(
-        tmp_path / 'work',
-        tmp_path / 'curves.png',
-        ['coco/bbox_mAP', 'coco/bbox_mAP_50'],
-        final_metrics={'coco/bbox_mAP': 0.5},
-        final_step=20,
-        bars={'coco/bbox_mAP': 0.5},
-    )
+    out = plot_training_curves(tmp_path / 'work', tmp_path / 'curves.png',
+                               ['coco/bbox_mAP', 'coco/bbox_mAP_50'],
+                               final_metrics={'coco/bbox_mAP': 0.5}, final_step=20,
+                               bars={'coco/bbox_mAP': 0.5})
     picture = read_png(out)
     assert picture.shape[0] >= 300 and picture.shape[1] >= 800
     assert picture.std() > 10 and len(np.unique(picture.reshape(-1, 3), axis=0)) > 50
@@ -309,7 +253,6 @@ def test_training_curves_from_the_json_log(tmp_path):
 
 def test_training_curves_need_a_training_log(tmp_path):
     from mavit_mm.tooling.pictures import plot_training_curves
-
     with pytest.raises(FileNotFoundError, match='no training log'):
         plot_training_curves(tmp_path, tmp_path / 'curves.png', ['mIoU'])
 
@@ -319,8 +262,6 @@ def test_time_left_scales_the_reference_by_this_machine():
     minutes = main_job.REFERENCE_MINUTES
     first, second = jobs
     # Twice as slow as the reference on the first model: twice its minutes left.
-    assert (
-        main_job.time_left(jobs, 0, 2 * minutes[first])
-        == f', about {2 * minutes[second]:.0f} min left'
-    )
+    assert main_job.time_left(jobs, 0, 2 * minutes[first]) == \
+        f', about {2 * minutes[second]:.0f} min left'
     assert main_job.time_left(jobs, 1, 1.0) == ''  # nothing left

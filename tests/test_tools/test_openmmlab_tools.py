@@ -15,7 +15,6 @@ frames per second are read back, and where a tool cannot go on (mmdet's
 inference benchmark needs CUDA; mmseg 1.2.2's get_flops.py cannot call
 mmengine 0.10's counter) the test checks that our config gets that far.
 """
-
 import importlib.util
 import json
 import math
@@ -61,11 +60,11 @@ def run_package_tool(package: str, tool: str, *args, cwd) -> subprocess.Complete
     """The package's own tool in a subprocess, with the environment as it is
     (no PYTHONPATH, nothing mavit-specific)."""
     environ = {name: value for name, value in os.environ.items() if name != 'PYTHONPATH'}
-    return run_script(package_tool(package, tool), *args, cwd=cwd, timeout=600, environ=environ)
+    return run_script(package_tool(package, tool), *args, cwd=cwd, timeout=600,
+                      environ=environ)
 
 
 # -- the packages' own train.py / test.py ------------------------------------------
-
 
 @pytest.fixture(scope='module')
 def tiny_roots(tmp_path_factory):
@@ -75,15 +74,12 @@ def tiny_roots(tmp_path_factory):
 @pytest.mark.parametrize('package', list(CASES))
 def test_package_tools_train_then_test(package, tiny_roots, tmp_path):
     import torch
-
     name = CASES[package]
     _, kind, metric_names = DEMO_JOBS[name]
-    config = write_tiny_config(
-        name, tiny_roots, tmp_path / 'configs', MAX_ITERS, checkpoint_interval=MAX_ITERS
-    )
+    config = write_tiny_config(name, tiny_roots, tmp_path / 'configs', MAX_ITERS,
+                               checkpoint_interval=MAX_ITERS)
     # The tiny config keeps the published recipe's optimizer wrapper.
     from mavit_mm.tooling.config import load_config
-
     assert load_config(config).optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
 
     work_dir = tmp_path / 'train'
@@ -99,9 +95,8 @@ def test_package_tools_train_then_test(package, tiny_roots, tmp_path):
     assert checkpoint.is_file(), sorted(p.name for p in work_dir.iterdir())
 
     test_dir = tmp_path / 'test'
-    test = run_package_tool(
-        package, 'test.py', config, checkpoint, '--work-dir', test_dir, cwd=tmp_path
-    )
+    test = run_package_tool(package, 'test.py', config, checkpoint, '--work-dir', test_dir,
+                            cwd=tmp_path)
     assert test.returncode == 0, explain(test)
     metrics = latest_test_metrics(test_dir)
     assert metrics is not None, explain(test)
@@ -137,26 +132,19 @@ def linear_attention_macs(figures: dict) -> int:
     plain matmuls, which mmengine's counter sees (unlike softmax attention,
     one ``scaled_dot_product_attention`` call it has no formula for)."""
     from mavit_mm.ops.attention_variants import LINEAR_ATTN_TYPES
-
-    return sum(
-        figures['per_module_type'].get(f'{attn_type}_attention', 0)
-        for attn_type in LINEAR_ATTN_TYPES
-    )
+    return sum(figures['per_module_type'].get(f'{attn_type}_attention', 0)
+               for attn_type in LINEAR_ATTN_TYPES)
 
 
 @pytest.fixture(scope='module')
 def benchmark_roots(tmp_path_factory):
     """The tiny data with BENCHMARK_IMAGES test images (one training image)."""
     from mavit_mm.data.synthetic import make_ade20k_dataset, make_coco_dataset
-
     root = tmp_path_factory.mktemp('openmmlab_analysis_data')
-    settings = dict(
-        image_size=TINY_IMAGE_SIZE, max_objects=2, seed=0, num_train=1, num_val=BENCHMARK_IMAGES
-    )
-    return {
-        'coco': make_coco_dataset(root / 'coco', **settings)['root'],
-        'ade20k': make_ade20k_dataset(root / 'ade20k', **settings)['root'],
-    }
+    settings = dict(image_size=TINY_IMAGE_SIZE, max_objects=2, seed=0, num_train=1,
+                    num_val=BENCHMARK_IMAGES)
+    return {'coco': make_coco_dataset(root / 'coco', **settings)['root'],
+            'ade20k': make_ade20k_dataset(root / 'ade20k', **settings)['root']}
 
 
 def assert_checkpoint_loaded(output: str) -> None:
@@ -176,7 +164,6 @@ def test_mmengine_counts_fused_mala_as_its_pytorch_path(one_torch_thread):
 
     from mavit_mm.models import MAViT
     from mavit_mm.ops.mala.flops import FUSED_MALA_OP
-
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     image = torch.randn(1, 3, 64, 64, device=device)
     counts = {}
@@ -186,15 +173,10 @@ def test_mmengine_counts_fused_mala_as_its_pytorch_path(one_torch_thread):
         analyzer = FlopAnalyzer(model, image)
         analyzer.unsupported_ops_warnings(False)
         analyzer.uncalled_modules_warnings(False)
-        counts[impl] = (
-            analyzer.total(),
-            dict(analyzer.by_operator()),
-            set(analyzer.unsupported_ops()),
-        )
-    (torch_total, torch_ops, _), (fused_total, fused_ops, fused_unsupported) = (
-        counts['torch'],
-        counts['triton'],
-    )
+        counts[impl] = (analyzer.total(), dict(analyzer.by_operator()),
+                        set(analyzer.unsupported_ops()))
+    (torch_total, torch_ops, _), (fused_total, fused_ops, fused_unsupported) = \
+        counts['torch'], counts['triton']
     assert FUSED_MALA_OP not in fused_unsupported
     assert 'matmul' not in fused_ops  # MALA's only matmuls ran fused
     assert fused_ops['mala'] == torch_ops['matmul'] > 0
@@ -211,15 +193,13 @@ def test_mmdet_get_flops_counts_our_layers_and_linear_attention(benchmark_roots,
     ours: layer MACs + linear-attention MACs <= theirs <= that + 1 %.
     Parameters are the same count."""
     from mmengine.analysis.print_helper import _format_size
-
     config = write_tiny_config('mask_rcnn', benchmark_roots, tmp_path / 'configs')
     # The RoI heads' work grows with the proposals the RPN keeps. A random-weight
     # RPN keeps over 250 on a 64 px image; at most 20 makes the work the same for
     # both tools (theirs loads a dataset image, ours random pixels).
     options = ['--cfg-options', 'model.test_cfg.rpn.max_per_img=20']
-    theirs = run_package_tool(
-        'mmdet', 'analysis_tools/get_flops.py', config, '--num-images', 1, *options, cwd=tmp_path
-    )
+    theirs = run_package_tool('mmdet', 'analysis_tools/get_flops.py', config,
+                              '--num-images', 1, *options, cwd=tmp_path)
     assert theirs.returncode == 0, explain(theirs)
     output = theirs.stdout + theirs.stderr
     shape = re.search(r'^Input shape: \((\d+), (\d+)\)$', theirs.stdout, re.M)
@@ -230,32 +210,21 @@ def test_mmdet_get_flops_counts_our_layers_and_linear_attention(benchmark_roots,
     assert 'Unsupported operator aten::scaled_dot_product_attention' in output, output[-3000:]
 
     json_path = tmp_path / 'ours.json'
-    ours = run_tool(
-        'analysis_tools/get_flops.py',
-        config,
-        '--shape',
-        height,
-        width,
-        '--json',
-        json_path,
-        *options,
-        cwd=tmp_path,
-    )
+    ours = run_tool('analysis_tools/get_flops.py', config, '--shape', height, width,
+                    '--json', json_path, *options, cwd=tmp_path)
     assert ours.returncode == 0, explain(ours)
     figures = json.loads(json_path.read_text())['model']
     assert figures['per_module_type'].get('conv_transpose', 0) > 0  # the mask head's
 
-    assert re.search(r'^Params: (.*)$', theirs.stdout, re.M).group(1) == _format_size(
-        figures['params']
-    )
+    assert re.search(r'^Params: (.*)$', theirs.stdout, re.M).group(1) == \
+        _format_size(figures['params'])
     counted = figures['layer_macs'] + linear_attention_macs(figures)
-    assert counted - flops_rounding <= flops <= counted * 1.01 + flops_rounding, (flops, figures)
+    assert counted - flops_rounding <= flops <= counted * 1.01 + flops_rounding, \
+        (flops, figures)
     softmax = figures['attention_macs'] - linear_attention_macs(figures)
-    print(
-        f'mmdet get_flops.py {flops / 1e9:.3f} G; ours: layer + linear attention '
-        f'{counted / 1e9:.3f} G (softmax attention, not in theirs: {softmax / 1e9:.4f} G); '
-        f'{theirs.seconds:.1f} s + {ours.seconds:.1f} s'
-    )
+    print(f'mmdet get_flops.py {flops / 1e9:.3f} G; ours: layer + linear attention '
+          f'{counted / 1e9:.3f} G (softmax attention, not in theirs: {softmax / 1e9:.4f} G); '
+          f'{theirs.seconds:.1f} s + {ours.seconds:.1f} s')
 
 
 def test_mmseg_get_flops_builds_our_model_then_stops_in_mmengine(tmp_path):
@@ -266,21 +235,16 @@ def test_mmseg_get_flops_builds_our_model_then_stops_in_mmengine(tmp_path):
     data preprocessor. When an mmseg release fixes it, this test fails; check
     the FLOPs then as for mmdet."""
     config = REPO_ROOT / DEMO_JOBS['upernet'].config
-    result = run_package_tool(
-        'mmseg', 'analysis_tools/get_flops.py', config, '--shape', 64, 64, cwd=tmp_path
-    )
+    result = run_package_tool('mmseg', 'analysis_tools/get_flops.py', config,
+                              '--shape', 64, 64, cwd=tmp_path)
     assert result.returncode != 0, explain(result)
     lines = result.stderr.strip().splitlines()
-    assert lines[-1] == 'ValueError: "input_shape" and "inputs" cannot be both set.', explain(
-        result
-    )
+    assert lines[-1] == 'ValueError: "input_shape" and "inputs" cannot be both set.', \
+        explain(result)
     # Raised by the counting call itself, after the model was built and run
     # through its data preprocessor.
-    assert re.search(
-        r'get_flops\.py", line \d+, in inference\n\s+outputs = '
-        r'get_model_complexity_info\(',
-        result.stderr,
-    ), explain(result)
+    assert re.search(r'get_flops\.py", line \d+, in inference\n\s+outputs = '
+                     r'get_model_complexity_info\(', result.stderr), explain(result)
 
 
 def test_mmseg_benchmark_reports_fps(benchmark_roots, tmp_path):
@@ -290,25 +254,14 @@ def test_mmseg_benchmark_reports_fps(benchmark_roots, tmp_path):
     the tool), which the tiny data does not have."""
     config = write_tiny_config('upernet', benchmark_roots, tmp_path / 'configs')
     checkpoint = save_initialised_checkpoint(config, tmp_path / 'upernet.pth')
-    result = run_package_tool(
-        'mmseg',
-        'analysis_tools/benchmark.py',
-        config,
-        checkpoint,
-        '--log-interval',
-        1,
-        '--work-dir',
-        tmp_path / 'bench',
-        cwd=tmp_path,
-    )
+    result = run_package_tool('mmseg', 'analysis_tools/benchmark.py', config, checkpoint,
+                              '--log-interval', 1, '--work-dir', tmp_path / 'bench',
+                              cwd=tmp_path)
     assert result.returncode == 0, explain(result)
     assert_checkpoint_loaded(result.stdout + result.stderr)
-    fps = [
-        float(value)
-        for value in re.findall(
-            r'^Done image \[\s*\d+\s*/ 200\], fps: ([0-9.]+) img / s$', result.stdout, re.M
-        )
-    ]
+    fps = [float(value) for value in
+           re.findall(r'^Done image \[\s*\d+\s*/ 200\], fps: ([0-9.]+) img / s$',
+                      result.stdout, re.M)]
     assert len(fps) == BENCHMARK_IMAGES - 5, explain(result)
     assert all(0 < value < 1e4 for value in fps), fps
     reports = list((tmp_path / 'bench').glob('fps_*.json'))
@@ -318,11 +271,9 @@ def test_mmseg_benchmark_reports_fps(benchmark_roots, tmp_path):
 
 def _mmdet_benchmark(config, *args, cwd) -> subprocess.CompletedProcess:
     if importlib.util.find_spec('psutil') is None:
-        pytest.fail(
-            "mmdet's benchmark.py needs psutil, which mmdet does not install "
-            '(mmdet/utils/benchmark.py names psutil.Process in an annotation, so '
-            'the tool fails on import without it): pip install psutil'
-        )
+        pytest.fail("mmdet's benchmark.py needs psutil, which mmdet does not install "
+                    '(mmdet/utils/benchmark.py names psutil.Process in an annotation, so '
+                    'the tool fails on import without it): pip install psutil')
     return run_package_tool('mmdet', 'analysis_tools/benchmark.py', config, *args, cwd=cwd)
 
 
@@ -331,30 +282,16 @@ def test_mmdet_benchmark_dataloader_reports_fps(benchmark_roots, tmp_path):
     pipeline and loader on a CPU. It computes fps only at --log-interval or
     --max-iter, so both are set to the number of batches the tiny data has."""
     from mavit_mm.tooling.config import load_config
-
     config = write_tiny_config('mask_rcnn', benchmark_roots, tmp_path / 'configs')
     batch_size = load_config(config).test_dataloader.batch_size
     batches = math.ceil(BENCHMARK_IMAGES / batch_size)
     assert batches >= 2
-    result = _mmdet_benchmark(
-        config,
-        '--task',
-        'dataloader',
-        '--max-iter',
-        batches,
-        '--num-warmup',
-        1,
-        '--log-interval',
-        batches,
-        cwd=tmp_path,
-    )
+    result = _mmdet_benchmark(config, '--task', 'dataloader', '--max-iter', batches,
+                              '--num-warmup', 1, '--log-interval', batches, cwd=tmp_path)
     assert result.returncode == 0, explain(result)
     output = result.stdout + result.stderr
-    match = re.search(
-        r'Overall fps: ([0-9.]+) batch/s, times per batch: [0-9.]+ ms/batch, '
-        r'batch size: (\d+), num_workers: (\d+)',
-        output,
-    )
+    match = re.search(r'Overall fps: ([0-9.]+) batch/s, times per batch: [0-9.]+ ms/batch, '
+                      r'batch size: (\d+), num_workers: (\d+)', output)
     assert match, explain(result)
     assert float(match.group(1)) > 0 and int(match.group(2)) == batch_size, match.group(0)
     print(f'mmdet benchmark.py --task dataloader: {match.group(0)}, {result.seconds:.1f} s')
@@ -367,23 +304,11 @@ def test_mmdet_benchmark_inference_gets_to_its_cuda_call(benchmark_roots, tmp_pa
     image). On a GPU it reports fps; on a CPU our config, model and checkpoint
     get as far as that call."""
     import torch
-
     config = write_tiny_config('mask_rcnn', benchmark_roots, tmp_path / 'configs')
     checkpoint = save_initialised_checkpoint(config, tmp_path / 'mask_rcnn.pth')
-    result = _mmdet_benchmark(
-        config,
-        '--task',
-        'inference',
-        '--checkpoint',
-        checkpoint,
-        '--max-iter',
-        BENCHMARK_IMAGES,
-        '--num-warmup',
-        1,
-        '--log-interval',
-        BENCHMARK_IMAGES,
-        cwd=tmp_path,
-    )
+    result = _mmdet_benchmark(config, '--task', 'inference', '--checkpoint', checkpoint,
+                              '--max-iter', BENCHMARK_IMAGES, '--num-warmup', 1,
+                              '--log-interval', BENCHMARK_IMAGES, cwd=tmp_path)
     output = result.stdout + result.stderr
     assert_checkpoint_loaded(output)
     if torch.cuda.is_available():
@@ -392,8 +317,7 @@ def test_mmdet_benchmark_inference_gets_to_its_cuda_call(benchmark_roots, tmp_pa
         assert match and float(match.group(1)) > 0, explain(result)
         return
     assert result.returncode != 0, explain(result)
-    assert re.search(
-        r'benchmark\.py", line \d+, in _init_model\n\s+model = model\.cuda\(\)', result.stderr
-    ), explain(result)
+    assert re.search(r'benchmark\.py", line \d+, in _init_model\n\s+model = model\.cuda\(\)',
+                     result.stderr), explain(result)
     last = result.stderr.strip().splitlines()[-1]
     assert 'CUDA' in last or 'NVIDIA' in last, last

@@ -1,6 +1,5 @@
 """tools/train.py and tools/test.py refuse bad input at once, naming the path or
 value, before the Runner (model, datasets) is built; and apply their options."""
-
 import json
 import logging
 import time
@@ -21,8 +20,7 @@ def tiny(tmp_path_factory):
     return dict(
         roots=roots,
         det=write_tiny_config('mask_rcnn', roots, root / 'configs'),
-        seg=write_tiny_config('upernet', roots, root / 'configs'),
-    )
+        seg=write_tiny_config('upernet', roots, root / 'configs'))
 
 
 @pytest.fixture(scope='module')
@@ -44,24 +42,16 @@ def _train_error(train_tool, config, *extra, work_dir) -> str:
 
 def test_missing_data_root(tiny, train_tool, tmp_path):
     missing = tmp_path / 'no_such_root'
-    message = _train_error(
-        train_tool,
-        tiny['det'],
-        '--cfg-options',
-        f'train_dataloader.dataset.data_root={missing}',
-        work_dir=tmp_path / 'work',
-    )
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'train_dataloader.dataset.data_root={missing}',
+                           work_dir=tmp_path / 'work')
     assert str(missing) in message and 'data_root' in message
 
 
 def test_missing_annotation_file(tiny, train_tool, tmp_path):
-    message = _train_error(
-        train_tool,
-        tiny['det'],
-        '--cfg-options',
-        'val_dataloader.dataset.ann_file=annotations/instances_nope.json',
-        work_dir=tmp_path / 'work',
-    )
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           'val_dataloader.dataset.ann_file=annotations/instances_nope.json',
+                           work_dir=tmp_path / 'work')
     assert str(tiny['roots']['coco'] / 'annotations' / 'instances_nope.json') in message
     assert 'not found' in message
 
@@ -70,75 +60,45 @@ def test_missing_annotation_file(tiny, train_tool, tmp_path):
 def test_corrupt_annotation_file(tiny, train_tool, tmp_path, content):
     corrupt = tmp_path / 'instances_corrupt.json'
     corrupt.write_text(content)
-    message = _train_error(
-        train_tool,
-        tiny['det'],
-        '--cfg-options',
-        f'train_dataloader.dataset.ann_file={corrupt}',
-        work_dir=tmp_path / 'work',
-    )
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'train_dataloader.dataset.ann_file={corrupt}',
+                           work_dir=tmp_path / 'work')
     assert str(corrupt) in message
 
 
 def test_missing_evaluator_annotation_file(tiny, test_tool, train_tool, tmp_path):
     """CocoMetric reads its own copy of the annotation path."""
     missing = tmp_path / 'instances_gone.json'
-    message = _train_error(
-        train_tool,
-        tiny['det'],
-        '--cfg-options',
-        f'val_evaluator.ann_file={missing}',
-        work_dir=tmp_path / 'work',
-    )
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'val_evaluator.ann_file={missing}', work_dir=tmp_path / 'work')
     assert str(missing) in message and 'val_evaluator' in message
     checkpoint = tmp_path / 'iter_1.pth'
     checkpoint.write_bytes(b'')  # exists; never read, the check fails first
     with pytest.raises(ConfigCheckError, match='test_evaluator'):
-        test_tool.main(
-            [
-                str(tiny['det']),
-                str(checkpoint),
-                '--work-dir',
-                str(tmp_path / 'w'),
-                '--cfg-options',
-                f'test_evaluator.ann_file={missing}',
-            ]
-        )
+        test_tool.main([str(tiny['det']), str(checkpoint), '--work-dir', str(tmp_path / 'w'),
+                        '--cfg-options', f'test_evaluator.ann_file={missing}'])
 
 
 def test_coco_file_without_images(tiny, train_tool, tmp_path):
     wrong = tmp_path / 'instances_wrong.json'
     wrong.write_text(json.dumps({'annotations': []}))
-    message = _train_error(
-        train_tool,
-        tiny['det'],
-        '--cfg-options',
-        f'train_dataloader.dataset.ann_file={wrong}',
-        work_dir=tmp_path / 'work',
-    )
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'train_dataloader.dataset.ann_file={wrong}',
+                           work_dir=tmp_path / 'work')
     assert str(wrong) in message and "'images'" in message
 
 
 def test_missing_segmentation_label_folder(tiny, train_tool, tmp_path):
-    message = _train_error(
-        train_tool,
-        tiny['seg'],
-        '--cfg-options',
-        'train_dataloader.dataset.data_prefix.seg_map_path=annotations/nope',
-        work_dir=tmp_path / 'work',
-    )
+    message = _train_error(train_tool, tiny['seg'], '--cfg-options',
+                           'train_dataloader.dataset.data_prefix.seg_map_path=annotations/nope',
+                           work_dir=tmp_path / 'work')
     assert str(tiny['roots']['ade20k'] / 'annotations' / 'nope') in message
 
 
 @pytest.mark.parametrize('config_key', ['det', 'seg'])
 def test_unknown_backbone_size(tiny, train_tool, tmp_path, config_key):
-    message = _train_error(
-        train_tool,
-        tiny[config_key],
-        '--cfg-options',
-        'model.backbone.arch=huge',
-        work_dir=tmp_path / 'work',
-    )
+    message = _train_error(train_tool, tiny[config_key], '--cfg-options',
+                           'model.backbone.arch=huge', work_dir=tmp_path / 'work')
     assert "'huge'" in message and 'model.backbone.arch' in message
 
 
@@ -151,11 +111,11 @@ def test_missing_test_checkpoint(tiny, test_tool, tmp_path):
 
 def test_missing_resume_and_load_from_checkpoints(tiny, train_tool, tmp_path):
     missing = tmp_path / 'iter_7.pth'
-    message = _train_error(train_tool, tiny['det'], '--resume', missing, work_dir=tmp_path / 'work')
+    message = _train_error(train_tool, tiny['det'], '--resume', missing,
+                           work_dir=tmp_path / 'work')
     assert str(missing) in message and 'resume' in message
-    message = _train_error(
-        train_tool, tiny['seg'], '--cfg-options', f'load_from={missing}', work_dir=tmp_path / 'work'
-    )
+    message = _train_error(train_tool, tiny['seg'], '--cfg-options', f'load_from={missing}',
+                           work_dir=tmp_path / 'work')
     assert str(missing) in message and 'load_from' in message
 
 
@@ -176,14 +136,8 @@ def test_missing_pretrained_backbone_of_the_published_config(tmp_path, train_too
 
 
 def test_auto_scale_lr_needs_the_config_entry(tiny, train_tool, tmp_path):
-    message = _train_error(
-        train_tool,
-        tiny['det'],
-        '--auto-scale-lr',
-        '--cfg-options',
-        'auto_scale_lr=None',
-        work_dir=tmp_path / 'work',
-    )
+    message = _train_error(train_tool, tiny['det'], '--auto-scale-lr', '--cfg-options',
+                           'auto_scale_lr=None', work_dir=tmp_path / 'work')
     assert 'auto_scale_lr' in message
 
 
@@ -198,19 +152,11 @@ def test_command_line_reports_the_error_and_exits(tiny, tmp_path):
     missing = tmp_path / 'no_such_root'
     work_dir = tmp_path / 'work'
     start = time.time()
-    result = run_tool(
-        'train.py',
-        tiny['det'],
-        '--work-dir',
-        work_dir,
-        '--cfg-options',
-        f'train_dataloader.dataset.data_root={missing}',
-    )
+    result = run_tool('train.py', tiny['det'], '--work-dir', work_dir, '--cfg-options',
+                      f'train_dataloader.dataset.data_root={missing}')
     assert result.returncode != 0
-    assert (
-        f'train.py: error: train_dataloader.dataset: data_root not found: {missing}'
+    assert f'train.py: error: train_dataloader.dataset: data_root not found: {missing}' \
         in result.stderr
-    )
     assert 'Traceback' not in result.stderr
     assert not work_dir.exists()
     assert time.time() - start < 120  # imports only; nothing was built
@@ -218,15 +164,8 @@ def test_command_line_reports_the_error_and_exits(tiny, tmp_path):
 
 def test_help_lists_the_flags():
     train_help = run_tool('train.py', '--help').stdout
-    for flag in (
-        '--work-dir',
-        '--resume',
-        '--amp',
-        '--cfg-options',
-        '--launcher',
-        '--auto-scale-lr',
-        '--local-rank',
-    ):
+    for flag in ('--work-dir', '--resume', '--amp', '--cfg-options', '--launcher',
+                 '--auto-scale-lr', '--local-rank'):
         assert flag in train_help
     test_help = run_tool('test.py', '--help').stdout
     for flag in ('--work-dir', '--out', '--show-dir', '--cfg-options', '--launcher'):
@@ -235,32 +174,23 @@ def test_help_lists_the_flags():
 
 # -- options applied to the config ---------------------------------------------
 
-
 def _amp_config():
-    return Config(
-        dict(
-            optim_wrapper=dict(
-                type='AmpOptimWrapper', loss_scale='dynamic', optimizer=dict(type='AdamW', lr=1e-4)
-            )
-        )
-    )
+    return Config(dict(optim_wrapper=dict(type='AmpOptimWrapper', loss_scale='dynamic',
+                                          optimizer=dict(type='AdamW', lr=1e-4))))
 
 
 def test_amp_wrapper_becomes_fp32_without_cuda(monkeypatch, caplog):
     monkeypatch.setattr(runner_setup, 'cuda_available', lambda: False)
     messages = []
-    monkeypatch.setattr(
-        runner_setup, 'log', lambda message, level=logging.INFO: messages.append(message)
-    )
+    monkeypatch.setattr(runner_setup, 'log', lambda message, level=logging.INFO: messages.append(message))
     cfg = _amp_config()
     runner_setup.configure_amp(cfg, amp_requested=False)
     assert cfg.optim_wrapper.type == 'OptimWrapper'
     assert 'loss_scale' not in cfg.optim_wrapper
     assert cfg.optim_wrapper.optimizer.lr == 1e-4
     assert len(messages) == 1 and 'OptimWrapper' in messages[0]
-    runner_setup.configure_amp(
-        Config(dict(optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)))), amp_requested=True
-    )
+    runner_setup.configure_amp(Config(dict(optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)))),
+                      amp_requested=True)
     assert '--amp ignored' in messages[-1]
 
 
@@ -280,20 +210,12 @@ def test_amp_where_available_wrapper_left_to_itself(monkeypatch):
     built: configure_amp leaves it as it is, with or without CUDA, and --amp on
     a GPU says mixed precision is already on."""
     messages = []
-    monkeypatch.setattr(
-        runner_setup, 'log', lambda message, level=logging.INFO: messages.append(message)
-    )
+    monkeypatch.setattr(runner_setup, 'log', lambda message, level=logging.INFO: messages.append(message))
     for cuda in (False, True):
         monkeypatch.setattr(runner_setup, 'cuda_available', lambda cuda=cuda: cuda)
-        cfg = Config(
-            dict(
-                optim_wrapper=dict(
-                    type='AmpWhereAvailableOptimWrapper',
-                    loss_scale='dynamic',
-                    optimizer=dict(type='AdamW', lr=1e-4),
-                )
-            )
-        )
+        cfg = Config(dict(optim_wrapper=dict(type='AmpWhereAvailableOptimWrapper',
+                                             loss_scale='dynamic',
+                                             optimizer=dict(type='AdamW', lr=1e-4))))
         runner_setup.configure_amp(cfg, amp_requested=False)
         assert cfg.optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
         assert cfg.optim_wrapper.loss_scale == 'dynamic'

@@ -22,7 +22,6 @@ Examples:
   python tools/analysis_tools/benchmark_fps.py CONFIG_A CONFIG_B --backbone-only \\
       --shapes 256x256 512x512 512x1024 1024x1024 1024x2048 --plot sweep.png
 """
-
 from __future__ import annotations
 
 import argparse
@@ -47,8 +46,7 @@ def parse_size(text: str):
         height, width = (int(part) for part in text.lower().split('x'))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f'sizes are HEIGHTxWIDTH, e.g. 512x2048; got {text!r}'
-        ) from None
+            f'sizes are HEIGHTxWIDTH, e.g. 512x2048; got {text!r}') from None
     if height < 32 or width < 32:
         raise argparse.ArgumentTypeError(f'{text}: both sides must be at least 32 pixels')
     return height, width
@@ -56,68 +54,31 @@ def parse_size(text: str):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        'configs',
-        nargs='+',
-        metavar='CONFIG',
-        help='model configs (detection or segmentation), timed side by side',
-    )
-    parser.add_argument(
-        '--shape',
-        type=int,
-        nargs=2,
-        metavar=('HEIGHT', 'WIDTH'),
-        default=[512, 2048],
-        help='input size (default: 512 2048)',
-    )
-    parser.add_argument(
-        '--shapes',
-        type=parse_size,
-        nargs='+',
-        metavar='HxW',
-        help='sweep these input sizes instead of --shape, and plot them',
-    )
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('configs', nargs='+', metavar='CONFIG',
+                        help='model configs (detection or segmentation), timed side by side')
+    parser.add_argument('--shape', type=int, nargs=2, metavar=('HEIGHT', 'WIDTH'),
+                        default=[512, 2048], help='input size (default: 512 2048)')
+    parser.add_argument('--shapes', type=parse_size, nargs='+', metavar='HxW',
+                        help='sweep these input sizes instead of --shape, and plot them')
     parser.add_argument('--batch-size', type=int, default=1, help='images per run (default: 1)')
     parser.add_argument('--iters', type=int, default=50, help='timed runs (default: 50)')
-    parser.add_argument(
-        '--warmup',
-        type=int,
-        default=10,
-        help='untimed runs first, for autotuning and caches (default: 10)',
-    )
-    parser.add_argument('--device', default=None, help='cuda or cpu (default: cuda when available)')
-    parser.add_argument(
-        '--dtype',
-        choices=sorted(DTYPES),
-        default='fp32',
-        help='autocast precision on CUDA (default: fp32, no autocast)',
-    )
-    parser.add_argument(
-        '--mala-impl',
-        choices=['auto', 'torch', 'triton'],
-        default=None,
-        help="override the MAViT backbones' MALA implementation",
-    )
+    parser.add_argument('--warmup', type=int, default=10,
+                        help='untimed runs first, for autotuning and caches (default: 10)')
+    parser.add_argument('--device', default=None,
+                        help='cuda or cpu (default: cuda when available)')
+    parser.add_argument('--dtype', choices=sorted(DTYPES), default='fp32',
+                        help='autocast precision on CUDA (default: fp32, no autocast)')
+    parser.add_argument('--mala-impl', choices=['auto', 'torch', 'triton'], default=None,
+                        help="override the MAViT backbones' MALA implementation")
     parser.add_argument('--backbone-only', action='store_true', help='time the backbones alone')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        default={},
-        help='override config entries of every config, key=value',
-    )
-    parser.add_argument(
-        '--out',
-        metavar='FILE',
-        help='JSON output (default: benchmarks/results/fps-<device>-<time>.json)',
-    )
-    parser.add_argument(
-        '--plot',
-        metavar='PNG',
-        help='latency and memory against pixels (default with --shapes: the JSON path with .png)',
-    )
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+                        help='override config entries of every config, key=value')
+    parser.add_argument('--out', metavar='FILE',
+                        help='JSON output (default: benchmarks/results/fps-<device>-<time>.json)')
+    parser.add_argument('--plot', metavar='PNG',
+                        help='latency and memory against pixels (default with --shapes: '
+                             'the JSON path with .png)')
     args = parser.parse_args(argv)
     for config in args.configs:
         if not Path(config).is_file():
@@ -129,9 +90,8 @@ def peak_extra_mib(call, device) -> float | None:
     """Extra memory one call takes: the CUDA allocator's peak, or on a CPU the
     process's peak resident memory (Linux; ``None`` elsewhere)."""
     from mavit_mm.tooling.device import cuda_peak_extra_bytes
-
     if device.type == 'cuda':
-        return cuda_peak_extra_bytes(call, device) / 2**20
+        return cuda_peak_extra_bytes(call, device) / 2 ** 20
     try:  # "5" resets the kernel's peak-RSS counter (VmHWM) of this process
         _release_free_heap()
         Path('/proc/self/clear_refs').write_text('5')
@@ -160,19 +120,16 @@ def _status_kib(field: str) -> int:
 
 def label_of(config: str, cfg) -> str:
     backbone = cfg.model.backbone
-    impl = f', {backbone.get("mala_impl", "auto")}' if backbone.type == 'MAViT' else ''
+    impl = f", {backbone.get('mala_impl', 'auto')}" if backbone.type == 'MAViT' else ''
     return f'{Path(config).stem} ({backbone.type}{impl})'
 
 
 def time_model(model, inputs, samples, args, device, autocast, progress) -> dict:
     import torch
-
     if args.backbone_only:
-
         def run():
             return model.backbone(inputs)
     else:
-
         def run():
             return model(inputs, samples, mode='tensor')
 
@@ -193,30 +150,24 @@ def time_model(model, inputs, samples, args, device, autocast, progress) -> dict
         memory = peak_extra_mib(run, device)
     times.sort()
     median = times[len(times) // 2]
-    return dict(
-        fps_mean=args.batch_size * len(times) / sum(times),
-        fps_median=args.batch_size / median,
-        latency_ms_median=median * 1e3,
-        peak_memory_mib=memory,
-    )
+    return dict(fps_mean=args.batch_size * len(times) / sum(times),
+                fps_median=args.batch_size / median, latency_ms_median=median * 1e3,
+                peak_memory_mib=memory)
 
 
 def format_table(results) -> str:
-    header = f'{"model":62} {"size":>9} {"img/s":>8} {"ms":>9} {"peak MiB":>9}'
+    header = f"{'model':62} {'size':>9} {'img/s':>8} {'ms':>9} {'peak MiB':>9}"
     lines = [header, '-' * len(header)]
     for r in results:
-        memory = 'n/a' if r['peak_memory_mib'] is None else f'{r["peak_memory_mib"]:.0f}'
-        size = f'{r["shape"][0]}x{r["shape"][1]}'
-        lines.append(
-            f'{r["label"][:62]:62} {size:>9} {r["fps_median"]:>8.2f} '
-            f'{r["latency_ms_median"]:>9.1f} {memory:>9}'
-        )
+        memory = 'n/a' if r['peak_memory_mib'] is None else f"{r['peak_memory_mib']:.0f}"
+        size = f"{r['shape'][0]}x{r['shape'][1]}"
+        lines.append(f"{r['label'][:62]:62} {size:>9} {r['fps_median']:>8.2f} "
+                     f"{r['latency_ms_median']:>9.1f} {memory:>9}")
     return '\n'.join(lines)
 
 
 def plot(results, path: Path, title: str) -> None:
     import matplotlib
-
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
@@ -227,10 +178,10 @@ def plot(results, path: Path, title: str) -> None:
         ax_time.plot(pixels, [r['latency_ms_median'] for r in rows], 'o-', label=label)
         if all(r['peak_memory_mib'] is not None for r in rows):
             ax_memory.plot(pixels, [r['peak_memory_mib'] for r in rows], 'o-', label=label)
-    ax_time.set(xlabel='input pixels (millions)', ylabel='median latency (ms)', title='latency')
-    ax_memory.set(
-        xlabel='input pixels (millions)', ylabel='peak extra memory (MiB)', title='memory'
-    )
+    ax_time.set(xlabel='input pixels (millions)', ylabel='median latency (ms)',
+                title='latency')
+    ax_memory.set(xlabel='input pixels (millions)', ylabel='peak extra memory (MiB)',
+                  title='memory')
     for ax in (ax_time, ax_memory):
         ax.grid(alpha=0.3)
     ax_time.legend(fontsize=8)
@@ -253,9 +204,8 @@ def main(argv=None) -> dict:
     if args.dtype != 'fp32' and device.type != 'cuda':
         raise SystemExit(f'--dtype {args.dtype} needs a CUDA device (got {device})')
     shapes = args.shapes or [tuple(args.shape)]
-    autocast = torch.autocast(
-        device.type, dtype=getattr(torch, DTYPES[args.dtype]), enabled=args.dtype != 'fp32'
-    )
+    autocast = torch.autocast(device.type, dtype=getattr(torch, DTYPES[args.dtype]),
+                              enabled=args.dtype != 'fp32')
     runs_per_shape = args.warmup + args.iters
     total_runs = len(args.configs) * len(shapes) * runs_per_shape
     # The time left is estimated from the pixels still to process: a run costs
@@ -270,11 +220,8 @@ def main(argv=None) -> dict:
         if done['runs'] % max(1, total_runs // 20) == 0 or done['runs'] == total_runs:
             elapsed = time.time() - started
             left = elapsed / done['pixels'] * (total_pixels - done['pixels'])
-            print(
-                f'[{done["runs"]}/{total_runs} runs] {elapsed:.0f} s so far, '
-                f'about {left:.0f} s left',
-                flush=True,
-            )
+            print(f"[{done['runs']}/{total_runs} runs] {elapsed:.0f} s so far, "
+                  f'about {left:.0f} s left', flush=True)
 
     results = []
     for config in args.configs:
@@ -285,22 +232,13 @@ def main(argv=None) -> dict:
         model = build_model(cfg).to(device).eval()
         label = label_of(config, cfg)
         for height, width in shapes:
-            inputs, samples = dummy_forward_inputs(cfg, height, width, args.batch_size, str(device))
+            inputs, samples = dummy_forward_inputs(cfg, height, width, args.batch_size,
+                                                   str(device))
             timing = time_model(model, inputs, samples, args, device, autocast, progress)
-            results.append(
-                dict(
-                    config=config,
-                    label=label,
-                    shape=[height, width],
-                    pixels=height * width,
-                    **timing,
-                )
-            )
-            print(
-                f'{label}: {height}x{width}: {timing["fps_median"]:.2f} img/s, '
-                f'{timing["latency_ms_median"]:.1f} ms',
-                flush=True,
-            )
+            results.append(dict(config=config, label=label, shape=[height, width],
+                                pixels=height * width, **timing))
+            print(f'{label}: {height}x{width}: {timing["fps_median"]:.2f} img/s, '
+                  f'{timing["latency_ms_median"]:.1f} ms', flush=True)
         del model
         if device.type == 'cuda':
             torch.cuda.empty_cache()
@@ -308,50 +246,28 @@ def main(argv=None) -> dict:
     versions = dict(python=platform.python_version(), torch=torch.__version__)
     try:
         import triton
-
         versions['triton'] = triton.__version__
     except ImportError:
         pass
-    report = dict(
-        device=device_name(device),
-        device_type=device.type,
-        cuda=torch.version.cuda if device.type == 'cuda' else None,
-        batch_size=args.batch_size,
-        backbone_only=args.backbone_only,
-        dtype=args.dtype,
-        mala_impl_override=args.mala_impl,
-        iters=args.iters,
-        warmup=args.warmup,
-        cpu_threads=torch.get_num_threads(),
-        versions=versions,
-        date=datetime.now(UTC).isoformat(timespec='seconds'),
-        results=results,
-    )
-    out = (
-        Path(args.out)
-        if args.out
-        else (
-            REPO_ROOT
-            / 'benchmarks'
-            / 'results'
-            / f'fps-{device.type}-{datetime.now():%Y%m%d-%H%M%S}.json'
-        )
-    )
+    report = dict(device=device_name(device), device_type=device.type,
+                  cuda=torch.version.cuda if device.type == 'cuda' else None,
+                  batch_size=args.batch_size, backbone_only=args.backbone_only,
+                  dtype=args.dtype, mala_impl_override=args.mala_impl, iters=args.iters,
+                  warmup=args.warmup, cpu_threads=torch.get_num_threads(), versions=versions,
+                  date=datetime.now(UTC).isoformat(timespec='seconds'),
+                  results=results)
+    out = Path(args.out) if args.out else (
+        REPO_ROOT / 'benchmarks' / 'results' /
+        f'fps-{device.type}-{datetime.now():%Y%m%d-%H%M%S}.json')
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + '\n')
     print(format_table(results))
-    print(
-        f'on {report["device"]}, batch {args.batch_size}, {args.dtype}'
-        f'{", backbones only" if args.backbone_only else ""}; JSON written to {out}'
-    )
+    print(f'on {report["device"]}, batch {args.batch_size}, {args.dtype}'
+          f'{", backbones only" if args.backbone_only else ""}; JSON written to {out}')
     if args.plot or args.shapes:
         png = Path(args.plot) if args.plot else out.with_suffix('.png')
-        plot(
-            results,
-            png,
-            f'{report["device"]}, batch {args.batch_size}, {args.dtype}'
-            f'{", backbones" if args.backbone_only else ""}',
-        )
+        plot(results, png, f'{report["device"]}, batch {args.batch_size}, {args.dtype}'
+                           f'{", backbones" if args.backbone_only else ""}')
         print(f'plot of latency and memory against pixels: {png}')
     return report
 

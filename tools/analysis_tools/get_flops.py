@@ -10,7 +10,6 @@ Examples:
   python tools/analysis_tools/get_flops.py configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py --shape 512 2048
   python tools/analysis_tools/get_flops.py --arch t --shape 224 224          # backbone alone, no config
 """
-
 from __future__ import annotations
 
 import argparse
@@ -27,31 +26,18 @@ from mavit_mm.tooling.complexity import count_complexity  # noqa: E402
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        'config', nargs='?', help='model config; omit and give --arch to count the backbone alone'
-    )
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('config', nargs='?',
+                        help='model config; omit and give --arch to count the backbone alone')
     parser.add_argument('--arch', help='backbone size t|s|b|l when no config is given')
-    parser.add_argument(
-        '--shape',
-        type=int,
-        nargs=2,
-        metavar=('HEIGHT', 'WIDTH'),
-        default=[800, 1280],
-        help='input height and width (default: 800 1280, the detection '
-        'convention; segmentation papers use 512 2048)',
-    )
-    parser.add_argument(
-        '--backbone-only', action='store_true', help='count only the backbone of the config'
-    )
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        default={},
-        help='override config entries, key=value (mmengine syntax)',
-    )
+    parser.add_argument('--shape', type=int, nargs=2, metavar=('HEIGHT', 'WIDTH'),
+                        default=[800, 1280],
+                        help='input height and width (default: 800 1280, the detection '
+                             'convention; segmentation papers use 512 2048)')
+    parser.add_argument('--backbone-only', action='store_true',
+                        help='count only the backbone of the config')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+                        help='override config entries, key=value (mmengine syntax)')
     parser.add_argument('--json', metavar='FILE', help='also write the figures as JSON here')
     args = parser.parse_args(argv)
     if (args.config is None) == (args.arch is None):
@@ -65,55 +51,41 @@ def measure(args) -> dict:
     height, width = args.shape
     if args.config is None:
         from mavit_mm.models import MAViT
-
         model = MAViT(arch=args.arch).eval()
         backbone, full = model, None
         scope = 'backbone'
     else:
         from mavit_mm.tooling.config import load_config
         from mavit_mm.tooling.model_builder import build_model, dummy_forward_inputs
-
         cfg = load_config(args.config, args.cfg_options)
         model = build_model(cfg).eval()
         backbone = model.backbone
         full = None if args.backbone_only else (model, dummy_forward_inputs(cfg, height, width))
         scope = cfg.default_scope
     image = torch.randn(1, 3, height, width)
-    figures = dict(
-        input_shape=[height, width],
-        scope=scope,
-        backbone=count_complexity(backbone, lambda: backbone(image)).as_dict(),
-    )
+    figures = dict(input_shape=[height, width], scope=scope,
+                   backbone=count_complexity(backbone, lambda: backbone(image)).as_dict())
     if full is not None:
         model, (inputs, samples) = full
         figures['model'] = count_complexity(
-            model, lambda: model(inputs, samples, mode='tensor')
-        ).as_dict()
+            model, lambda: model(inputs, samples, mode='tensor')).as_dict()
     return figures
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     figures = measure(args)
-    print(
-        f'input {figures["input_shape"][0]}x{figures["input_shape"][1]} '
-        f'({args.config or "MAViT-" + args.arch.upper()})'
-    )
-    print(
-        f'{"part":<10}{"params (M)":>12}{"layer GMACs":>14}{"attention GMACs":>18}'
-        f'{"total GMACs":>14}'
-    )
+    print(f'input {figures["input_shape"][0]}x{figures["input_shape"][1]} '
+          f'({args.config or "MAViT-" + args.arch.upper()})')
+    print(f'{"part":<10}{"params (M)":>12}{"layer GMACs":>14}{"attention GMACs":>18}'
+          f'{"total GMACs":>14}')
     for part in ('backbone', 'model'):
         if part in figures:
             f = figures[part]
-            print(
-                f'{part:<10}{f["params"] / 1e6:>12.2f}{f["layer_macs"] / 1e9:>14.1f}'
-                f'{f["attention_macs"] / 1e9:>18.1f}{f["total_macs"] / 1e9:>14.1f}'
-            )
-    print(
-        "layer GMACs: convolutions and linear layers (the paper's convention); "
-        'attention GMACs: the attention products those counters leave out.'
-    )
+            print(f'{part:<10}{f["params"] / 1e6:>12.2f}{f["layer_macs"] / 1e9:>14.1f}'
+                  f'{f["attention_macs"] / 1e9:>18.1f}{f["total_macs"] / 1e9:>14.1f}')
+    print('layer GMACs: convolutions and linear layers (the paper\'s convention); '
+          'attention GMACs: the attention products those counters leave out.')
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
     return figures

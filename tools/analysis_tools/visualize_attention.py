@@ -34,7 +34,6 @@ Examples:
       --out-dir vis/attn           # random weights
   python tools/analysis_tools/visualize_attention.py --fig2 --out-dir vis/fig2
 """
-
 from __future__ import annotations
 
 import argparse
@@ -53,75 +52,33 @@ IMAGENET_STD = (58.395, 57.12, 57.375)
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('image', nargs='?', help='input image (not needed with --fig2)')
-    parser.add_argument(
-        '--config', help='a MAViT detection / segmentation config (its model.backbone is used)'
-    )
+    parser.add_argument('--config', help='a MAViT detection / segmentation config (its '
+                                         'model.backbone is used)')
     parser.add_argument('--checkpoint', help='trained weights; without it: random weights')
-    parser.add_argument(
-        '--stage', type=int, default=0, help='stage index from 0 (default 0, the first MALA stage)'
-    )
-    parser.add_argument(
-        '--block',
-        type=int,
-        default=-1,
-        help='block index within the stage from 0; -1 = last (default)',
-    )
-    parser.add_argument(
-        '--query',
-        type=int,
-        nargs=2,
-        metavar=('ROW', 'COL'),
-        help="query token in the stage's feature map (default: centre)",
-    )
-    parser.add_argument(
-        '--attn-types',
-        nargs='+',
-        default=None,
-        help='variants to draw (default: all of mavit_mm.ops.ATTN_TYPES)',
-    )
-    parser.add_argument(
-        '--kernel-function',
-        default=None,
-        help="phi of the linear variants (default: the config's, else 'elu')",
-    )
-    parser.add_argument(
-        '--head', type=int, default=None, help='one attention head (default: the mean over heads)'
-    )
-    parser.add_argument(
-        '--size',
-        type=int,
-        nargs=2,
-        metavar=('H', 'W'),
-        help='resize the image to H x W first (default: as it is)',
-    )
-    parser.add_argument(
-        '--seed',
-        type=int,
-        default=0,
-        help='seed of the random weights / synthetic data (default 0)',
-    )
-    parser.add_argument(
-        '--fig2',
-        action='store_true',
-        help="the paper's Fig. 2: a synthetic query scaled by --scales",
-    )
-    parser.add_argument(
-        '--scales',
-        type=float,
-        nargs='+',
-        default=[1.0, 2.0, 4.0],
-        help='query scales of --fig2 (default: 1 2 4)',
-    )
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        default={},
-        help='override config entries, key=value (mmengine syntax)',
-    )
+    parser.add_argument('--stage', type=int, default=0,
+                        help='stage index from 0 (default 0, the first MALA stage)')
+    parser.add_argument('--block', type=int, default=-1,
+                        help='block index within the stage from 0; -1 = last (default)')
+    parser.add_argument('--query', type=int, nargs=2, metavar=('ROW', 'COL'),
+                        help="query token in the stage's feature map (default: centre)")
+    parser.add_argument('--attn-types', nargs='+', default=None,
+                        help='variants to draw (default: all of mavit_mm.ops.ATTN_TYPES)')
+    parser.add_argument('--kernel-function', default=None,
+                        help="phi of the linear variants (default: the config's, else 'elu')")
+    parser.add_argument('--head', type=int, default=None,
+                        help='one attention head (default: the mean over heads)')
+    parser.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'),
+                        help='resize the image to H x W first (default: as it is)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='seed of the random weights / synthetic data (default 0)')
+    parser.add_argument('--fig2', action='store_true',
+                        help="the paper's Fig. 2: a synthetic query scaled by --scales")
+    parser.add_argument('--scales', type=float, nargs='+', default=[1.0, 2.0, 4.0],
+                        help='query scales of --fig2 (default: 1 2 4)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+                        help='override config entries, key=value (mmengine syntax)')
     parser.add_argument('--out-dir', required=True, help='where the PNGs and JSON go')
     args = parser.parse_args(argv)
     if not args.fig2 and (args.image is None or args.config is None):
@@ -145,7 +102,7 @@ def build_backbone(cfg, checkpoint, seed: int):
     backbone_cfg['init_cfg'] = None
     backbone_cfg.pop('pretrained', None)
     norm_cfg = dict(backbone_cfg.get('norm_cfg') or dict(type='BN'))
-    if norm_cfg.get('type') == 'SyncBN':  # same parameters; one process here
+    if norm_cfg.get('type') == 'SyncBN':   # same parameters; one process here
         norm_cfg['type'] = 'BN'
     backbone_cfg['norm_cfg'] = norm_cfg
     torch.manual_seed(seed)
@@ -161,14 +118,9 @@ def build_backbone(cfg, checkpoint, seed: int):
     if checkpoint is None:
         return model, 'random weights'
     report = load_pretrained_backbone(model, checkpoint)
-    print(
-        f'loaded {len(report["loaded"])} tensors from {checkpoint}'
-        + (
-            f'; {len(report["missing"])} missing (kept random): {", ".join(report["missing"][:4])}'
-            if report['missing']
-            else ''
-        )
-    )
+    print(f'loaded {len(report["loaded"])} tensors from {checkpoint}'
+          + (f'; {len(report["missing"])} missing (kept random): '
+             f'{", ".join(report["missing"][:4])}' if report['missing'] else ''))
     return model, f'weights of {Path(checkpoint).name}'
 
 
@@ -224,17 +176,15 @@ def query_maps(q, k, rope, attn_types, kernel_function, query, head):
     height, width = rope.height, rope.width
     row, col = query if query is not None else (height // 2, width // 2)
     if not (0 <= row < height and 0 <= col < width):
-        raise ValueError(
-            f'--query {row} {col} is outside the {height}x{width} token grid of this stage'
-        )
+        raise ValueError(f'--query {row} {col} is outside the {height}x{width} token grid '
+                         'of this stage')
     if head is not None and not 0 <= head < q.shape[1]:
         raise ValueError(f'--head {head}: this block has heads 0..{q.shape[1] - 1}')
     index = row * width + col
     maps = {}
     for attn_type in attn_types:
-        scores = attention_scores(
-            q.double(), k.double(), attn_type, rope, kernel_function, queries=[index]
-        )[0, :, 0]  # (heads, N)
+        scores = attention_scores(q.double(), k.double(), attn_type, rope, kernel_function,
+                                  queries=[index])[0, :, 0]          # (heads, N)
         scores = scores.mean(0) if head is None else scores[head]
         maps[attn_type] = scores.reshape(height, width).numpy()
     return maps, (row, col)
@@ -254,7 +204,6 @@ def describe(values) -> dict:
 def draw_image_mode(rgb, maps, query, grid_hw, title, out_dir: Path):
     import cv2
     import matplotlib
-
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
@@ -266,14 +215,8 @@ def draw_image_mode(rgb, maps, query, grid_hw, title, out_dir: Path):
         up = cv2.resize(values, (width, height), interpolation=cv2.INTER_NEAREST)
         ax.imshow(rgb)
         shown = ax.imshow(up, cmap='jet', alpha=0.55)
-        ax.plot(
-            *marker,
-            marker='s',
-            markersize=7,
-            markerfacecolor='none',
-            markeredgecolor='white',
-            markeredgewidth=2,
-        )
+        ax.plot(*marker, marker='s', markersize=7, markerfacecolor='none',
+                markeredgecolor='white', markeredgewidth=2)
         ax.set_title(f'{name}\nmax {values.max():.3g}, min {values.min():.3g}', fontsize=9)
         ax.axis('off')
         return shown
@@ -292,19 +235,12 @@ def draw_image_mode(rgb, maps, query, grid_hw, title, out_dir: Path):
     panels = len(maps) + 1
     cols = min(4, panels)
     rows = (panels + cols - 1) // cols
-    fig, axes = plt.subplots(
-        rows, cols, figsize=(3.6 * cols, 3.6 * rows * height / width + 0.8), squeeze=False
-    )
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.6 * rows * height / width + 0.8),
+                             squeeze=False)
     axes = axes.ravel()
     axes[0].imshow(rgb)
-    axes[0].plot(
-        *marker,
-        marker='s',
-        markersize=7,
-        markerfacecolor='none',
-        markeredgecolor='red',
-        markeredgewidth=2,
-    )
+    axes[0].plot(*marker, marker='s', markersize=7, markerfacecolor='none',
+                 markeredgecolor='red', markeredgewidth=2)
     axes[0].set_title(f'query token {query[0]}, {query[1]}', fontsize=9)
     axes[0].axis('off')
     for ax, (name, values) in zip(axes[1:], maps.items()):
@@ -331,41 +267,29 @@ def image_mode(args) -> dict:
         check_attn_type(attn_type, name='--attn-types entries')
     cfg = load_config(args.config, args.cfg_options)
     kernel_function = check_kernel_function(
-        args.kernel_function or cfg.model.backbone.get('kernel_function', 'elu')
-    )
+        args.kernel_function or cfg.model.backbone.get('kernel_function', 'elu'))
     model, weights = build_backbone(cfg, args.checkpoint, args.seed)
     if args.checkpoint is None:
         pretrained = (cfg.model.backbone.get('init_cfg') or {}).get('checkpoint')
-        print(
-            'no --checkpoint: the backbone has RANDOM weights (seed '
-            f'{args.seed}); the maps show the formulas on untrained q and k'
-            + (f" (the config's pretrained file {pretrained} is not used)" if pretrained else '')
-        )
+        print('no --checkpoint: the backbone has RANDOM weights (seed '
+              f'{args.seed}); the maps show the formulas on untrained q and k'
+              + (f" (the config's pretrained file {pretrained} is not used)" if pretrained
+                 else ''))
     rgb, image = load_image(args.image, args.size, cfg)
     q, k, rope, block = capture_query_key(model, image, args.stage, args.block)
     maps, query = query_maps(q, k, rope, attn_types, kernel_function, args.query, args.head)
     heads = 'mean of heads' if args.head is None else f'head {args.head}'
-    title = (
-        f'{Path(args.config).name}: layers.{args.stage}.blocks.{block}.attn, '
-        f'{rope.height}x{rope.width} tokens, {heads}, kernel {kernel_function}, {weights}'
-    )
+    title = (f'{Path(args.config).name}: layers.{args.stage}.blocks.{block}.attn, '
+             f'{rope.height}x{rope.width} tokens, {heads}, kernel {kernel_function}, {weights}')
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     grid, files = draw_image_mode(rgb, maps, query, (rope.height, rope.width), title, out_dir)
-    summary = dict(
-        config=args.config,
-        checkpoint=args.checkpoint,
-        weights=weights,
-        stage=args.stage,
-        block=block,
-        query=list(query),
-        grid=[rope.height, rope.width],
-        head=args.head,
-        kernel_function=kernel_function,
-        scores={name: describe(values) for name, values in maps.items()},
-        grid_png=grid,
-        variant_pngs=files,
-    )
+    summary = dict(config=args.config, checkpoint=args.checkpoint, weights=weights,
+                   stage=args.stage, block=block, query=list(query),
+                   grid=[rope.height, rope.width], head=args.head,
+                   kernel_function=kernel_function,
+                   scores={name: describe(values) for name, values in maps.items()},
+                   grid_png=grid, variant_pngs=files)
     (out_dir / 'summary.json').write_text(json.dumps(summary, indent=2))
     for name, info in summary['scores'].items():
         print(f'{name:>14}: max {info["max"]:.4g}  min {info["min"]:.4g}  sum {info["sum"]:.4g}')
@@ -383,18 +307,16 @@ def fig2_scores(scales, seed: int, num_keys: int = 16, head_dim: int = 16):
     from mavit_mm.ops import attention_scores
 
     generator = torch.Generator().manual_seed(seed)
-    keys = 1 + torch.randn(1, 1, num_keys, head_dim, generator=generator, dtype=torch.float64).abs()
+    keys = 1 + torch.randn(1, 1, num_keys, head_dim, generator=generator,
+                           dtype=torch.float64).abs()
     query = 0.1 * (1 + torch.rand(head_dim, generator=generator, dtype=torch.float64))
-    queries = query.expand(1, 1, num_keys, head_dim)  # one query, repeated for N rows
-    return {
-        t: [attention_scores(a * queries, keys, t, None, 'relu')[0, 0, 0].numpy() for a in scales]
-        for t in FIG2_TYPES
-    }
+    queries = query.expand(1, 1, num_keys, head_dim)    # one query, repeated for N rows
+    return {t: [attention_scores(a * queries, keys, t, None, 'relu')[0, 0, 0].numpy()
+                for a in scales] for t in FIG2_TYPES}
 
 
 def fig2_mode(args) -> dict:
     import matplotlib
-
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
@@ -403,14 +325,10 @@ def fig2_mode(args) -> dict:
     scores = fig2_scores(args.scales, args.seed)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    order = scores['softmax'][0].argsort()[::-1]  # keys by their a=1 softmax score
-    fig, axes = plt.subplots(
-        len(FIG2_TYPES),
-        len(args.scales),
-        figsize=(3.2 * len(args.scales), 2.4 * len(FIG2_TYPES)),
-        sharey='row',
-        squeeze=False,
-    )
+    order = scores['softmax'][0].argsort()[::-1]        # keys by their a=1 softmax score
+    fig, axes = plt.subplots(len(FIG2_TYPES), len(args.scales),
+                             figsize=(3.2 * len(args.scales), 2.4 * len(FIG2_TYPES)),
+                             sharey='row', squeeze=False)
     names = dict(softmax='Softmax attention', linear='Linear attention', mala='MALA')
     summary = {}
     for row, attn_type in enumerate(FIG2_TYPES):
@@ -420,19 +338,16 @@ def fig2_mode(args) -> dict:
             summary[attn_type][f'{scale:g}'] = info
             ax = axes[row, col]
             ax.bar(range(len(values)), values[order], color=f'C{row}')
-            ax.set_title(
-                f'{names[attn_type]}, a = {scale:g}\nmax {info["max"]:.3f}'
-                + (f', entropy {info["entropy"]:.3f}' if 'entropy' in info else ''),
-                fontsize=8,
-            )
+            ax.set_title(f'{names[attn_type]}, a = {scale:g}\nmax {info["max"]:.3f}'
+                         + (f', entropy {info["entropy"]:.3f}' if 'entropy' in info else ''),
+                         fontsize=8)
             ax.set_xticks([])
             if col == 0:
                 ax.set_ylabel('score')
     for ax in axes[-1]:
         ax.set_xlabel('keys (by softmax score at a = 1)')
-    fig.suptitle(
-        'Query magnitude: phi(q) scaled by a (MALA paper, Fig. 2; relu kernel)', fontsize=9
-    )
+    fig.suptitle("Query magnitude: phi(q) scaled by a (MALA paper, Fig. 2; relu kernel)",
+                 fontsize=9)
     fig.tight_layout()
     png = out_dir / 'fig2_query_scaling.png'
     fig.savefig(png, dpi=100)

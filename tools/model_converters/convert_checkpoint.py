@@ -24,7 +24,6 @@ Examples:
   python tools/model_converters/convert_checkpoint.py mask_rcnn_mavit_t_mmdet2.pth mask-rcnn_mavit-t.pth \\
       --config configs/mask_rcnn/mask-rcnn_mavit-t_fpn_1x_coco.py
 """
-
 from __future__ import annotations
 
 import argparse
@@ -38,34 +37,20 @@ from mmengine.config import DictAction  # noqa: E402
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('src', help='published or trained checkpoint')
     parser.add_argument('dst', help='where to write the converted checkpoint')
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument('--arch', help='MAViT size: t|s|b|l (a backbone checkpoint)')
-    target.add_argument(
-        '--config',
-        help='detection / segmentation config: convert the whole model, heads included, for it',
-    )
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=DictAction,
-        default={},
-        help='override entries of --config, key=value (mmengine syntax)',
-    )
-    parser.add_argument(
-        '--prefix',
-        default=None,
-        help="keep only keys under this prefix (default: 'backbone.' when present)",
-    )
-    parser.add_argument(
-        '--strict',
-        action='store_true',
-        help='fail unless every backbone tensor is present (a dense-prediction '
-        'checkpoint); by default extra_norms may be missing (classification)',
-    )
+    target.add_argument('--config', help='detection / segmentation config: convert the whole '
+                                         'model, heads included, for it')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+                        help='override entries of --config, key=value (mmengine syntax)')
+    parser.add_argument('--prefix', default=None,
+                        help="keep only keys under this prefix (default: 'backbone.' when present)")
+    parser.add_argument('--strict', action='store_true',
+                        help='fail unless every backbone tensor is present (a dense-prediction '
+                             'checkpoint); by default extra_norms may be missing (classification)')
     return parser.parse_args(argv)
 
 
@@ -79,16 +64,12 @@ def convert(src: str, dst: str, arch: str, prefix=None, strict: bool = False) ->
     if not Path(src).is_file():
         raise FileNotFoundError(f'checkpoint not found: {src}')
     state_dict = backbone_state_dict(
-        extract_state_dict(CheckpointLoader.load_checkpoint(src, map_location='cpu')), prefix
-    )
+        extract_state_dict(CheckpointLoader.load_checkpoint(src, map_location='cpu')), prefix)
     expected = MAViT(arch=arch).state_dict()
     kept = {k: v for k, v in state_dict.items() if k in expected}
     dropped = sorted(set(state_dict) - set(kept))
-    wrong_shape = [
-        f'{k}: {tuple(v.shape)} != {tuple(expected[k].shape)}'
-        for k, v in kept.items()
-        if v.shape != expected[k].shape
-    ]
+    wrong_shape = [f'{k}: {tuple(v.shape)} != {tuple(expected[k].shape)}'
+                   for k, v in kept.items() if v.shape != expected[k].shape]
     missing = sorted(set(expected) - set(kept))
     allowed_missing = [] if strict else [k for k in missing if k.startswith('extra_norms.')]
     problems = wrong_shape + [f'missing {k}' for k in missing if k not in allowed_missing]
@@ -115,14 +96,9 @@ def convert_full(src: str, dst: str, config: str, cfg_options=None) -> dict:
     expected = build_model(cfg).state_dict()
     checkpoint = CheckpointLoader.load_checkpoint(src, map_location='cpu')
     state_dict, meta, report = convert_whole_model(
-        checkpoint,
-        extract_state_dict(checkpoint),
-        expected,
-        scope=cfg.default_scope,
-        num_classes=head_num_classes(cfg.model),
-        config_meta=dataset_meta_from_config(cfg),
-        source=str(src),
-    )
+        checkpoint, extract_state_dict(checkpoint), expected, scope=cfg.default_scope,
+        num_classes=head_num_classes(cfg.model), config_meta=dataset_meta_from_config(cfg),
+        source=str(src))
     meta['config'] = str(config)
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     torch.save({'state_dict': state_dict, 'meta': meta}, dst)
@@ -133,10 +109,8 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.config:
         report = convert_full(args.src, args.dst, args.config, args.cfg_options)
-        print(
-            f'wrote {args.dst}: {report["tensors"]} tensors (the whole model) of a '
-            f'{report["layout"]} checkpoint, loading with strict=True into {args.config}'
-        )
+        print(f'wrote {args.dst}: {report["tensors"]} tensors (the whole model) of a '
+              f'{report["layout"]} checkpoint, loading with strict=True into {args.config}')
         classes = report['classes']
         if classes:
             shown = ', '.join(classes[:6]) + (' ...' if len(classes) > 6 else '')
@@ -149,10 +123,8 @@ def main(argv=None) -> dict:
     report = convert(args.src, args.dst, args.arch, args.prefix, args.strict)
     print(f'wrote {args.dst}: {report["kept"]} backbone tensors')
     if report['dropped']:
-        print(
-            f'dropped {len(report["dropped"])} non-backbone tensors '
-            f'(e.g. {", ".join(report["dropped"][:4])})'
-        )
+        print(f'dropped {len(report["dropped"])} non-backbone tensors '
+              f'(e.g. {", ".join(report["dropped"][:4])})')
     if report['missing']:
         print(f'not in the source (initialised by the model): {", ".join(report["missing"])}')
     return report

@@ -16,29 +16,24 @@ train_pipeline = [
                 dict(
                     type='RandomChoiceResize',
                     scales=[(short, 1333) for short in range(480, 801, 32)],
-                    keep_ratio=True,
-                )
+                    keep_ratio=True)
             ],
             [
                 dict(
                     type='RandomChoiceResize',
                     scales=[(400, 1333), (500, 1333), (600, 1333)],
-                    keep_ratio=True,
-                ),
+                    keep_ratio=True),
                 dict(
                     type='RandomCrop',
                     crop_type='absolute_range',
                     crop_size=(384, 600),
-                    allow_negative_crop=True,
-                ),
+                    allow_negative_crop=True),
                 dict(
                     type='RandomChoiceResize',
                     scales=[(short, 1333) for short in range(480, 801, 32)],
-                    keep_ratio=True,
-                ),
+                    keep_ratio=True)
             ],
-        ],
-    ),
-    dict(type='PackDetInputs'),
+        ]),
+    dict(type='PackDetInputs')
 ]
 train_dataloader = dict(dataset=dict(pipeline=train_pipeline))

@@ -10,9 +10,8 @@ _base_ = './demo_shapes.py'
 
 demo_data_root = 'data/demo/ade20k/'
 demo_metainfo = dict(
-    classes=('ground',) + _base_.demo_shape_classes,
-    palette=[(120, 120, 120)] + _base_.demo_shape_palette,
-)
+    classes=('ground', ) + _base_.demo_shape_classes,
+    palette=[(120, 120, 120)] + _base_.demo_shape_palette)
 demo_num_classes = 1 + len(_base_.demo_shape_classes)
 # ADE20K's (2048, 512) scale and 512x512 crops, scaled to the 160 px images.
 demo_image_scale = (640, 160)
@@ -21,17 +20,21 @@ demo_crop_size = (96, 96)
 demo_train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', reduce_zero_label=True),
-    dict(type='RandomResize', scale=demo_image_scale, ratio_range=(0.75, 1.5), keep_ratio=True),
+    dict(
+        type='RandomResize',
+        scale=demo_image_scale,
+        ratio_range=(0.75, 1.5),
+        keep_ratio=True),
     dict(type='RandomCrop', crop_size=demo_crop_size, cat_max_ratio=0.75),
     dict(type='RandomFlip', prob=0.5),
     dict(type='PhotoMetricDistortion'),
-    dict(type='PackSegInputs'),
+    dict(type='PackSegInputs')
 ]
 demo_test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=demo_image_scale, keep_ratio=True),
     dict(type='LoadAnnotations', reduce_zero_label=True),
-    dict(type='PackSegInputs'),
+    dict(type='PackSegInputs')
 ]
 demo_dataset = dict(
     type='BaseSegDataset',
@@ -39,25 +42,23 @@ demo_dataset = dict(
     metainfo=demo_metainfo,
     img_suffix='.jpg',
     seg_map_suffix='.png',
-    reduce_zero_label=True,
-)
+    reduce_zero_label=True)
 demo_train_dataloader = dict(
     batch_size=2,
     num_workers=0,  # tiny images: loading in the main process is cheapest
     persistent_workers=False,
     dataset=dict(
         **demo_dataset,
-        data_prefix=dict(img_path='images/training', seg_map_path='annotations/training'),
-        pipeline=demo_train_pipeline,
-    ),
-)
+        data_prefix=dict(
+            img_path='images/training', seg_map_path='annotations/training'),
+        pipeline=demo_train_pipeline))
 demo_val_dataloader = dict(
     batch_size=1,
     num_workers=0,
     persistent_workers=False,
     dataset=dict(
         **demo_dataset,
-        data_prefix=dict(img_path='images/validation', seg_map_path='annotations/validation'),
-        pipeline=demo_test_pipeline,
-    ),
-)
+        data_prefix=dict(
+            img_path='images/validation',
+            seg_map_path='annotations/validation'),
+        pipeline=demo_test_pipeline))

@@ -7,7 +7,8 @@
 _base_ = './demo_shapes.py'
 
 demo_data_root = 'data/demo/coco/'
-demo_metainfo = dict(classes=_base_.demo_shape_classes, palette=_base_.demo_shape_palette)
+demo_metainfo = dict(
+    classes=_base_.demo_shape_classes, palette=_base_.demo_shape_palette)
 demo_num_classes = len(_base_.demo_shape_classes)
 demo_image_scale = (160, 160)  # the generated images are 160x160
 
@@ -17,7 +18,7 @@ demo_train_pipeline = [
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='Resize', scale=demo_image_scale, keep_ratio=True),
     dict(type='RandomFlip', prob=0.5),
-    dict(type='PackDetInputs'),
+    dict(type='PackDetInputs')
 ]
 demo_test_pipeline = [
     dict(type='LoadImageFromFile'),
@@ -25,8 +26,8 @@ demo_test_pipeline = [
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(
         type='PackDetInputs',
-        meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor'),
-    ),
+        meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                   'scale_factor'))
 ]
 demo_train_dataloader = dict(
     batch_size=2,
@@ -38,9 +39,7 @@ demo_train_dataloader = dict(
         metainfo=demo_metainfo,
         ann_file='annotations/instances_train.json',
         data_prefix=dict(img='train/'),
-        pipeline=demo_train_pipeline,
-    ),
-)
+        pipeline=demo_train_pipeline))
 demo_val_dataloader = dict(
     batch_size=4,
     num_workers=0,
@@ -50,7 +49,6 @@ demo_val_dataloader = dict(
         metainfo=demo_metainfo,
         ann_file='annotations/instances_val.json',
         data_prefix=dict(img='val/'),
-        pipeline=demo_test_pipeline,
-    ),
-)
-demo_val_evaluator = dict(ann_file=demo_data_root + 'annotations/instances_val.json')
+        pipeline=demo_test_pipeline))
+demo_val_evaluator = dict(
+    ann_file=demo_data_root + 'annotations/instances_val.json')

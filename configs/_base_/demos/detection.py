@@ -6,25 +6,17 @@
 _base_ = '../datasets/demo_shapes_coco.py'
 
 demo_max_iters = 300
-demo_train_cfg = dict(
-    type='IterBasedTrainLoop', max_iters=demo_max_iters, val_interval=demo_max_iters
-)
+demo_train_cfg = dict(type='IterBasedTrainLoop', max_iters=demo_max_iters,
+                      val_interval=demo_max_iters)
 demo_param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=30),
-    dict(
-        type='MultiStepLR',
-        by_epoch=False,
-        begin=0,
-        end=demo_max_iters,
-        milestones=[int(demo_max_iters * 0.8)],
-        gamma=0.1,
-    ),
+    dict(type='MultiStepLR', by_epoch=False, begin=0, end=demo_max_iters,
+         milestones=[int(demo_max_iters * 0.8)], gamma=0.1)
 ]
 # AdamW as published, a higher lr for from-scratch training. The published
 # optimizer wrapper trains in fp32 on a CPU (AMP on a GPU).
 demo_optim_wrapper = dict(optimizer=dict(lr=0.0004))
 demo_default_hooks = dict(
     logger=dict(type='LoggerHook', interval=10, log_metric_by_epoch=False),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=demo_max_iters),
-)
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=demo_max_iters))
 demo_log_processor = dict(by_epoch=False, window_size=10)

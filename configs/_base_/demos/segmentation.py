@@ -9,7 +9,8 @@ demo_max_iters = 120
 demo_train_cfg = dict(max_iters=demo_max_iters, val_interval=demo_max_iters)
 demo_param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=30),
-    dict(type='PolyLR', eta_min=0.0, power=0.9, begin=30, end=demo_max_iters, by_epoch=False),
+    dict(type='PolyLR', eta_min=0.0, power=0.9, begin=30, end=demo_max_iters,
+         by_epoch=False)
 ]
 # AdamW as published, a higher lr for from-scratch training (2 images per
 # iteration). The published optimizer wrapper trains in fp32 on a CPU (AMP on

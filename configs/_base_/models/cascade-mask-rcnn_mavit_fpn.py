@@ -13,19 +13,15 @@ _base_ = ['mmdet::_base_/models/cascade-mask-rcnn_r50_fpn.py', './mavit.py']
 model = dict(
     backbone=dict(_base_.mavit_backbone, _delete_=True),
     neck=dict(in_channels=None),  # set by the size config
-    roi_head=dict(
-        bbox_head=[
-            dict(
-                head,  # mmdet's stage head: its coder's stds, class-agnostic regression
-                type='ConvFCBBoxHead',
-                num_shared_convs=4,
-                num_shared_fcs=1,
-                conv_out_channels=256,
-                norm_cfg=dict(type='SyncBN', requires_grad=True),
-                reg_decoded_bbox=True,
-                loss_bbox=dict(type='GIoULoss', loss_weight=10.0),
-            )
-            for head in _base_.model.roi_head.bbox_head
-        ]
-    ),
-)
+    roi_head=dict(bbox_head=[
+        dict(
+            head,  # mmdet's stage head: its coder's stds, class-agnostic regression
+            type='ConvFCBBoxHead',
+            num_shared_convs=4,
+            num_shared_fcs=1,
+            conv_out_channels=256,
+            norm_cfg=dict(type='SyncBN', requires_grad=True),
+            reg_decoded_bbox=True,
+            loss_bbox=dict(type='GIoULoss', loss_weight=10.0))
+        for head in _base_.model.roi_head.bbox_head
+    ]))

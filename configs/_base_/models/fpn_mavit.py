@@ -8,5 +8,4 @@ model = dict(
     pretrained=None,  # the ResNet's; MAViT's weights are in backbone.init_cfg
     backbone=dict(_base_.mavit_backbone, _delete_=True),
     neck=dict(in_channels=None),  # set by the size config
-    decode_head=dict(num_classes=150),
-)
+    decode_head=dict(num_classes=150))

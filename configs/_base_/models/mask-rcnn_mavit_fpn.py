@@ -5,5 +5,5 @@
 _base_ = ['mmdet::_base_/models/mask-rcnn_r50_fpn.py', './mavit.py']
 
 model = dict(
-    backbone=dict(_base_.mavit_backbone, _delete_=True), neck=dict(in_channels=None)
-)  # set by the size config
+    backbone=dict(_base_.mavit_backbone, _delete_=True),
+    neck=dict(in_channels=None))  # set by the size config

@@ -8,5 +8,4 @@ _base_ = ['mmdet::_base_/models/retinanet_r50_fpn.py', './mavit.py']
 
 model = dict(
     backbone=dict(_base_.mavit_backbone, _delete_=True, out_indices=(1, 2, 3)),
-    neck=dict(in_channels=None, start_level=0),
-)  # in_channels: set by the size config
+    neck=dict(in_channels=None, start_level=0))  # in_channels: set by the size config

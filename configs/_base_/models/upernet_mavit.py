@@ -9,5 +9,4 @@ model = dict(
     pretrained=None,  # the ResNet's; MAViT's weights are in backbone.init_cfg
     backbone=dict(_base_.mavit_backbone, _delete_=True),
     decode_head=dict(in_channels=None, num_classes=150),  # in_channels: set by the size config
-    auxiliary_head=dict(in_channels=None, num_classes=150),
-)
+    auxiliary_head=dict(in_channels=None, num_classes=150))

@@ -10,5 +10,5 @@ optimizer = dict(lr=0.00006, weight_decay=0.01)
 optim_wrapper = dict(optimizer=optimizer)
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=160000, by_epoch=False),
+    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=160000, by_epoch=False)
 ]

@@ -14,5 +14,4 @@ optim_wrapper = dict(
     type='AmpWhereAvailableOptimWrapper',
     loss_scale='dynamic',
     optimizer=dict(type='AdamW', lr=0.0004, betas=(0.9, 0.999), weight_decay=0.05),
-    paramwise_cfg=dict(norm_decay_mult=0.0),
-)
+    paramwise_cfg=dict(norm_decay_mult=0.))

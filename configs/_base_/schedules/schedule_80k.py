@@ -7,18 +7,15 @@ _base_ = 'mmseg::_base_/schedules/schedule_80k.py'
 # mmseg's schedules name the optimizer once more at the top level.
 optimizer = dict(
     _delete_=True,  # replaces mmseg's SGD
-    type='AdamW',
-    lr=0.0001,
-    betas=(0.9, 0.999),
-    weight_decay=0.0001,
-)
+    type='AdamW', lr=0.0001, betas=(0.9, 0.999), weight_decay=0.0001)
 optim_wrapper = dict(
     type='AmpWhereAvailableOptimWrapper',
     loss_scale='dynamic',
     optimizer=optimizer,
-    paramwise_cfg=dict(norm_decay_mult=0.0),
-)
-param_scheduler = [dict(type='PolyLR', eta_min=0.0, power=0.9, begin=0, end=80000, by_epoch=False)]
+    paramwise_cfg=dict(norm_decay_mult=0.))
+param_scheduler = [
+    dict(type='PolyLR', eta_min=0.0, power=0.9, begin=0, end=80000, by_epoch=False)
+]
 # The lr is for 16 images per iteration (8 GPUs x 2 images); enable
 # auto_scale_lr to scale it to another batch size.
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -11,6 +11,4 @@ codebase_config = dict(
         max_output_boxes_per_class=200,
         pre_top_k=5000,
         keep_top_k=100,
-        background_label_id=-1,
-    ),
-)
+        background_label_id=-1))

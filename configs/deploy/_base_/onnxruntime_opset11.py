@@ -14,6 +14,5 @@ onnx_config = dict(
     input_names=['input'],
     output_names=['output'],
     input_shape=None,
-    optimize=True,
-)
+    optimize=True)
 backend_config = dict(type='onnxruntime')

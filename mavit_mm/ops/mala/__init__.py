@@ -18,7 +18,6 @@ PyTorch path (``'torch'``, :mod:`.naive`), the fused Triton kernels
 The Triton modules are imported on first use only: ``import mavit_mm`` works
 without triton installed.
 """
-
 from __future__ import annotations
 
 import importlib
@@ -50,7 +49,6 @@ _plan = None
 
 class Unsupported(NamedTuple):
     """Why the Triton path cannot run a case, and the error ``'triton'`` raises."""
-
     reason: str
     error: type
 
@@ -61,9 +59,8 @@ def check_mala_impl(impl: str) -> str:
     return impl
 
 
-def mala_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: RotaryTables, impl: str = 'auto'
-) -> torch.Tensor:
+def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   rope: RotaryTables, impl: str = 'auto') -> torch.Tensor:
     """MALA over ``(B, heads, N, d)`` q, k, v (pre-activation q and k).
 
     ``N`` must equal ``rope.height * rope.width``; returns ``(B, heads, N, d)``.
@@ -74,12 +71,8 @@ def mala_attention(
     # 'auto' off CUDA: the PyTorch path is the best there is, nothing to warn about.
     # An exported graph (ONNX, TorchScript, torch.export) gets the PyTorch path
     # whatever ``impl`` says: the fused op is a CUDA kernel no exported format holds.
-    if (
-        impl == 'torch'
-        or q.numel() == 0
-        or (impl == 'auto' and q.device.type != 'cuda')
-        or _exporting()
-    ):
+    if (impl == 'torch' or q.numel() == 0 or (impl == 'auto' and q.device.type != 'cuda')
+            or _exporting()):
         return _torch_mala(q, k, v, rope)
     unsupported = triton_unsupported(q, k, v, rope, allow_interpreter=impl == 'triton')
     if unsupported is None:
@@ -101,7 +94,7 @@ def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:
     """The fused kernels; a launch the GPU cannot hold (Triton's out-of-resources
     error, judged from the compiled kernel's own registers and shared memory)
     falls back under 'auto' and is a clear error under 'triton'."""
-    import_error = _triton_unavailable()  # explicit: callers may come straight here
+    import_error = _triton_unavailable()   # explicit: callers may come straight here
     if import_error is not None:
         raise RuntimeError(f'the fused MALA kernels cannot run: {import_error}')
     try:
@@ -114,57 +107,41 @@ def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:
         return _torch_mala(q, k, v, rope)
 
 
-def triton_unsupported(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: RotaryTables, allow_interpreter: bool
-) -> Unsupported | None:
+def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: RotaryTables,
+                       allow_interpreter: bool) -> Unsupported | None:
     """``None`` when the fused kernels can run this case, else why not."""
     device = q.device
     if device.type != 'cuda' and not (allow_interpreter and triton_interpreter_enabled()):
-        return Unsupported(
-            f'tensors are on {device.type}, the Triton kernels need CUDA '
-            '(or TRITON_INTERPRET=1 to run them in the CPU interpreter '
-            "with mala_impl='triton')",
-            RuntimeError,
-        )
+        return Unsupported(f'tensors are on {device.type}, the Triton kernels need CUDA '
+                           '(or TRITON_INTERPRET=1 to run them in the CPU interpreter '
+                           "with mala_impl='triton')", RuntimeError)
     if device.type == 'cuda' and torch.version.hip is not None:
-        return Unsupported(
-            'the Triton kernels are written and checked for NVIDIA GPUs only, not ROCm',
-            RuntimeError,
-        )
+        return Unsupported('the Triton kernels are written and checked for NVIDIA GPUs only, '
+                           'not ROCm', RuntimeError)
     import_error = _triton_unavailable()
     if import_error is not None:
         return Unsupported(import_error, RuntimeError)
     if q.dtype not in TRITON_DTYPES:
-        return Unsupported(
-            f'dtype {q.dtype} is not supported (float16, bfloat16 or float32)', ValueError
-        )
+        return Unsupported(f'dtype {q.dtype} is not supported (float16, bfloat16 or float32)',
+                           ValueError)
     if k.dtype != q.dtype or v.dtype != q.dtype or k.device != device or v.device != device:
-        return Unsupported(
-            f'q, k and v must share one dtype and device, got '
-            f'{q.dtype}/{k.dtype}/{v.dtype} on {device}/{k.device}/{v.device}',
-            ValueError,
-        )
+        return Unsupported(f'q, k and v must share one dtype and device, got '
+                           f'{q.dtype}/{k.dtype}/{v.dtype} on {device}/{k.device}/{v.device}',
+                           ValueError)
     head_dim = q.shape[-1]
     if not (TRITON_MIN_HEAD_DIM <= head_dim <= TRITON_MAX_HEAD_DIM and head_dim % 4 == 0):
-        return Unsupported(
-            f'head dim {head_dim} is not supported (a multiple of 4 in '
-            f'{TRITON_MIN_HEAD_DIM}..{TRITON_MAX_HEAD_DIM})',
-            ValueError,
-        )
+        return Unsupported(f'head dim {head_dim} is not supported (a multiple of 4 in '
+                           f'{TRITON_MIN_HEAD_DIM}..{TRITON_MAX_HEAD_DIM})', ValueError)
     batch_heads = q.shape[0] * q.shape[1]
     if batch_heads > TRITON_MAX_BATCH_HEADS:
-        return Unsupported(
-            f'batch * heads = {batch_heads} exceeds {TRITON_MAX_BATCH_HEADS}', ValueError
-        )
+        return Unsupported(f'batch * heads = {batch_heads} exceeds {TRITON_MAX_BATCH_HEADS}',
+                           ValueError)
     too_far = _int32_offset_overflow(q, k, v)
     if too_far is not None:
         return Unsupported(too_far, ValueError)
     if not rope.paired:
-        return Unsupported(
-            'the RoPE angle buffer must repeat each frequency twice '
-            '(the published layout the kernels rely on)',
-            ValueError,
-        )
+        return Unsupported('the RoPE angle buffer must repeat each frequency twice '
+                           '(the published layout the kernels rely on)', ValueError)
     needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     # Compiling kernels cannot be traced: under torch.compile the launch itself
     # reports a GPU that cannot hold them (Triton's out-of-resources error).
@@ -178,28 +155,21 @@ def triton_unsupported(
 def _int32_offset_overflow(*tensors: torch.Tensor) -> str | None:
     # The kernels index within a head in int32 (the head's base is int64).
     for name, t in zip('qkv', tensors):
-        extent = sum(
-            (size - 1) * abs(stride) for size, stride in zip(t.shape[-2:], t.stride()[-2:])
-        )
-        if extent >= 2**31:
-            return (
-                f'{name} spans {extent + 1} elements within one head with strides '
-                f'{t.stride()}; the kernels index a head in int32 (at most 2**31)'
-            )
+        extent = sum((size - 1) * abs(stride) for size, stride in
+                     zip(t.shape[-2:], t.stride()[-2:]))
+        if extent >= 2 ** 31:
+            return (f'{name} spans {extent + 1} elements within one head with strides '
+                    f'{t.stride()}; the kernels index a head in int32 (at most 2**31)')
     return None
 
 
 def _check_shapes(q, k, v, rope: RotaryTables) -> None:
     if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
-        raise ValueError(
-            f'q, k and v must all be (B, heads, N, d), got '
-            f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}'
-        )
+        raise ValueError(f'q, k and v must all be (B, heads, N, d), got '
+                         f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
     if q.shape[-2] != rope.height * rope.width:
-        raise ValueError(
-            f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
-            'feature map of the rotary tables'
-        )
+        raise ValueError(f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
+                         'feature map of the rotary tables')
 
 
 def _torch_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
@@ -231,20 +201,9 @@ def _warn_fallback_once(reason: str) -> None:
     if reason in _warned_fallback_reasons:
         return
     _warned_fallback_reasons.add(reason)
-    warnings.warn(
-        f"MALA falls back to the PyTorch path: {reason}. Pass mala_impl='torch' "
-        'to choose it explicitly.',
-        RuntimeWarning,
-        stacklevel=3,
-    )
+    warnings.warn(f"MALA falls back to the PyTorch path: {reason}. Pass mala_impl='torch' "
+                  'to choose it explicitly.', RuntimeWarning, stacklevel=3)
 
 
-__all__ = [
-    'mala_attention',
-    'mala_naive',
-    'check_mala_impl',
-    'triton_unsupported',
-    'triton_interpreter_enabled',
-    'MALA_IMPLS',
-    'MALA_EPS',
-]
+__all__ = ['mala_attention', 'mala_naive', 'check_mala_impl', 'triton_unsupported',
+           'triton_interpreter_enabled', 'MALA_IMPLS', 'MALA_EPS']

@@ -9,7 +9,6 @@ mavit_mm``) gives it that operator's formula, the same products, so that its
 figure does not depend on where MALA ran. No triton import: it is registered
 on every import of the package.
 """
-
 from __future__ import annotations
 
 # The fused MALA's operator (function.py) as PyTorch's tracer names it.
@@ -25,7 +24,6 @@ def fused_mala_flop_jit(inputs, outputs) -> int:
     """mmengine FLOP handle of ``mavit_mm::mala``: its first input is q,
     ``(B, heads, N, d)``."""
     from mmengine.analysis.jit_handles import get_shape
-
     batch, heads, tokens, head_dim = get_shape(inputs[0])
     return batch * heads * linear_attention_macs_per_head(tokens, head_dim)
 
@@ -42,7 +40,6 @@ def register_flop_formulas() -> bool:
     is public but unreachable from there). A test checks the count, so a
     change in mmengine shows up."""
     from mmengine.analysis import complexity_analysis
-
     table = getattr(complexity_analysis, '_DEFAULT_SUPPORTED_FLOP_OPS', None)
     if not isinstance(table, dict):
         return False

@@ -40,7 +40,6 @@ relative error would be amplified by that cancellation; subtracting the means
 first leaves only the small, non-cancelling part to the dots while the large
 parts are combined exactly in fp32. The same holds in the backward.
 """
-
 from __future__ import annotations
 
 import torch
@@ -60,21 +59,21 @@ _TWO_PI_LO = tl.constexpr(0.0019353071795864769)
 # Row layouts of the small fp32 buffers, (rows, d) per (b, h) [and chunk]. The
 # first d rows are always a (d, d) matrix in natural channel order.
 # Forward workspace, per chunk: KV partial, then
-FWD_ROW_K_SUM = tl.constexpr(0)  # sum ka
-FWD_ROW_KR_DEV = tl.constexpr(1)  # sum (kr - kr_shift)
-FWD_ROW_KR_SHIFT = tl.constexpr(2)  # kr_shift
-FWD_ROW_V_DEV = tl.constexpr(3)  # sum (v - v_shift)
-FWD_ROW_V_SHIFT = tl.constexpr(4)  # v_shift
+FWD_ROW_K_SUM = tl.constexpr(0)      # sum ka
+FWD_ROW_KR_DEV = tl.constexpr(1)     # sum (kr - kr_shift)
+FWD_ROW_KR_SHIFT = tl.constexpr(2)   # kr_shift
+FWD_ROW_V_DEV = tl.constexpr(3)      # sum (v - v_shift)
+FWD_ROW_V_SHIFT = tl.constexpr(4)    # v_shift
 FWD_EXTRA_ROWS = tl.constexpr(5)
 # Forward stats (saved for backward): KVc = (s/N) sum kr^T (v - vm), then
-STATS_ROW_KM = tl.constexpr(0)  # mean ka
-STATS_ROW_KRM = tl.constexpr(1)  # mean kr
-STATS_ROW_VM = tl.constexpr(2)  # mean v
+STATS_ROW_KM = tl.constexpr(0)       # mean ka
+STATS_ROW_KRM = tl.constexpr(1)      # mean kr
+STATS_ROW_VM = tl.constexpr(2)       # mean v
 STATS_EXTRA_ROWS = tl.constexpr(3)
 # Backward workspace per chunk / summed key-side grads: (s/N) dKV, then
-GRAD_ROW_QVEC = tl.constexpr(0)  # (s/N) sum g (dout . vm) qr
-GRAD_ROW_DKM = tl.constexpr(1)  # (s/N) sum dz qa    (= dkm / N)
-GRAD_ROW_CDOUT = tl.constexpr(2)  # (1/N) sum c dout   (= (s/N) krm dKV + dvm / N)
+GRAD_ROW_QVEC = tl.constexpr(0)      # (s/N) sum g (dout . vm) qr
+GRAD_ROW_DKM = tl.constexpr(1)       # (s/N) sum dz qa    (= dkm / N)
+GRAD_ROW_CDOUT = tl.constexpr(2)     # (1/N) sum c dout   (= (s/N) krm dKV + dvm / N)
 GRAD_EXTRA_ROWS = tl.constexpr(3)
 
 
@@ -96,7 +95,8 @@ def _elu_grad(x):
 def _activate_pairs(even, odd, mask):
     """elu + 1 of both tiles, exactly zero outside ``mask`` (padding must not
     add to the sums: elu(0) + 1 = 1)."""
-    return (tl.where(mask, _elu_plus_one(even), 0.0), tl.where(mask, _elu_plus_one(odd), 0.0))
+    return (tl.where(mask, _elu_plus_one(even), 0.0),
+            tl.where(mask, _elu_plus_one(odd), 0.0))
 
 
 @triton.jit
@@ -135,7 +135,6 @@ if not triton_interpreter_enabled() and torch.version.hip is None:
     def _cos_sin_of_reduced(theta):
         return _libdevice.fast_cosf(theta), _libdevice.fast_sinf(theta)
 else:
-
     @triton.jit
     def _cos_sin_of_reduced(theta):
         return tl.cos(theta), tl.sin(theta)
@@ -236,59 +235,31 @@ def _store_vector_pairs(vector_ptr, pairs, mask, even, odd):
 # Activated, rotated tiles
 # --------------------------------------------------------------------------
 @triton.jit
-def _key_value_block(
-    k_base,
-    v_base,
-    tokens,
-    pairs,
-    channels,
-    token_ok,
-    pair_ok,
-    channel_ok,
-    angle,
-    is_row_pair,
-    width,
-    stride_kn,
-    stride_kd,
-    stride_vn,
-    stride_vd,
-):
+def _key_value_block(k_base, v_base, tokens, pairs, channels, token_ok, pair_ok, channel_ok,
+                     angle, is_row_pair, width,
+                     stride_kn, stride_kd, stride_vn, stride_vd):
     """ka (pairs), kr (pairs) and v of one block, exactly zero outside the masks."""
     pair_mask = token_ok[:, None] & pair_ok[None, :]
     k_even, k_odd = _load_pairs(k_base, tokens, pairs, stride_kn, stride_kd, pair_mask)
     ka_even, ka_odd = _activate_pairs(k_even, k_odd, pair_mask)
     cos, sin = _token_rotation(tokens, angle, is_row_pair, width)
     kr_even, kr_odd = _rotate(ka_even, ka_odd, cos, sin)
-    v = _load_tile(
-        v_base, tokens, channels, stride_vn, stride_vd, token_ok[:, None] & channel_ok[None, :]
-    )
+    v = _load_tile(v_base, tokens, channels, stride_vn, stride_vd,
+                   token_ok[:, None] & channel_ok[None, :])
     return ka_even, ka_odd, kr_even, kr_odd, v
 
 
 @triton.jit
-def _query_terms(
-    q_even,
-    q_odd,
-    pair_mask,
-    tokens,
-    angle,
-    is_row_pair,
-    width,
-    km_even,
-    km_odd,
-    krm_even,
-    krm_odd,
-    scale,
-):
+def _query_terms(q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
+                 km_even, km_odd, krm_even, krm_odd, scale):
     """What every query-side pass derives from raw q (all fp32, per token).
 
     Returns qa, qr (pairs), the rotation, ``z`` (before RoPE), ``a = qr . krm``,
     ``inv = 1/(z+eps)``, ``gain = 1 + inv`` and ``coef = gain*s*a - z``.
     """
     qa_even, qa_odd = _activate_pairs(q_even, q_odd, pair_mask)
-    z = scale * (
-        tl.sum(qa_even * km_even[None, :], axis=1) + tl.sum(qa_odd * km_odd[None, :], axis=1)
-    )
+    z = scale * (tl.sum(qa_even * km_even[None, :], axis=1)
+                 + tl.sum(qa_odd * km_odd[None, :], axis=1))
     cos, sin = _token_rotation(tokens, angle, is_row_pair, width)
     qr_even, qr_odd = _rotate(qa_even, qa_odd, cos, sin)
     a = tl.sum(qr_even * krm_even[None, :], axis=1) + tl.sum(qr_odd * krm_odd[None, :], axis=1)
@@ -303,28 +274,12 @@ def _query_terms(
 # --------------------------------------------------------------------------
 @triton.jit
 def _forward_partials_kernel(
-    k_ptr,
-    v_ptr,
-    angle_ptr,
-    ws_ptr,
-    stride_kb,
-    stride_kh,
-    stride_kn,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vn,
-    stride_vd,
-    num_heads,
-    num_tokens,
-    width,
-    head_dim,
-    tokens_per_chunk,
-    BLOCK_N: tl.constexpr,
-    BLOCK_P: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+        k_ptr, v_ptr, angle_ptr, ws_ptr,
+        stride_kb, stride_kh, stride_kn, stride_kd,
+        stride_vb, stride_vh, stride_vn, stride_vd,
+        num_heads, num_tokens, width, head_dim, tokens_per_chunk,
+        BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT_PRECISION: tl.constexpr):
     """Shifted k / v sums of one chunk of tokens (see the module docstring)."""
     chunk = tl.program_id(0)
     bh = tl.program_id(1)
@@ -344,22 +299,8 @@ def _forward_partials_kernel(
     first_tokens = chunk_start + tl.arange(0, BLOCK_N)
     first_ok = first_tokens < chunk_end
     _, _, first_kr_even, first_kr_odd, first_v = _key_value_block(
-        k_base,
-        v_base,
-        first_tokens,
-        pairs,
-        channels,
-        first_ok,
-        pair_ok,
-        channel_ok,
-        angle,
-        is_row_pair,
-        width,
-        stride_kn,
-        stride_kd,
-        stride_vn,
-        stride_vd,
-    )
+        k_base, v_base, first_tokens, pairs, channels, first_ok, pair_ok, channel_ok,
+        angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd)
     first_count = tl.sum(first_ok.to(tl.float32), axis=0)
     kr_shift_even = tl.sum(first_kr_even, axis=0) / first_count
     kr_shift_odd = tl.sum(first_kr_odd, axis=0) / first_count
@@ -376,22 +317,8 @@ def _forward_partials_kernel(
         tokens = block_start + tl.arange(0, BLOCK_N)
         token_ok = tokens < chunk_end
         ka_even, ka_odd, kr_even, kr_odd, v = _key_value_block(
-            k_base,
-            v_base,
-            tokens,
-            pairs,
-            channels,
-            token_ok,
-            pair_ok,
-            channel_ok,
-            angle,
-            is_row_pair,
-            width,
-            stride_kn,
-            stride_kd,
-            stride_vn,
-            stride_vd,
-        )
+            k_base, v_base, tokens, pairs, channels, token_ok, pair_ok, channel_ok,
+            angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd)
         pair_mask = token_ok[:, None] & pair_ok[None, :]
         kr_even = tl.where(pair_mask, kr_even - kr_shift_even[None, :], 0.0)
         kr_odd = tl.where(pair_mask, kr_odd - kr_shift_odd[None, :], 0.0)
@@ -404,17 +331,15 @@ def _forward_partials_kernel(
         kr_dev_odd += tl.sum(kr_odd, axis=0)
         v_dev += tl.sum(v, axis=0)
 
-    ws_chunk = _matrix_base(
-        ws_ptr, bh.to(tl.int64) * num_chunks + chunk, head_dim + FWD_EXTRA_ROWS, head_dim
-    )
+    ws_chunk = _matrix_base(ws_ptr, bh.to(tl.int64) * num_chunks + chunk,
+                            head_dim + FWD_EXTRA_ROWS, head_dim)
     matrix_mask = pair_ok[:, None] & channel_ok[None, :]
     _store_stat_pairs(ws_chunk, head_dim, pairs, channels, matrix_mask, kv_even, kv_odd)
     extra = ws_chunk + head_dim * head_dim
     _store_vector_pairs(extra + FWD_ROW_K_SUM * head_dim, pairs, pair_ok, k_sum_even, k_sum_odd)
     _store_vector_pairs(extra + FWD_ROW_KR_DEV * head_dim, pairs, pair_ok, kr_dev_even, kr_dev_odd)
-    _store_vector_pairs(
-        extra + FWD_ROW_KR_SHIFT * head_dim, pairs, pair_ok, kr_shift_even, kr_shift_odd
-    )
+    _store_vector_pairs(extra + FWD_ROW_KR_SHIFT * head_dim, pairs, pair_ok,
+                        kr_shift_even, kr_shift_odd)
     tl.store(extra + FWD_ROW_V_DEV * head_dim + channels, v_dev, mask=channel_ok)
     tl.store(extra + FWD_ROW_V_SHIFT * head_dim + channels, v_shift, mask=channel_ok)
 
@@ -425,9 +350,8 @@ def _chunk_token_count(chunk, tokens_per_chunk, num_tokens):
 
 
 @triton.jit
-def _chunk_block(
-    first, CHUNKS: tl.constexpr, num_chunks, tokens_per_chunk, num_tokens, chunk_size, head_dim
-):
+def _chunk_block(first, CHUNKS: tl.constexpr, num_chunks, tokens_per_chunk, num_tokens,
+                 chunk_size, head_dim):
     """Chunks ``first .. first + CHUNKS`` of a head: which exist, their token
     counts (0 past the last chunk) and the offsets of their extra rows."""
     chunks = first + tl.arange(0, CHUNKS)
@@ -445,18 +369,9 @@ def _load_chunk_rows(ws_head, extra_offsets, chunk_ok, row, head_dim, index, ind
 
 @triton.jit
 def _forward_combine_kernel(
-    ws_ptr,
-    stats_ptr,
-    num_chunks,
-    num_tokens,
-    tokens_per_chunk,
-    head_dim,
-    kv_scale,
-    ROWS: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    MEAN_CHUNKS: tl.constexpr,
-    KV_CHUNKS: tl.constexpr,
-):
+        ws_ptr, stats_ptr, num_chunks, num_tokens, tokens_per_chunk, head_dim, kv_scale,
+        ROWS: tl.constexpr, BLOCK_D: tl.constexpr, MEAN_CHUNKS: tl.constexpr,
+        KV_CHUNKS: tl.constexpr):
     """Per-head stats from the chunk partials; one program per ROWS rows of KVc.
 
     Each chunk's shifted sums are re-centred on the global means with exact
@@ -484,25 +399,21 @@ def _forward_combine_kernel(
     kr_sum = tl.zeros((ROWS,), dtype=tl.float32)
     v_sum = tl.zeros((BLOCK_D,), dtype=tl.float32)
     for first in range(0, num_chunks, MEAN_CHUNKS):
-        _, chunk_ok, count, extra = _chunk_block(
-            first, MEAN_CHUNKS, num_chunks, tokens_per_chunk, num_tokens, chunk_size, head_dim
-        )
-        k_sum += tl.sum(
-            _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_K_SUM, head_dim, rows, row_ok),
-            axis=0,
-        )
+        _, chunk_ok, count, extra = _chunk_block(first, MEAN_CHUNKS, num_chunks,
+                                                 tokens_per_chunk, num_tokens, chunk_size,
+                                                 head_dim)
+        k_sum += tl.sum(_load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_K_SUM, head_dim,
+                                         rows, row_ok), axis=0)
         kr_sum += tl.sum(
-            count[:, None]
-            * _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_SHIFT, head_dim, rows, row_ok)
+            count[:, None] * _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_SHIFT,
+                                              head_dim, rows, row_ok)
             + _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_DEV, head_dim, rows, row_ok),
-            axis=0,
-        )
+            axis=0)
         v_sum += tl.sum(
-            count[:, None]
-            * _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_SHIFT, head_dim, cols, col_ok)
+            count[:, None] * _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_SHIFT,
+                                              head_dim, cols, col_ok)
             + _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_DEV, head_dim, cols, col_ok),
-            axis=0,
-        )
+            axis=0)
     krm = kr_sum / num_tokens
     vm = v_sum / num_tokens
 
@@ -511,37 +422,22 @@ def _forward_combine_kernel(
     matrix_ok = row_ok[:, None] & col_ok[None, :]
     matrix_offsets = rows[:, None] * head_dim + cols[None, :]
     for first in range(0, num_chunks, KV_CHUNKS):
-        chunks, chunk_ok, count, extra = _chunk_block(
-            first, KV_CHUNKS, num_chunks, tokens_per_chunk, num_tokens, chunk_size, head_dim
-        )
-        partial = tl.load(
-            ws_head + (chunks * chunk_size)[:, None, None] + matrix_offsets[None],
-            mask=chunk_ok[:, None, None] & matrix_ok[None],
-            other=0.0,
-        )
+        chunks, chunk_ok, count, extra = _chunk_block(first, KV_CHUNKS, num_chunks,
+                                                      tokens_per_chunk, num_tokens, chunk_size,
+                                                      head_dim)
+        partial = tl.load(ws_head + (chunks * chunk_size)[:, None, None] + matrix_offsets[None],
+                          mask=chunk_ok[:, None, None] & matrix_ok[None], other=0.0)
         row_mask = chunk_ok[:, None] & row_ok[None, :]
         col_mask = chunk_ok[:, None] & col_ok[None, :]
-        k_offset = tl.where(
-            row_mask,
-            _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_SHIFT, head_dim, rows, row_ok)
-            - krm[None, :],
-            0.0,
-        )
+        k_offset = tl.where(row_mask, _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_SHIFT,
+                                                       head_dim, rows, row_ok) - krm[None, :], 0.0)
         k_dev = _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_KR_DEV, head_dim, rows, row_ok)
-        v_offset = tl.where(
-            col_mask,
-            _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_SHIFT, head_dim, cols, col_ok)
-            - vm[None, :],
-            0.0,
-        )
+        v_offset = tl.where(col_mask, _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_SHIFT,
+                                                       head_dim, cols, col_ok) - vm[None, :], 0.0)
         v_dev = _load_chunk_rows(ws_head, extra, chunk_ok, FWD_ROW_V_DEV, head_dim, cols, col_ok)
-        kv += tl.sum(
-            partial
-            + k_offset[:, :, None] * v_dev[:, None, :]
-            + k_dev[:, :, None] * v_offset[:, None, :]
-            + (count[:, None] * k_offset)[:, :, None] * v_offset[:, None, :],
-            axis=0,
-        )
+        kv += tl.sum(partial + k_offset[:, :, None] * v_dev[:, None, :]
+                     + k_dev[:, :, None] * v_offset[:, None, :]
+                     + (count[:, None] * k_offset)[:, :, None] * v_offset[:, None, :], axis=0)
 
     stats_head = _matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
     tl.store(stats_head + matrix_offsets, kv * kv_scale, mask=matrix_ok)
@@ -555,9 +451,8 @@ def _forward_combine_kernel(
 @triton.jit
 def _load_forward_stats(stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok):
     stats_head = _matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
-    kv_even, kv_odd = _load_stat_pairs(
-        stats_head, head_dim, pairs, channels, pair_ok[:, None] & channel_ok[None, :]
-    )
+    kv_even, kv_odd = _load_stat_pairs(stats_head, head_dim, pairs, channels,
+                                       pair_ok[:, None] & channel_ok[None, :])
     extra = stats_head + head_dim * head_dim
     km_even, km_odd = _load_vector_pairs(extra + STATS_ROW_KM * head_dim, pairs, pair_ok)
     krm_even, krm_odd = _load_vector_pairs(extra + STATS_ROW_KRM * head_dim, pairs, pair_ok)
@@ -567,29 +462,12 @@ def _load_forward_stats(stats_ptr, bh, head_dim, pairs, channels, pair_ok, chann
 
 @triton.jit
 def _forward_output_kernel(
-    q_ptr,
-    stats_ptr,
-    angle_ptr,
-    out_ptr,
-    stride_qb,
-    stride_qh,
-    stride_qn,
-    stride_qd,
-    stride_ob,
-    stride_oh,
-    stride_on,
-    stride_od,
-    num_heads,
-    num_tokens,
-    width,
-    head_dim,
-    scale,
-    tokens_per_program,
-    BLOCK_N: tl.constexpr,
-    BLOCK_P: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+        q_ptr, stats_ptr, angle_ptr, out_ptr,
+        stride_qb, stride_qh, stride_qn, stride_qd,
+        stride_ob, stride_oh, stride_on, stride_od,
+        num_heads, num_tokens, width, head_dim, scale, tokens_per_program,
+        BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT_PRECISION: tl.constexpr):
     """out for ``tokens_per_program`` tokens: the (d, d) stats are loaded once
     per program, not once per tile (they come from L2 and outweigh a tile of q)."""
     program = tl.program_id(0)
@@ -600,8 +478,7 @@ def _forward_output_kernel(
     channel_ok = channels < head_dim
     angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
     kv_even, kv_odd, km_even, km_odd, krm_even, krm_odd, vm = _load_forward_stats(
-        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok
-    )
+        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
 
     q_base = _head_base(q_ptr, bh, num_heads, stride_qb, stride_qh)
     out_base = _head_base(out_ptr, bh, num_heads, stride_ob, stride_oh)
@@ -613,31 +490,13 @@ def _forward_output_kernel(
         pair_mask = token_ok[:, None] & pair_ok[None, :]
         q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, pair_mask)
         _, _, qr_even, qr_odd, _, _, _, _, _, gain, coef = _query_terms(
-            q_even,
-            q_odd,
-            pair_mask,
-            tokens,
-            angle,
-            is_row_pair,
-            width,
-            km_even,
-            km_odd,
-            krm_even,
-            krm_odd,
-            scale,
-        )
+            q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
+            km_even, km_odd, krm_even, krm_odd, scale)
         attended = tl.dot(qr_even, kv_even, input_precision=DOT_PRECISION)
         attended = tl.dot(qr_odd, kv_odd, attended, input_precision=DOT_PRECISION)
         out = gain[:, None] * attended + coef[:, None] * vm[None, :]
-        _store_tile(
-            out_base,
-            tokens,
-            channels,
-            stride_on,
-            stride_od,
-            token_ok[:, None] & channel_ok[None, :],
-            out,
-        )
+        _store_tile(out_base, tokens, channels, stride_on, stride_od,
+                    token_ok[:, None] & channel_ok[None, :], out)
 
 
 # --------------------------------------------------------------------------
@@ -645,35 +504,13 @@ def _forward_output_kernel(
 # --------------------------------------------------------------------------
 @triton.jit
 def _backward_query_kernel(
-    q_ptr,
-    dout_ptr,
-    stats_ptr,
-    angle_ptr,
-    dq_ptr,
-    ws_ptr,
-    stride_qb,
-    stride_qh,
-    stride_qn,
-    stride_qd,
-    stride_gb,
-    stride_gh,
-    stride_gn,
-    stride_gd,
-    stride_dqb,
-    stride_dqh,
-    stride_dqn,
-    stride_dqd,
-    num_heads,
-    num_tokens,
-    width,
-    head_dim,
-    tokens_per_chunk,
-    scale,
-    BLOCK_N: tl.constexpr,
-    BLOCK_P: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+        q_ptr, dout_ptr, stats_ptr, angle_ptr, dq_ptr, ws_ptr,
+        stride_qb, stride_qh, stride_qn, stride_qd,
+        stride_gb, stride_gh, stride_gn, stride_gd,
+        stride_dqb, stride_dqh, stride_dqn, stride_dqd,
+        num_heads, num_tokens, width, head_dim, tokens_per_chunk, scale,
+        BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT_PRECISION: tl.constexpr):
     """dq, and the per-chunk reductions the key side needs.
 
     With w = dout . vm, u = dout . (qr KVc) and qr KV = qr KVc + s a vm:
@@ -690,8 +527,7 @@ def _backward_query_kernel(
     channel_ok = channels < head_dim
     angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
     kv_even, kv_odd, km_even, km_odd, krm_even, krm_odd, vm = _load_forward_stats(
-        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok
-    )
+        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
     q_base = _head_base(q_ptr, bh, num_heads, stride_qb, stride_qh)
     dout_base = _head_base(dout_ptr, bh, num_heads, stride_gb, stride_gh)
     dq_base = _head_base(dq_ptr, bh, num_heads, stride_dqb, stride_dqh)
@@ -711,27 +547,10 @@ def _backward_query_kernel(
         pair_mask = token_ok[:, None] & pair_ok[None, :]
         q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, pair_mask)
         qa_even, qa_odd, qr_even, qr_odd, cos, sin, z, a, inv, gain, coef = _query_terms(
-            q_even,
-            q_odd,
-            pair_mask,
-            tokens,
-            angle,
-            is_row_pair,
-            width,
-            km_even,
-            km_odd,
-            krm_even,
-            krm_odd,
-            scale,
-        )
-        dout = _load_tile(
-            dout_base,
-            tokens,
-            channels,
-            stride_gn,
-            stride_gd,
-            token_ok[:, None] & channel_ok[None, :],
-        )
+            q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
+            km_even, km_odd, krm_even, krm_odd, scale)
+        dout = _load_tile(dout_base, tokens, channels, stride_gn, stride_gd,
+                          token_ok[:, None] & channel_ok[None, :])
 
         attended = tl.dot(qr_even, kv_even, input_precision=DOT_PRECISION)
         attended = tl.dot(qr_odd, kv_odd, attended, input_precision=DOT_PRECISION)
@@ -740,27 +559,15 @@ def _backward_query_kernel(
         dz = -(u + scale * a * w) * inv * inv - w
 
         mean_term = scale * gain * w
-        dqr_even = (
-            gain[:, None] * tl.dot(dout, tl.trans(kv_even), input_precision=DOT_PRECISION)
-            + mean_term[:, None] * krm_even[None, :]
-        )
-        dqr_odd = (
-            gain[:, None] * tl.dot(dout, tl.trans(kv_odd), input_precision=DOT_PRECISION)
-            + mean_term[:, None] * krm_odd[None, :]
-        )
+        dqr_even = (gain[:, None] * tl.dot(dout, tl.trans(kv_even), input_precision=DOT_PRECISION)
+                    + mean_term[:, None] * krm_even[None, :])
+        dqr_odd = (gain[:, None] * tl.dot(dout, tl.trans(kv_odd), input_precision=DOT_PRECISION)
+                   + mean_term[:, None] * krm_odd[None, :])
         dqa_even, dqa_odd = _rotate_back(dqr_even, dqr_odd, cos, sin)
         dqa_even += scale * dz[:, None] * km_even[None, :]
         dqa_odd += scale * dz[:, None] * km_odd[None, :]
-        _store_pairs(
-            dq_base,
-            tokens,
-            pairs,
-            stride_dqn,
-            stride_dqd,
-            pair_mask,
-            dqa_even * _elu_grad(q_even),
-            dqa_odd * _elu_grad(q_odd),
-        )
+        _store_pairs(dq_base, tokens, pairs, stride_dqn, stride_dqd, pair_mask,
+                     dqa_even * _elu_grad(q_even), dqa_odd * _elu_grad(q_odd))
 
         gqr_even = gain[:, None] * qr_even
         gqr_odd = gain[:, None] * qr_odd
@@ -773,71 +580,28 @@ def _backward_query_kernel(
         coef_dout += tl.sum(coef[:, None] * dout, axis=0)
 
     key_scale = scale / num_tokens
-    ws_chunk = _matrix_base(
-        ws_ptr, bh.to(tl.int64) * num_chunks + chunk, head_dim + GRAD_EXTRA_ROWS, head_dim
-    )
-    _store_stat_pairs(
-        ws_chunk,
-        head_dim,
-        pairs,
-        channels,
-        pair_ok[:, None] & channel_ok[None, :],
-        dkv_even * key_scale,
-        dkv_odd * key_scale,
-    )
+    ws_chunk = _matrix_base(ws_ptr, bh.to(tl.int64) * num_chunks + chunk,
+                            head_dim + GRAD_EXTRA_ROWS, head_dim)
+    _store_stat_pairs(ws_chunk, head_dim, pairs, channels, pair_ok[:, None] & channel_ok[None, :],
+                      dkv_even * key_scale, dkv_odd * key_scale)
     extra = ws_chunk + head_dim * head_dim
-    _store_vector_pairs(
-        extra + GRAD_ROW_QVEC * head_dim,
-        pairs,
-        pair_ok,
-        qvec_even * key_scale,
-        qvec_odd * key_scale,
-    )
-    _store_vector_pairs(
-        extra + GRAD_ROW_DKM * head_dim,
-        pairs,
-        pair_ok,
-        dz_qa_even * key_scale,
-        dz_qa_odd * key_scale,
-    )
+    _store_vector_pairs(extra + GRAD_ROW_QVEC * head_dim, pairs, pair_ok,
+                        qvec_even * key_scale, qvec_odd * key_scale)
+    _store_vector_pairs(extra + GRAD_ROW_DKM * head_dim, pairs, pair_ok,
+                        dz_qa_even * key_scale, dz_qa_odd * key_scale)
     tl.store(extra + GRAD_ROW_CDOUT * head_dim + channels, coef_dout / num_tokens, mask=channel_ok)
 
 
 @triton.jit
 def _backward_key_kernel(
-    k_ptr,
-    v_ptr,
-    stats_ptr,
-    grads_ptr,
-    angle_ptr,
-    dk_ptr,
-    dv_ptr,
-    stride_kb,
-    stride_kh,
-    stride_kn,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vn,
-    stride_vd,
-    stride_dkb,
-    stride_dkh,
-    stride_dkn,
-    stride_dkd,
-    stride_dvb,
-    stride_dvh,
-    stride_dvn,
-    stride_dvd,
-    num_heads,
-    num_tokens,
-    width,
-    head_dim,
-    tokens_per_program,
-    BLOCK_N: tl.constexpr,
-    BLOCK_P: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
+        k_ptr, v_ptr, stats_ptr, grads_ptr, angle_ptr, dk_ptr, dv_ptr,
+        stride_kb, stride_kh, stride_kn, stride_kd,
+        stride_vb, stride_vh, stride_vn, stride_vd,
+        stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+        stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+        num_heads, num_tokens, width, head_dim, tokens_per_program,
+        BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+        DOT_PRECISION: tl.constexpr):
     """dk and dv of ``tokens_per_program`` tokens, centred like the forward
     (dKVs = (s/N) dKV); the small per-head sums are loaded once per program:
 
@@ -852,12 +616,10 @@ def _backward_key_kernel(
     channel_ok = channels < head_dim
     angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
     _, _, _, _, krm_even, krm_odd, vm = _load_forward_stats(
-        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok
-    )
+        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
     grads_head = _matrix_base(grads_ptr, bh.to(tl.int64), head_dim + GRAD_EXTRA_ROWS, head_dim)
-    dkv_even, dkv_odd = _load_stat_pairs(
-        grads_head, head_dim, pairs, channels, pair_ok[:, None] & channel_ok[None, :]
-    )
+    dkv_even, dkv_odd = _load_stat_pairs(grads_head, head_dim, pairs, channels,
+                                         pair_ok[:, None] & channel_ok[None, :])
     extra = grads_head + head_dim * head_dim
     qvec_even, qvec_odd = _load_vector_pairs(extra + GRAD_ROW_QVEC * head_dim, pairs, pair_ok)
     dkm_even, dkm_odd = _load_vector_pairs(extra + GRAD_ROW_DKM * head_dim, pairs, pair_ok)
@@ -881,24 +643,14 @@ def _backward_key_kernel(
         v = _load_tile(v_base, tokens, channels, stride_vn, stride_vd, channel_mask)
 
         v_centred = tl.where(channel_mask, v - vm[None, :], 0.0)
-        dkr_even = (
-            tl.dot(v_centred, tl.trans(dkv_even), input_precision=DOT_PRECISION)
-            + qvec_even[None, :]
-        )
-        dkr_odd = (
-            tl.dot(v_centred, tl.trans(dkv_odd), input_precision=DOT_PRECISION) + qvec_odd[None, :]
-        )
+        dkr_even = (tl.dot(v_centred, tl.trans(dkv_even), input_precision=DOT_PRECISION)
+                    + qvec_even[None, :])
+        dkr_odd = (tl.dot(v_centred, tl.trans(dkv_odd), input_precision=DOT_PRECISION)
+                   + qvec_odd[None, :])
         dka_even, dka_odd = _rotate_back(dkr_even, dkr_odd, cos, sin)
-        _store_pairs(
-            dk_base,
-            tokens,
-            pairs,
-            stride_dkn,
-            stride_dkd,
-            pair_mask,
-            (dka_even + dkm_even[None, :]) * _elu_grad(k_even),
-            (dka_odd + dkm_odd[None, :]) * _elu_grad(k_odd),
-        )
+        _store_pairs(dk_base, tokens, pairs, stride_dkn, stride_dkd, pair_mask,
+                     (dka_even + dkm_even[None, :]) * _elu_grad(k_even),
+                     (dka_odd + dkm_odd[None, :]) * _elu_grad(k_odd))
 
         kr_centred_even = tl.where(pair_mask, kr_even - krm_even[None, :], 0.0)
         kr_centred_odd = tl.where(pair_mask, kr_odd - krm_odd[None, :], 0.0)

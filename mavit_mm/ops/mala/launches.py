@@ -6,7 +6,6 @@ table of launches), and a pass's buffers and kernel launches
 What the kernels compute is described in ``kernels.py``; how a plan is chosen
 in ``plan.py``.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -27,24 +26,24 @@ COMBINE_VALUES_PER_THREAD = 32
 
 @dataclass(frozen=True)
 class KernelTile:
-    block_n: int  # tokens per tile (>= 16 for tl.dot); rows of KVc for 'combine'
+    block_n: int        # tokens per tile (>= 16 for tl.dot); rows of KVc for 'combine'
     num_warps: int
     num_stages: int = 3
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    block_p: int  # channel pairs per tile (padded, >= 16 for tl.dot)
-    block_d: int  # channels per tile (padded, >= 16 for tl.dot)
-    output: KernelTile  # forward output pass
-    partials: KernelTile  # forward split-N reduction
-    query: KernelTile  # backward query pass (split-N)
-    key: KernelTile  # backward key pass
-    combine: KernelTile  # forward merge of the split-N partials
+    block_p: int           # channel pairs per tile (padded, >= 16 for tl.dot)
+    block_d: int           # channels per tile (padded, >= 16 for tl.dot)
+    output: KernelTile     # forward output pass
+    partials: KernelTile   # forward split-N reduction
+    query: KernelTile      # backward query pass (split-N)
+    key: KernelTile        # backward key pass
+    combine: KernelTile    # forward merge of the split-N partials
     tokens_per_chunk: int  # tokens one split-N program reduces
     num_chunks: int
     output_tokens_per_program: int  # tokens one output program writes
-    key_tokens_per_program: int  # tokens one key program writes
+    key_tokens_per_program: int     # tokens one key program writes
     dot_precision: str
 
 
@@ -52,6 +51,7 @@ def _cdiv(a: int, b: int) -> int:
     """``triton.cdiv`` for host code on every call: Triton's is a constexpr
     function whose wrapper costs ~2 us a call on the host (Triton 3.9)."""
     return -(-a // b)
+
 
 
 def _empty_like_layout(x: torch.Tensor) -> torch.Tensor:
@@ -66,9 +66,9 @@ def _empty_like_layout(x: torch.Tensor) -> torch.Tensor:
     these views are slices of a wider map.)
     """
     shape, strides = tuple(x.shape), x.stride()
-    try:  # the same few layouts on every call: their strides worked out once each
+    try:   # the same few layouts on every call: their strides worked out once each
         dense = _dense_strides(shape, strides)
-    except TypeError:  # symbolic sizes (torch.compile, dynamic shapes) do not hash
+    except TypeError:   # symbolic sizes (torch.compile, dynamic shapes) do not hash
         order = _memory_order(strides)
         buffer = x.new_empty([shape[dim] for dim in order])
         return buffer.permute([order.index(dim) for dim in range(4)])
@@ -94,14 +94,9 @@ def _dense_strides(shape: tuple, strides: tuple) -> tuple:
 
 
 def _tile_meta(plan: LaunchPlan, tile: KernelTile) -> dict:
-    return dict(
-        BLOCK_N=tile.block_n,
-        BLOCK_P=plan.block_p,
-        BLOCK_D=plan.block_d,
-        DOT_PRECISION=plan.dot_precision,
-        num_warps=tile.num_warps,
-        num_stages=tile.num_stages,
-    )
+    return dict(BLOCK_N=tile.block_n, BLOCK_P=plan.block_p, BLOCK_D=plan.block_d,
+                DOT_PRECISION=plan.dot_precision, num_warps=tile.num_warps,
+                num_stages=tile.num_stages)
 
 
 def _floor_power_of_2(n: int) -> int:
@@ -115,37 +110,27 @@ def combine_chunk_blocks(plan: LaunchPlan) -> tuple[int, int]:
     no more than the plan's chunks (rounded up to a power of two)."""
     tile = plan.combine
     budget = COMBINE_VALUES_PER_THREAD * tile.num_warps * 32
-    most = 1 << max(plan.num_chunks - 1, 0).bit_length()  # next power of two
-    return (
-        min(most, _floor_power_of_2(budget // plan.block_d)),
-        min(most, _floor_power_of_2(budget // (tile.block_n * plan.block_d))),
-    )
+    most = 1 << max(plan.num_chunks - 1, 0).bit_length()   # next power of two
+    return (min(most, _floor_power_of_2(budget // plan.block_d)),
+            min(most, _floor_power_of_2(budget // (tile.block_n * plan.block_d))))
 
 
 def _combine_meta(plan: LaunchPlan) -> dict:
     tile = plan.combine
     mean_chunks, kv_chunks = combine_chunk_blocks(plan)
-    return dict(
-        ROWS=tile.block_n,
-        BLOCK_D=plan.block_d,
-        MEAN_CHUNKS=mean_chunks,
-        KV_CHUNKS=kv_chunks,
-        num_warps=tile.num_warps,
-        num_stages=tile.num_stages,
-    )
+    return dict(ROWS=tile.block_n, BLOCK_D=plan.block_d, MEAN_CHUNKS=mean_chunks,
+                KV_CHUNKS=kv_chunks, num_warps=tile.num_warps, num_stages=tile.num_stages)
 
 
 def launch_table(plan: LaunchPlan) -> dict[str, tuple[object, dict]]:
     """Every kernel of a plan with its compile-time meta-parameters, by name:
     the one table the launches below, the plan's occupancy check and the
     benchmarks' compile reports use."""
-    return dict(
-        partials=(kernels._forward_partials_kernel, _tile_meta(plan, plan.partials)),
-        combine=(kernels._forward_combine_kernel, _combine_meta(plan)),
-        output=(kernels._forward_output_kernel, _tile_meta(plan, plan.output)),
-        query=(kernels._backward_query_kernel, _tile_meta(plan, plan.query)),
-        key=(kernels._backward_key_kernel, _tile_meta(plan, plan.key)),
-    )
+    return dict(partials=(kernels._forward_partials_kernel, _tile_meta(plan, plan.partials)),
+                combine=(kernels._forward_combine_kernel, _combine_meta(plan)),
+                output=(kernels._forward_output_kernel, _tile_meta(plan, plan.output)),
+                query=(kernels._backward_query_kernel, _tile_meta(plan, plan.query)),
+                key=(kernels._backward_key_kernel, _tile_meta(plan, plan.key)))
 
 
 def _buffer(shape, dtype, device, allocate: bool) -> torch.Tensor:
@@ -153,7 +138,7 @@ def _buffer(shape, dtype, device, allocate: bool) -> torch.Tensor:
 
 
 def _output_buffer(x: torch.Tensor, allocate: bool) -> torch.Tensor:
-    if not allocate:  # the same layout rule, on a meta copy of x's geometry
+    if not allocate:   # the same layout rule, on a meta copy of x's geometry
         x = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device='meta')
     return _empty_like_layout(x)
 
@@ -179,7 +164,6 @@ class ForwardLaunches(_Launches):
 
     ``run`` is the forward; benchmarks time the methods one by one.
     """
-
     KERNELS = ('partials', 'combine', 'output')
 
     def __init__(self, q, k, v, angle, width: int, plan: LaunchPlan, allocate: bool = True):
@@ -188,63 +172,29 @@ class ForwardLaunches(_Launches):
         self.table = launch_table(plan)
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
         self.batch_heads = batch * heads
-        self.scale = head_dim**-0.5
-        self.workspace = _buffer(
-            (self.batch_heads, plan.num_chunks, head_dim + kernels.FWD_EXTRA_ROWS.value, head_dim),
-            torch.float32,
-            q.device,
-            allocate,
-        )
-        self.stats = _buffer(
-            (self.batch_heads, head_dim + kernels.STATS_EXTRA_ROWS.value, head_dim),
-            torch.float32,
-            q.device,
-            allocate,
-        )
+        self.scale = head_dim ** -0.5
+        self.workspace = _buffer((self.batch_heads, plan.num_chunks,
+                                  head_dim + kernels.FWD_EXTRA_ROWS.value, head_dim),
+                                 torch.float32, q.device, allocate)
+        self.stats = _buffer((self.batch_heads, head_dim + kernels.STATS_EXTRA_ROWS.value,
+                              head_dim), torch.float32, q.device, allocate)
         self.out = _output_buffer(q, allocate)
 
     def arguments(self, name: str) -> tuple[tuple[int, ...], tuple]:
         plan, q, k, v, out = self.plan, self.q, self.k, self.v, self.out
         if name == 'partials':
             return (plan.num_chunks, self.batch_heads), (
-                k,
-                v,
-                self.angle,
-                self.workspace,
-                *k.stride(),
-                *v.stride(),
-                self.heads,
-                self.num_tokens,
-                self.width,
-                self.head_dim,
-                plan.tokens_per_chunk,
-            )
+                k, v, self.angle, self.workspace, *k.stride(), *v.stride(),
+                self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk)
         if name == 'combine':
             return (_cdiv(self.head_dim, plan.combine.block_n), self.batch_heads), (
-                self.workspace,
-                self.stats,
-                plan.num_chunks,
-                self.num_tokens,
-                plan.tokens_per_chunk,
-                self.head_dim,
-                self.scale / self.num_tokens,
-            )
+                self.workspace, self.stats, plan.num_chunks, self.num_tokens,
+                plan.tokens_per_chunk, self.head_dim, self.scale / self.num_tokens)
         if name == 'output':
             per_program = plan.output_tokens_per_program
             return (_cdiv(self.num_tokens, per_program), self.batch_heads), (
-                q,
-                self.stats,
-                self.angle,
-                out,
-                *q.stride(),
-                *out.stride(),
-                self.heads,
-                self.num_tokens,
-                self.width,
-                self.head_dim,
-                self.scale,
-                per_program,
-            )
+                q, self.stats, self.angle, out, *q.stride(), *out.stride(),
+                self.heads, self.num_tokens, self.width, self.head_dim, self.scale, per_program)
         raise KeyError(f'{name!r} is not a forward kernel; choose from {self.KERNELS}')
 
     def partials(self):
@@ -267,74 +217,40 @@ class ForwardLaunches(_Launches):
 
 class BackwardLaunches(_Launches):
     """The backward's buffers and its launches (query pass, chunk sum, key pass)."""
-
     KERNELS = ('query', 'key')
 
-    def __init__(
-        self, dout, q, k, v, angle, stats, width: int, plan: LaunchPlan, allocate: bool = True
-    ):
+    def __init__(self, dout, q, k, v, angle, stats, width: int, plan: LaunchPlan,
+                 allocate: bool = True):
         batch, heads, num_tokens, head_dim = q.shape
         self.dout, self.q, self.k, self.v = dout, q, k, v
         self.angle, self.stats, self.width, self.plan = angle, stats, width, plan
         self.table = launch_table(plan)
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
         self.batch_heads = batch * heads
-        self.scale = head_dim**-0.5
-        self.workspace = _buffer(
-            (self.batch_heads, plan.num_chunks, head_dim + kernels.GRAD_EXTRA_ROWS.value, head_dim),
-            torch.float32,
-            q.device,
-            allocate,
-        )
+        self.scale = head_dim ** -0.5
+        self.workspace = _buffer((self.batch_heads, plan.num_chunks,
+                                  head_dim + kernels.GRAD_EXTRA_ROWS.value, head_dim),
+                                 torch.float32, q.device, allocate)
         self.key_grads = self.workspace[:, 0]
-        self.dq, self.dk, self.dv = (
-            _output_buffer(q, allocate),
-            _output_buffer(k, allocate),
-            _output_buffer(v, allocate),
-        )
+        self.dq, self.dk, self.dv = (_output_buffer(q, allocate), _output_buffer(k, allocate),
+                                     _output_buffer(v, allocate))
 
     def arguments(self, name: str) -> tuple[tuple[int, ...], tuple]:
         plan, q, k, v = self.plan, self.q, self.k, self.v
         if name == 'query':
             dout, dq = self.dout, self.dq
             return (plan.num_chunks, self.batch_heads), (
-                q,
-                dout,
-                self.stats,
-                self.angle,
-                dq,
-                self.workspace,
-                *q.stride(),
-                *dout.stride(),
-                *dq.stride(),
-                self.heads,
-                self.num_tokens,
-                self.width,
-                self.head_dim,
-                plan.tokens_per_chunk,
-                self.scale,
-            )
+                q, dout, self.stats, self.angle, dq, self.workspace,
+                *q.stride(), *dout.stride(), *dq.stride(),
+                self.heads, self.num_tokens, self.width, self.head_dim, plan.tokens_per_chunk,
+                self.scale)
         if name == 'key':
             dk, dv = self.dk, self.dv
             per_program = plan.key_tokens_per_program
             return (_cdiv(self.num_tokens, per_program), self.batch_heads), (
-                k,
-                v,
-                self.stats,
-                self.key_grads,
-                self.angle,
-                dk,
-                dv,
-                *k.stride(),
-                *v.stride(),
-                *dk.stride(),
-                *dv.stride(),
-                self.heads,
-                self.num_tokens,
-                self.width,
-                self.head_dim,
-                per_program,
-            )
+                k, v, self.stats, self.key_grads, self.angle, dk, dv,
+                *k.stride(), *v.stride(), *dk.stride(), *dv.stride(),
+                self.heads, self.num_tokens, self.width, self.head_dim, per_program)
         raise KeyError(f'{name!r} is not a backward kernel; choose from {self.KERNELS}')
 
     def query(self):
@@ -360,3 +276,4 @@ class BackwardLaunches(_Launches):
 def _on_device(device: torch.device):
     """Triton launches on the current CUDA device: make it the tensors' one."""
     return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
+

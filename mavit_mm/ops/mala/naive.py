@@ -18,7 +18,6 @@ of ``out = a * (q @ kv) + b * mean_j(v_j)``; the table, with the papers'
 notation, is in :mod:`mavit_mm.ops.attention_variants`. ``MALA_EPS`` is shared
 with the kernels.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -47,9 +46,8 @@ LINEAR_ATTN_TYPES = ('mala', 'linear', 'inline', 'mala_no_beta', 'mala_no_gamma'
 Rotation = RotaryTables | tuple[torch.Tensor, torch.Tensor] | None
 
 
-def linear_coefficients(
-    attn_type: str, z: torch.Tensor
-) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def linear_coefficients(attn_type: str, z: torch.Tensor
+                        ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(a, b)`` of ``score_ij = a_i * S_ij + b_i / N`` (the table of
     :mod:`mavit_mm.ops.attention_variants`); ``None`` stands for a = 1 / b = 0,
     so no work is spent on it."""
@@ -63,7 +61,8 @@ def linear_coefficients(
         return 1.0 / z.clamp_min(MALA_EPS), None
     if attn_type == 'inline':
         return None, 1.0 - z
-    raise ValueError(f'{attn_type!r} is not a linear attention; those are {LINEAR_ATTN_TYPES}')
+    raise ValueError(f'{attn_type!r} is not a linear attention; '
+                     f'those are {LINEAR_ATTN_TYPES}')
 
 
 def rotate(x: torch.Tensor, rotation: Rotation) -> torch.Tensor:
@@ -79,18 +78,13 @@ def kernel_z_rope(q: torch.Tensor, k: torch.Tensor, rotation: Rotation, kernel_f
     phi = KERNEL_FUNCTIONS[kernel_function]
     scale = q.shape[-1] ** -0.5
     q, k = phi(q), phi(k)
-    z = scale * (q @ k.mean(dim=-2, keepdim=True).transpose(-1, -2))  # (B, h, N, 1)
+    z = scale * (q @ k.mean(dim=-2, keepdim=True).transpose(-1, -2))     # (B, h, N, 1)
     return rotate(q, rotation), rotate(k, rotation), z
 
 
-def linear_attention_torch(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    rotation: Rotation,
-    attn_type: str = 'mala',
-    kernel_function: str = 'elu',
-) -> torch.Tensor:
+def linear_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           rotation: Rotation, attn_type: str = 'mala',
+                           kernel_function: str = 'elu') -> torch.Tensor:
     """A linear variant in O(N d^2): ``a * (R(q) @ KV) + b * mean(v)``.
 
     ``rotation`` is a stage's :class:`~mavit_mm.ops.rope2d.RotaryTables`, its
@@ -108,7 +102,7 @@ def linear_attention_torch(
     scale = q.shape[-1] ** -0.5
     q, k, z = kernel_z_rope(q, k, rotation, kernel_function)
     a, b = linear_coefficients(attn_type, z)
-    kv = (k.transpose(-1, -2) @ v) * (scale / num_tokens)  # (B, h, d, d)
+    kv = (k.transpose(-1, -2) @ v) * (scale / num_tokens)              # (B, h, d, d)
     out = q @ kv
     if a is not None:
         out = out * a
@@ -118,9 +112,8 @@ def linear_attention_torch(
     return out.to(out_dtype)
 
 
-def mala_naive(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor
-) -> torch.Tensor:
+def mala_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """MALA on ``(B, heads, N, d)`` tensors with ``(N, d)`` rotary tables: the
     kernels' reference signature.
 

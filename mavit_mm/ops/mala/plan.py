@@ -5,7 +5,6 @@ shared memory (:func:`compiled_resources`); cached per case
 (:func:`plan_for`), with the verdict whether a GPU holds the kernels at all
 (:func:`resource_shortfall`).
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -64,12 +63,10 @@ MAX_TILES_PER_PROGRAM = 16
 # (tl.sum over the block); two rows per program (narrow) beat four at B*heads 1
 # and 128 chunks and cost nothing at 16.
 KERNEL_TILES = {
-    'narrow': dict(
-        output=(64, 4, 1), partials=(32, 8, 3), query=(16, 4, 3), key=(64, 4, 3), combine=(2, 4, 1)
-    ),
-    'wide': dict(
-        output=(32, 8, 3), partials=(16, 8, 3), query=(16, 8, 3), key=(16, 8, 3), combine=(4, 4, 1)
-    ),
+    'narrow': dict(output=(64, 4, 1), partials=(32, 8, 3), query=(16, 4, 3), key=(64, 4, 3),
+                   combine=(2, 4, 1)),
+    'wide': dict(output=(32, 8, 3), partials=(16, 8, 3), query=(16, 8, 3), key=(16, 8, 3),
+                 combine=(4, 4, 1)),
 }
 KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
 # Shared memory is not tabulated here: whether a GPU holds the kernels is
@@ -85,9 +82,8 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _default_tokens_per_chunk(
-    num_tokens: int, batch_heads: int, block_n: int, device: torch.device, resident_per_sm: int
-) -> int:
+def _default_tokens_per_chunk(num_tokens: int, batch_heads: int, block_n: int,
+                              device: torch.device, resident_per_sm: int) -> int:
     """Tokens per split-N chunk: the chunk count that finishes soonest.
 
     The time is modelled as waves x tokens per chunk (plus each chunk's partial
@@ -112,9 +108,8 @@ def _fastest_chunk_count(num_tokens: int, batch_heads: int, slots: int) -> int:
     return min(range(1, max_chunks + 1), key=lambda c: (cost(c), c))
 
 
-def _default_tokens_per_program(
-    num_tokens: int, batch_heads: int, block_n: int, device: torch.device
-) -> int:
+def _default_tokens_per_program(num_tokens: int, batch_heads: int, block_n: int,
+                                device: torch.device) -> int:
     tiles = triton.cdiv(num_tokens, block_n)
     wanted_programs = TOKEN_PROGRAMS_PER_SM * _sm_count(device)
     per_program = triton.cdiv(tiles * batch_heads, wanted_programs)
@@ -125,18 +120,12 @@ def tile_family(head_dim: int) -> str:
     return 'narrow' if triton.next_power_of_2(head_dim) <= 64 else 'wide'
 
 
-def make_launch_plan(
-    num_tokens: int,
-    batch_heads: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    device: torch.device,
-    block_n: int | None = None,
-    tokens_per_chunk: int | None = None,
-    tiles: dict[str, tuple[int, ...]] | None = None,
-    tokens_per_program: int | None = None,
-    resident_per_sm: int | None = None,
-) -> LaunchPlan:
+def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: torch.dtype,
+                     device: torch.device, block_n: int | None = None,
+                     tokens_per_chunk: int | None = None,
+                     tiles: dict[str, tuple[int, ...]] | None = None,
+                     tokens_per_program: int | None = None,
+                     resident_per_sm: int | None = None) -> LaunchPlan:
     """Tile sizes and the split-N chunking.
 
     ``block_n`` (every token kernel), ``tokens_per_chunk``, ``tiles`` (per kernel
@@ -158,58 +147,47 @@ def make_launch_plan(
     if block_n is not None:
         if block_n < 16 or block_n & (block_n - 1):
             raise ValueError(f'block_n must be a power of two >= 16, got {block_n}')
-        chosen = {
-            name: tile if name == 'combine' else dataclasses.replace(tile, block_n=block_n)
-            for name, tile in chosen.items()
-        }
+        chosen = {name: tile if name == 'combine' else dataclasses.replace(tile, block_n=block_n)
+                  for name, tile in chosen.items()}
     reduce_block_n = max(chosen['partials'].block_n, chosen['query'].block_n)
     if tokens_per_chunk is None:
         tokens_per_chunk = _default_tokens_per_chunk(
-            num_tokens,
-            batch_heads,
-            reduce_block_n,
-            device,
-            resident_per_sm or RESIDENT_PROGRAMS_PER_SM,
-        )
+            num_tokens, batch_heads, reduce_block_n, device,
+            resident_per_sm or RESIDENT_PROGRAMS_PER_SM)
     if tokens_per_chunk < 1:
         raise ValueError(f'tokens_per_chunk must be positive, got {tokens_per_chunk}')
     per_program = {}
     for name in ('output', 'key'):
         tile_n = chosen[name].block_n
         if tokens_per_program is None:
-            per_program[name] = _default_tokens_per_program(num_tokens, batch_heads, tile_n, device)
+            per_program[name] = _default_tokens_per_program(num_tokens, batch_heads, tile_n,
+                                                            device)
         else:
             per_program[name] = triton.cdiv(tokens_per_program, tile_n) * tile_n
-    return LaunchPlan(
-        block_p=block_p,
-        block_d=block_d,
-        **chosen,
-        tokens_per_chunk=tokens_per_chunk,
-        num_chunks=triton.cdiv(num_tokens, tokens_per_chunk),
-        output_tokens_per_program=per_program['output'],
-        key_tokens_per_program=per_program['key'],
-        dot_precision=DOT_PRECISION[dtype],
-    )
+    return LaunchPlan(block_p=block_p, block_d=block_d, **chosen,
+                      tokens_per_chunk=tokens_per_chunk,
+                      num_chunks=triton.cdiv(num_tokens, tokens_per_chunk),
+                      output_tokens_per_program=per_program['output'],
+                      key_tokens_per_program=per_program['key'],
+                      dot_precision=DOT_PRECISION[dtype])
 
 
 # -- What the compiled kernels take from an SM -----------------------------------
 @dataclass(frozen=True)
 class KernelResources:
     """One compiled kernel's demands, from its own compiled metadata."""
-
-    registers: int  # per thread
-    shared_bytes: int  # per block
+    registers: int      # per thread
+    shared_bytes: int   # per block
     num_warps: int
 
 
 @dataclass(frozen=True)
 class SMLimits:
     """What one SM offers (defaults: A100 / H100; a GPU reports its own)."""
-
     registers: int = 64 * 1024
     shared_bytes: int = 228 * 1024
     threads: int = 2048
-    blocks: int = 16  # 32 on sm_80 / sm_90, 16 on sm_86; binding only for tiny blocks
+    blocks: int = 16   # 32 on sm_80 / sm_90, 16 on sm_86; binding only for tiny blocks
 
 
 # The CUDA occupancy rules: registers are allocated per warp in units of 256
@@ -223,20 +201,11 @@ def resident_blocks(resources: KernelResources, limits: SMLimits = SMLimits()) -
     """Blocks of a kernel one SM runs at once: the tightest of its register,
     shared-memory, thread and block limits (at least 1)."""
     threads = resources.num_warps * WARP_SIZE
-    registers = (
-        triton.cdiv(max(resources.registers, 1), REGISTER_ALLOCATION_UNIT)
-        * REGISTER_ALLOCATION_UNIT
-    )
+    registers = triton.cdiv(max(resources.registers, 1),
+                            REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
     shared = resources.shared_bytes + SHARED_BYTES_RESERVED_PER_BLOCK
-    return max(
-        1,
-        min(
-            limits.registers // (registers * threads),
-            limits.shared_bytes // shared,
-            limits.threads // threads,
-            limits.blocks,
-        ),
-    )
+    return max(1, min(limits.registers // (registers * threads), limits.shared_bytes // shared,
+                      limits.threads // threads, limits.blocks))
 
 
 @functools.cache
@@ -247,9 +216,9 @@ def sm_limits(device_index: int) -> SMLimits:
     # NVIDIA GPU since Kepler.
     return SMLimits(
         registers=getattr(properties, 'regs_per_multiprocessor', default.registers),
-        shared_bytes=getattr(properties, 'shared_memory_per_multiprocessor', default.shared_bytes),
-        threads=getattr(properties, 'max_threads_per_multi_processor', default.threads),
-    )
+        shared_bytes=getattr(properties, 'shared_memory_per_multiprocessor',
+                             default.shared_bytes),
+        threads=getattr(properties, 'max_threads_per_multi_processor', default.threads))
 
 
 _compiled_resources: dict[tuple, KernelResources | None] = {}
@@ -265,7 +234,7 @@ class _StandIn:
 
     @staticmethod
     def data_ptr() -> int:
-        return 0  # 16-byte aligned, as torch's allocations are
+        return 0   # 16-byte aligned, as torch's allocations are
 
     @staticmethod
     def ptr_range() -> int:
@@ -306,12 +275,8 @@ def compiled_resources(launches: _Launches, name: str) -> KernelResources | None
     kernel, meta = launches.table[name]
     grid, args = launches.arguments(name)
     args = tuple(map(_for_compiling, args))
-    key = (
-        name,
-        tuple(sorted(meta.items())),
-        torch.cuda.current_device(),
-        tuple(map(_specialisation, args)),
-    )
+    key = (name, tuple(sorted(meta.items())), torch.cuda.current_device(),
+           tuple(map(_specialisation, args)))
     if key not in _compiled_resources:
         # Loading fills in the register count and runs Triton's own checks of
         # shared memory and threads (the occupancy recipe of Triton's fused-softmax
@@ -319,17 +284,15 @@ def compiled_resources(launches: _Launches, name: str) -> KernelResources | None
         try:
             compiled = kernel.warmup(*args, grid=grid, **meta)
             compiled._init_handles()
-            resources = KernelResources(
-                compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps
-            )
+            resources = KernelResources(compiled.n_regs, compiled.metadata.shared,
+                                        compiled.metadata.num_warps)
         except OutOfResources:
             raise
-        except (AttributeError, TypeError):  # internals this Triton release lacks
+        except (AttributeError, TypeError):   # internals this Triton release lacks
             resources = None
-        except Exception as exc:  # the compiler itself failed (ptxas, a lowering error)
-            raise CompileFailure(
-                f'the {name} kernel failed to compile: {type(exc).__name__}: {str(exc)[:500]}'
-            ) from exc
+        except Exception as exc:   # the compiler itself failed (ptxas, a lowering error)
+            raise CompileFailure(f'the {name} kernel failed to compile: '
+                                 f'{type(exc).__name__}: {str(exc)[:500]}') from exc
         _compiled_resources[key] = resources
     return _compiled_resources[key]
 
@@ -392,18 +355,9 @@ def _argument_key(t: torch.Tensor | None):
     return t.dtype, t.stride(), t.data_ptr() % 16 == 0
 
 
-def plan_for(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    angle,
-    width: int,
-    block_n: int = 0,
-    tokens_per_chunk: int = 0,
-    tokens_per_program: int = 0,
-    dout: torch.Tensor | None = None,
-    stats=None,
-) -> LaunchPlan:
+def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: int,
+             block_n: int = 0, tokens_per_chunk: int = 0, tokens_per_program: int = 0,
+             dout: torch.Tensor | None = None, stats=None) -> LaunchPlan:
     """The launch plan of one forward (or, given ``dout`` and ``stats``, one
     backward) pass; overrides are ints, 0 meaning "the default".
 
@@ -415,57 +369,28 @@ def plan_for(
     width, overrides and each tensor's dtype, strides and alignment: everything
     the plan depends on. A failure (a kernel this GPU cannot hold) is not cached.
     """
-    key = (
-        q.device,
-        q.shape,
-        _sm_count(q.device),
-        width,
-        block_n,
-        tokens_per_chunk,
-        tokens_per_program,
-        _argument_key(q),
-        _argument_key(k),
-        _argument_key(v),
-        _argument_key(angle),
-        _argument_key(dout),
-        _argument_key(stats),
-    )
+    key = (q.device, q.shape, _sm_count(q.device), width, block_n, tokens_per_chunk,
+           tokens_per_program, _argument_key(q), _argument_key(k), _argument_key(v),
+           _argument_key(angle), _argument_key(dout), _argument_key(stats))
     plan = _plans.get(key)
     if plan is None:
-        plan = _plan_for(
-            q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program, dout, stats
-        )
+        plan = _plan_for(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program,
+                         dout, stats)
         _plans[key] = plan
     return plan
 
 
-def _plan_for(
-    q,
-    k,
-    v,
-    angle,
-    width: int,
-    block_n: int,
-    tokens_per_chunk: int,
-    tokens_per_program: int,
-    dout,
-    stats,
-) -> LaunchPlan:
+def _plan_for(q, k, v, angle, width: int, block_n: int, tokens_per_chunk: int,
+              tokens_per_program: int, dout, stats) -> LaunchPlan:
     """:func:`plan_for` past its cache."""
     batch, heads, num_tokens, head_dim = q.shape
 
     def plan(resident_per_sm=None) -> LaunchPlan:
-        return make_launch_plan(
-            num_tokens,
-            batch * heads,
-            head_dim,
-            q.dtype,
-            q.device,
-            block_n=block_n or None,
-            tokens_per_chunk=tokens_per_chunk or None,
-            tokens_per_program=tokens_per_program or None,
-            resident_per_sm=resident_per_sm,
-        )
+        return make_launch_plan(num_tokens, batch * heads, head_dim, q.dtype, q.device,
+                                block_n=block_n or None,
+                                tokens_per_chunk=tokens_per_chunk or None,
+                                tokens_per_program=tokens_per_program or None,
+                                resident_per_sm=resident_per_sm)
 
     first = plan()
     if q.device.type != 'cuda' or tokens_per_chunk:
@@ -473,10 +398,8 @@ def _plan_for(
     if dout is None:
         launches, name = ForwardLaunches(q, k, v, angle, width, first, allocate=False), 'partials'
     else:
-        launches, name = (
-            BackwardLaunches(dout, q, k, v, angle, stats, width, first, allocate=False),
-            'query',
-        )
+        launches, name = BackwardLaunches(dout, q, k, v, angle, stats, width, first,
+                                          allocate=False), 'query'
     resources = compiled_resources(launches, name)
     if resources is None:
         return first
@@ -484,12 +407,11 @@ def _plan_for(
     return first if resident == RESIDENT_PROGRAMS_PER_SM else plan(resident)
 
 
-_shortfalls = _LRUCache(PLAN_CACHE_SIZE)  # verdicts per shape and layout
+_shortfalls = _LRUCache(PLAN_CACHE_SIZE)   # verdicts per shape and layout
 
 
-def resource_shortfall(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, width: int, backward: bool
-) -> str | None:
+def resource_shortfall(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, width: int,
+                       backward: bool) -> str | None:
     """Why this GPU cannot hold the kernels this case compiles to, or ``None``.
 
     Every kernel of the forward (and, with ``backward``, of the backward, for an
@@ -512,38 +434,28 @@ def _compiled_shortfall(q, k, v, width: int, backward: bool) -> str | None:
     name = 'partials'
     try:
         with _on_device(q.device):
-            forward = ForwardLaunches(
-                q, k, v, angle, width, plan_for(q, k, v, angle, width), allocate=False
-            )
+            forward = ForwardLaunches(q, k, v, angle, width, plan_for(q, k, v, angle, width),
+                                      allocate=False)
             passes = [forward]
             if backward:
                 name = 'query'
-                passes.append(
-                    BackwardLaunches(
-                        q,
-                        q,
-                        k,
-                        v,
-                        angle,
-                        forward.stats,
-                        width,
-                        plan_for(q, k, v, angle, width, dout=q, stats=forward.stats),
-                        allocate=False,
-                    )
-                )
+                passes.append(BackwardLaunches(
+                    q, q, k, v, angle, forward.stats, width,
+                    plan_for(q, k, v, angle, width, dout=q, stats=forward.stats),
+                    allocate=False))
             for launches in passes:
                 for name in launches.KERNELS:
                     compiled_resources(launches, name)
         reason = None
     except OutOfResources as exc:
-        reason = (
-            f'the {name} kernel for head dim {q.shape[-1]} does not fit '
-            f'{_device_name(q.device)}: {exc}'
-        )
+        reason = (f'the {name} kernel for head dim {q.shape[-1]} does not fit '
+                  f'{_device_name(q.device)}: {exc}')
     except CompileFailure as exc:
         reason = f'{exc} (head dim {q.shape[-1]}, {q.dtype}, {_device_name(q.device)})'
     _shortfalls[key] = reason
     return reason
+
+
 
 
 def _device_name(device: torch.device) -> str:

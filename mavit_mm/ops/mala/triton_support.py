@@ -4,13 +4,12 @@ Imported before the kernels: outside the supported releases the import fails
 with the reason, so ``impl='auto'`` keeps the PyTorch path and
 ``impl='triton'`` says why it cannot run.
 """
-
 from __future__ import annotations
 
 import triton
 
 # setup.py's 'triton' extra says the same.
-SUPPORTED_TRITON = ('3.2', '3.10')  # [lowest, first unsupported)
+SUPPORTED_TRITON = ('3.2', '3.10')   # [lowest, first unsupported)
 
 
 def _release(version: str) -> tuple[int, int]:
@@ -18,15 +17,10 @@ def _release(version: str) -> tuple[int, int]:
     return int(major), int(''.join(ch for ch in minor if ch.isdigit()) or 0)
 
 
-if (
-    not _release(SUPPORTED_TRITON[0])
-    <= _release(triton.__version__)
-    < _release(SUPPORTED_TRITON[1])
-):
-    raise ImportError(
-        f'triton {triton.__version__} is outside the versions the fused MALA '
-        f'kernels support (>={SUPPORTED_TRITON[0]},<{SUPPORTED_TRITON[1]})'
-    )
+if not _release(SUPPORTED_TRITON[0]) <= _release(triton.__version__) < _release(
+        SUPPORTED_TRITON[1]):
+    raise ImportError(f'triton {triton.__version__} is outside the versions the fused MALA '
+                      f'kernels support (>={SUPPORTED_TRITON[0]},<{SUPPORTED_TRITON[1]})')
 
 try:  # where Triton raises it when a compiled kernel needs more than the GPU has
     from triton.runtime.errors import OutOfResources

@@ -5,7 +5,6 @@ the float64 PyTorch reference, and the backbone at full resolution.
 Skipped without CUDA (the CPU interpreter covers a subset in
 ``test_mala_triton.py``); ``benchmarks/gpu_check.py`` runs it on a GPU.
 """
-
 import pytest
 import torch
 
@@ -30,12 +29,8 @@ HEAD_DIMS = [16, 32, 48, 64, 96, 128]
 # 'small': forced small tiles, many chunks and programs, odd N.
 PLANS = {
     'default': dict(size=(48, 80), batch=1, heads=3, overrides={}),
-    'small': dict(
-        size=(37, 29),
-        batch=3,
-        heads=1,
-        overrides=dict(block_n=16, tokens_per_chunk=80, tokens_per_program=48),
-    ),
+    'small': dict(size=(37, 29), batch=3, heads=1,
+                  overrides=dict(block_n=16, tokens_per_chunk=80, tokens_per_program=48)),
 }
 
 
@@ -49,19 +44,13 @@ def make_qkv(batch, heads, size, head_dim, dtype, layout, seed=0):
     num_tokens = height * width
     if layout in ('backbone', 'nchw'):
         memory_format = torch.channels_last if layout == 'backbone' else torch.contiguous_format
-        x = torch.randn(
-            batch, 3 * heads * head_dim, height, width, generator=generator, dtype=torch.float64
-        ).to(DEVICE, dtype, memory_format=memory_format)
-        return [
-            t.reshape(batch, heads, head_dim, num_tokens).transpose(-1, -2)
-            for t in x.requires_grad_().chunk(3, dim=1)
-        ]
-    return [
-        torch.randn(batch, heads, num_tokens, head_dim, generator=generator, dtype=torch.float64)
-        .to(DEVICE, dtype)
-        .requires_grad_()
-        for _ in range(3)
-    ]
+        x = torch.randn(batch, 3 * heads * head_dim, height, width, generator=generator,
+                        dtype=torch.float64).to(DEVICE, dtype, memory_format=memory_format)
+        return [t.reshape(batch, heads, head_dim, num_tokens).transpose(-1, -2)
+                for t in x.requires_grad_().chunk(3, dim=1)]
+    return [torch.randn(batch, heads, num_tokens, head_dim, generator=generator,
+                        dtype=torch.float64).to(DEVICE, dtype).requires_grad_()
+            for _ in range(3)]
 
 
 def dense_in_order_of(t: torch.Tensor, like: torch.Tensor) -> bool:
@@ -88,12 +77,8 @@ def compare_with_reference(q, k, v, size, dtype_name, **overrides):
     expected = mala_naive(q64, k64, v64, *rope.tables(torch.float64, q64.device))
     expected_grads = torch.autograd.grad(expected, (q64, k64, v64), dout.double())
     errors = {'out': relative_error(out, expected)}
-    errors.update(
-        {
-            name: relative_error(g, e)
-            for name, g, e in zip(('dq', 'dk', 'dv'), grads, expected_grads)
-        }
-    )
+    errors.update({name: relative_error(g, e)
+                   for name, g, e in zip(('dq', 'dk', 'dv'), grads, expected_grads)})
     for name, tensor in zip(('out', 'dq', 'dk', 'dv'), (out, *grads)):
         assert torch.isfinite(tensor).all(), f'{name} has inf or NaN'
     assert max(errors.values()) <= TOLERANCE[dtype_name], errors
@@ -106,12 +91,10 @@ def compare_with_reference(q, k, v, size, dtype_name, **overrides):
 @pytest.mark.parametrize('head_dim', HEAD_DIMS)
 def test_matches_fp64_reference(head_dim, dtype_name, layout, plan):
     setting = PLANS[plan]
-    q, k, v = make_qkv(
-        setting['batch'], setting['heads'], setting['size'], head_dim, DTYPES[dtype_name], layout
-    )
-    out, grads = compare_with_reference(
-        q, k, v, setting['size'], dtype_name, **setting['overrides']
-    )
+    q, k, v = make_qkv(setting['batch'], setting['heads'], setting['size'], head_dim,
+                       DTYPES[dtype_name], layout)
+    out, grads = compare_with_reference(q, k, v, setting['size'], dtype_name,
+                                        **setting['overrides'])
     # Results keep the inputs' layout, so the backbone's merge of heads is free.
     assert dense_in_order_of(out, q) and all(dense_in_order_of(g, q) for g in grads)
 
@@ -138,7 +121,6 @@ def test_dispatch_auto_takes_the_kernels_on_cuda(monkeypatch):
     def counting(*args, **kwargs):
         calls.append(args[0].dtype)
         return fused(*args, **kwargs)
-
     monkeypatch.setattr(mala_function, 'fused_mala', counting)
     q, k, v = make_qkv(1, 2, (16, 16), 64, torch.bfloat16, 'backbone')
     rope = RoPE2d(64).to(DEVICE)(16, 16)
@@ -159,20 +141,13 @@ def test_split_grid_from_the_compiled_kernels_occupancy(head_dim):
     assert mala_plan.resource_shortfall(q, k, v, width, backward=True) is None
     forward_plan = mala_plan.plan_for(q, k, v, angle, width)
     forward = mala_launches.ForwardLaunches(q, k, v, angle, width, forward_plan, allocate=False)
-    stats = torch.empty(
-        batch_heads,
-        head_dim + mala_launches.kernels.STATS_EXTRA_ROWS.value,
-        head_dim,
-        device=DEVICE,
-    )
+    stats = torch.empty(batch_heads, head_dim + mala_launches.kernels.STATS_EXTRA_ROWS.value,
+                        head_dim, device=DEVICE)
     backward_plan = mala_plan.plan_for(q, k, v, angle, width, dout=q, stats=stats)
-    backward = mala_launches.BackwardLaunches(
-        q, q, k, v, angle, stats, width, backward_plan, allocate=False
-    )
-    for plan, launches, name in (
-        (forward_plan, forward, 'partials'),
-        (backward_plan, backward, 'query'),
-    ):
+    backward = mala_launches.BackwardLaunches(q, q, k, v, angle, stats, width, backward_plan,
+                                              allocate=False)
+    for plan, launches, name in ((forward_plan, forward, 'partials'),
+                                 (backward_plan, backward, 'query')):
         resources = mala_plan.compiled_resources(launches, name)
         assert resources is not None, "this Triton release hides the compiled kernel's registers"
         assert resources.registers > 0 and resources.num_warps == getattr(plan, name).num_warps

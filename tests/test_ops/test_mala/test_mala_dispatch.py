@@ -1,5 +1,4 @@
 """Where the dispatch meets Triton's failures: imports, compiler errors."""
-
 import warnings
 
 import pytest
@@ -39,7 +38,6 @@ def test_fallback_imports_the_kernels_itself(monkeypatch, fresh_state):
 
     def too_big(*args, **kwargs):
         raise triton_support.OutOfResources(300000, 232448, 'shared memory')
-
     monkeypatch.setattr(mala_function, 'mala_forward', too_big)
     q, k, v = qkv()
     rope = RoPE2d(32)(HEIGHT, WIDTH)
@@ -75,10 +73,8 @@ def test_a_compiler_error_is_a_compile_failure_naming_the_kernel(monkeypatch, fr
 def test_a_compiler_error_becomes_a_reason_not_a_crash(monkeypatch, fresh_state):
     """What the GPU check would meet: the verdict names the failure, so 'auto'
     falls back (one warning) and 'triton' raises a clear error."""
-
     def failing(launches, name):
         raise mala_plan.CompileFailure(f'the {name} kernel failed to compile: RuntimeError: x')
-
     monkeypatch.setattr(mala_plan, 'compiled_resources', failing)
     q, k, v = qkv()
     reason = mala_plan._compiled_shortfall(q, k, v, WIDTH, backward=True)
@@ -87,8 +83,6 @@ def test_a_compiler_error_becomes_a_reason_not_a_crash(monkeypatch, fresh_state)
     monkeypatch.setattr(mala_plan, 'resource_shortfall', mala_plan._compiled_shortfall)
     monkeypatch.setenv('TRITON_INTERPRET', '1')
     rope = RoPE2d(32)(HEIGHT, WIDTH)
-    with pytest.raises(
-        RuntimeError,
-        match="mala_impl='triton' cannot run this case: the partials kernel failed to compile",
-    ):
+    with pytest.raises(RuntimeError, match="mala_impl='triton' cannot run this case: the "
+                                           'partials kernel failed to compile'):
         mala_attention(q, k, v, rope, impl='triton')

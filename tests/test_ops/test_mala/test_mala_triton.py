@@ -4,7 +4,6 @@ Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1`
 from tests/conftest.py), which is slow: shapes stay tiny. The reference is
 ``mala_naive`` in float64 on the same inputs.
 """
-
 import os
 import subprocess
 import sys
@@ -30,8 +29,8 @@ from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d, RotaryTables  # noqa: E402
 
 DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-HEIGHT, WIDTH = 5, 7  # odd N = 35, not a multiple of any block
-SMALL_BLOCKS = dict(block_n=16, tokens_per_chunk=16)  # 3 chunks, the last partial
+HEIGHT, WIDTH = 5, 7          # odd N = 35, not a multiple of any block
+SMALL_BLOCKS = dict(block_n=16, tokens_per_chunk=16)   # 3 chunks, the last partial
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -43,22 +42,12 @@ def qkv_views(x: torch.Tensor, heads: int, head_dim: int):
     """(B, heads, N, d) views of the q, k, v channel blocks of a (B, 3C, H, W)
     map, split as GatedAttention splits its qkvo map (``split_heads``)."""
     batch, _, height, width = x.shape
-    return [
-        t.reshape(batch, heads, head_dim, height * width).transpose(-1, -2)
-        for t in x.chunk(3, dim=1)
-    ]
+    return [t.reshape(batch, heads, head_dim, height * width).transpose(-1, -2)
+            for t in x.chunk(3, dim=1)]
 
 
-def backbone_qkv(
-    batch,
-    heads,
-    head_dim,
-    dtype=torch.float32,
-    qk_scale=1.0,
-    v_scale=1.0,
-    seed=0,
-    layout='channels_last',
-):
+def backbone_qkv(batch, heads, head_dim, dtype=torch.float32, qk_scale=1.0, v_scale=1.0,
+                 seed=0, layout='channels_last'):
     """q, k, v as GatedAttention passes them. The backbone keeps channels_last
     maps ('channels_last': (B, N, heads, d) memory, channel stride 1, token
     stride 3C); 'nchw' gives the token-contiguous views of an NCHW map
@@ -66,8 +55,8 @@ def backbone_qkv(
     generator = torch.Generator().manual_seed(seed)
     channels = heads * head_dim
     x = torch.randn(batch, 3 * channels, HEIGHT, WIDTH, generator=generator, dtype=torch.float64)
-    x[:, : 2 * channels] *= qk_scale
-    x[:, 2 * channels :] *= v_scale
+    x[:, :2 * channels] *= qk_scale
+    x[:, 2 * channels:] *= v_scale
     memory_format = torch.channels_last if layout == 'channels_last' else torch.contiguous_format
     x = x.to(device=DEVICE, dtype=dtype, memory_format=memory_format).requires_grad_()
     return qkv_views(x, heads, head_dim)
@@ -107,12 +96,8 @@ def check_against_reference(q, k, v, rope, tolerance, dout_scale=1.0, **plan):
     out, grads = fused_with_grads(q, k, v, dout, rope, **plan)
     expected_out, expected_grads = reference(q, k, v, dout, rope)
     errors = {'out': relative_error(out, expected_out)}
-    errors.update(
-        {
-            name: relative_error(g, e)
-            for name, g, e in zip(('dq', 'dk', 'dv'), grads, expected_grads)
-        }
-    )
+    errors.update({name: relative_error(g, e) for name, g, e in
+                   zip(('dq', 'dk', 'dv'), grads, expected_grads)})
     assert max(errors.values()) <= tolerance, errors
     return out, grads
 
@@ -120,10 +105,8 @@ def check_against_reference(q, k, v, rope, tolerance, dout_scale=1.0, **plan):
 # --------------------------------------------------------------------------
 # Numerics
 # --------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    'head_dim,layout',
-    [(16, 'channels_last'), (48, 'nchw'), (64, 'channels_last'), (96, 'channels_last')],
-)
+@pytest.mark.parametrize('head_dim,layout', [(16, 'channels_last'), (48, 'nchw'),
+                                             (64, 'channels_last'), (96, 'channels_last')])
 def test_fp32_matches_reference_on_backbone_layouts(head_dim, layout):
     q, k, v = backbone_qkv(batch=2, heads=2, head_dim=head_dim, layout=layout)
     rope = RoPE2d(head_dim)(HEIGHT, WIDTH)
@@ -136,10 +119,8 @@ def test_fp32_matches_reference_on_backbone_layouts(head_dim, layout):
 
 def test_fp32_matches_reference_on_contiguous_layout_with_default_plan():
     generator = torch.Generator().manual_seed(3)
-    q, k, v = (
-        torch.randn(1, 3, HEIGHT * WIDTH, 32, generator=generator).to(DEVICE).requires_grad_()
-        for _ in range(3)
-    )
+    q, k, v = (torch.randn(1, 3, HEIGHT * WIDTH, 32, generator=generator)
+               .to(DEVICE).requires_grad_() for _ in range(3))
     rope = RoPE2d(32)(HEIGHT, WIDTH)
     out, _ = check_against_reference(q, k, v, rope, tolerance=1e-4)
     assert out.is_contiguous()
@@ -163,9 +144,8 @@ def test_bf16_matches_reference():
 def test_fp16_large_activations_stay_finite():
     # q, k ~ 1e3: z ~ 1e6 and KV ~ 1e3 overflow fp16 if kept in half. v and
     # dout are small so that the exact results themselves fit in fp16.
-    q, k, v = backbone_qkv(
-        batch=1, heads=2, head_dim=64, dtype=torch.float16, qk_scale=1e3, v_scale=1e-2
-    )
+    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=64, dtype=torch.float16,
+                           qk_scale=1e3, v_scale=1e-2)
     rope = RoPE2d(64)(HEIGHT, WIDTH)
     dout = random_like(q, 1e-2)
     expected_out, expected_grads = reference(q, k, v, dout, rope)
@@ -187,9 +167,8 @@ def fresh_fallback_warnings(monkeypatch):
 
 
 def plain_qkv(head_dim, dtype=torch.float32, device=DEVICE):
-    return [
-        torch.randn(1, 2, HEIGHT * WIDTH, head_dim, dtype=dtype, device=device) for _ in range(3)
-    ]
+    return [torch.randn(1, 2, HEIGHT * WIDTH, head_dim, dtype=dtype, device=device)
+            for _ in range(3)]
 
 
 def rope_for(head_dim):
@@ -203,7 +182,6 @@ def test_auto_on_cpu_uses_torch_path_silently(monkeypatch, fresh_fallback_warnin
     # interpreter on ('auto' never runs the interpreter).
     def no_triton(*args):
         raise AssertionError("'auto' must not run the kernels on CPU")
-
     monkeypatch.setattr(mala_ops, '_triton_mala', no_triton)
     q, k, v = plain_qkv(32)
     rope = RoPE2d(32)(HEIGHT, WIDTH)
@@ -261,27 +239,26 @@ def test_triton_rejects_unpaired_rope_angles():
 
 def test_import_and_fallback_without_triton():
     script = (
-        'import sys, warnings\n'
-        "sys.modules['triton'] = None\n"  # makes `import triton` fail
-        'import torch, mavit_mm\n'
-        'from mavit_mm.ops.mala import mala_attention\n'
-        'from mavit_mm.ops.rope2d import RoPE2d\n'
+        "import sys, warnings\n"
+        "sys.modules['triton'] = None\n"          # makes `import triton` fail
+        "import torch, mavit_mm\n"
+        "from mavit_mm.ops.mala import mala_attention\n"
+        "from mavit_mm.ops.rope2d import RoPE2d\n"
         "assert not any(m.startswith('triton') for m in sys.modules if sys.modules[m])\n"
-        'q = k = v = torch.randn(1, 1, 12, 16)\n'
-        'rope = RoPE2d(16)(3, 4)\n'
-        'with warnings.catch_warnings():\n'
+        "q = k = v = torch.randn(1, 1, 12, 16)\n"
+        "rope = RoPE2d(16)(3, 4)\n"
+        "with warnings.catch_warnings():\n"
         "    warnings.simplefilter('ignore')\n"
         "    mala_attention(q, k, v, rope, impl='auto')\n"
-        'try:\n'
+        "try:\n"
         "    mala_attention(q, k, v, rope, impl='triton')\n"
-        'except RuntimeError as exc:\n'
+        "except RuntimeError as exc:\n"
         "    assert 'triton is not available' in str(exc) or 'CUDA' in str(exc), exc\n"
-        'else:\n'
+        "else:\n"
         "    raise SystemExit('no error without triton')\n"
     )
-    result = subprocess.run(
-        [sys.executable, '-c', script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -295,7 +272,6 @@ def test_mavit_with_triton_mala_matches_published_outputs(parity_data, monkeypat
     def counting_fused(*args, **kwargs):
         calls.append(args[0].shape)
         return fused(*args, **kwargs)
-
     monkeypatch.setattr(mala_function, 'fused_mala', counting_fused)
     # On a GPU, keep the model's convolutions in exact fp32 as well.
     monkeypatch.setattr(torch.backends.cudnn, 'allow_tf32', False)
@@ -317,37 +293,25 @@ def test_mavit_with_triton_mala_matches_published_outputs(parity_data, monkeypat
 def feature_map_qkv(batch, heads, head_dim, height, width, layout, dtype, seed=0):
     generator = torch.Generator().manual_seed(seed)
     channels = heads * head_dim
-    if layout == 'backbone':  # channels_last map, as GatedAttention passes it
-        x = torch.randn(
-            batch, 3 * channels, height, width, generator=generator, dtype=torch.float64
-        ).to(device=DEVICE, dtype=dtype, memory_format=torch.channels_last)
+    if layout == 'backbone':   # channels_last map, as GatedAttention passes it
+        x = torch.randn(batch, 3 * channels, height, width, generator=generator,
+                        dtype=torch.float64).to(device=DEVICE, dtype=dtype,
+                                                memory_format=torch.channels_last)
         return qkv_views(x.requires_grad_(), heads, head_dim)
-    return [
-        torch.randn(
-            batch, heads, height * width, head_dim, generator=generator, dtype=torch.float64
-        )
-        .to(device=DEVICE, dtype=dtype)
-        .requires_grad_()
-        for _ in range(3)
-    ]
+    return [torch.randn(batch, heads, height * width, head_dim, generator=generator,
+                        dtype=torch.float64).to(device=DEVICE, dtype=dtype).requires_grad_()
+            for _ in range(3)]
 
 
 FP32, BF16 = (torch.float32, 1e-4), (torch.bfloat16, 2e-2)
 
 
 # Each map size, dtype and layout twice; the interpreter needs ~40 s a case.
-@pytest.mark.parametrize(
-    'height,width,head_dim,dtype,tolerance,layout',
-    [
-        (64, 64, 32, *FP32, 'backbone'),
-        (64, 64, 32, *BF16, 'contiguous'),
-        (48, 80, 64, *FP32, 'contiguous'),
-        (48, 80, 64, *BF16, 'backbone'),
-    ],
-)
+@pytest.mark.parametrize('height,width,head_dim,dtype,tolerance,layout', [
+    (64, 64, 32, *FP32, 'backbone'), (64, 64, 32, *BF16, 'contiguous'),
+    (48, 80, 64, *FP32, 'contiguous'), (48, 80, 64, *BF16, 'backbone')])
 def test_default_plan_with_chunks_and_token_loops_matches_reference(
-    monkeypatch, height, width, head_dim, dtype, tolerance, layout
-):
+        monkeypatch, height, width, head_dim, dtype, tolerance, layout):
     # 8 SMs: the default plan splits N into several chunks and has each output /
     # key program loop over several tiles, the paths full-size maps take on a GPU.
     if DEVICE.type == 'cpu':
@@ -362,17 +326,13 @@ def test_default_plan_with_chunks_and_token_loops_matches_reference(
     check_against_reference(q, k, v, rope, tolerance)
 
 
-@pytest.mark.parametrize(
-    'sm_count,batch_heads,num_tokens,expected_programs',
-    [
-        (132, 16, 65536, 528),  # two whole waves of 264 programs, not 17 x 16 in three
-        (132, 1, 65536, 128),  # B*heads = 1: 512-token chunks, one program per SM
-        (132, 3, 64 * 64, 24),  # small maps: at least 512 tokens per chunk
-    ],
-)
-def test_split_n_grid_fills_whole_waves(
-    monkeypatch, sm_count, batch_heads, num_tokens, expected_programs
-):
+@pytest.mark.parametrize('sm_count,batch_heads,num_tokens,expected_programs', [
+    (132, 16, 65536, 528),   # two whole waves of 264 programs, not 17 x 16 in three
+    (132, 1, 65536, 128),    # B*heads = 1: 512-token chunks, one program per SM
+    (132, 3, 64 * 64, 24),   # small maps: at least 512 tokens per chunk
+])
+def test_split_n_grid_fills_whole_waves(monkeypatch, sm_count, batch_heads, num_tokens,
+                                        expected_programs):
     monkeypatch.setattr(mala_plan, '_sm_count', lambda device: sm_count)
     plan = mala_plan.make_launch_plan(num_tokens, batch_heads, 64, torch.bfloat16, DEVICE)
     assert plan.num_chunks * batch_heads == expected_programs
@@ -394,31 +354,16 @@ def test_custom_op_passes_opcheck():
     out, stats = torch.ops.mavit_mm.mala(*args)
     dout = random_like(out)
     # No double backward: the backward op is checked on inputs without grad.
-    backward_args = (
-        dout,
-        q.detach(),
-        k.detach(),
-        v.detach(),
-        angle,
-        stats.detach(),
-        WIDTH,
-        16,
-        16,
-        0,
-    )
+    backward_args = (dout, q.detach(), k.detach(), v.detach(), angle, stats.detach(), WIDTH,
+                     16, 16, 0)
     torch.library.opcheck(torch.ops.mavit_mm.mala_backward.default, backward_args)
 
 
 def _model_error(model, image, expected_out, expected_grad):
     image = image.clone().requires_grad_()
     outputs = model(image)
-    loss = sum(
-        (
-            out
-            * torch.linspace(-1, 1, out.numel(), device=out.device, dtype=out.dtype).view_as(out)
-        ).sum()
-        for out in outputs
-    )
+    loss = sum((out * torch.linspace(-1, 1, out.numel(), device=out.device, dtype=out.dtype)
+                .view_as(out)).sum() for out in outputs)
     (grad,) = torch.autograd.grad(loss, image)
     out_error = max(relative_error(out, ref) for out, ref in zip(outputs, expected_out))
     return out_error, relative_error(grad, expected_grad)
@@ -439,13 +384,8 @@ def test_torch_compile_fullgraph_matches_eager_accuracy(impl, backend):
     reference_model.load_state_dict(model.state_dict())
     image64 = image.double().requires_grad_()
     outputs64 = reference_model(image64)
-    loss64 = sum(
-        (
-            out
-            * torch.linspace(-1, 1, out.numel(), dtype=torch.float64, device=DEVICE).view_as(out)
-        ).sum()
-        for out in outputs64
-    )
+    loss64 = sum((out * torch.linspace(-1, 1, out.numel(), dtype=torch.float64,
+                                       device=DEVICE).view_as(out)).sum() for out in outputs64)
     (grad64,) = torch.autograd.grad(loss64, image64)
 
     eager = _model_error(model, image, outputs64, grad64)
@@ -466,7 +406,6 @@ def test_forward_does_not_look_at_the_angle_values(monkeypatch):
 
     def no_equal(*args, **kwargs):
         raise AssertionError('torch.equal in the forward')
-
     monkeypatch.setattr(torch, 'equal', no_equal)
     mala_attention(q, k, v, rope, impl='triton')
 
@@ -493,7 +432,6 @@ def out_of_resources():
 def test_out_of_resources_falls_back_under_auto(monkeypatch, fresh_fallback_warnings):
     def too_big(*args, **kwargs):
         raise out_of_resources()
-
     monkeypatch.setattr(mala_function, 'mala_forward', too_big)
     q, k, v = plain_qkv(32)
     rope = RoPE2d(32)(HEIGHT, WIDTH)
@@ -509,7 +447,7 @@ def test_out_of_resources_falls_back_under_auto(monkeypatch, fresh_fallback_warn
 
 
 def test_head_offsets_past_int32_are_refused():
-    q = torch.empty_strided((1, 1, 65536, 64), (0, 0, 1, 2**26), device='meta')
+    q = torch.empty_strided((1, 1, 65536, 64), (0, 0, 1, 2 ** 26), device='meta')
     reason = mala_ops._int32_offset_overflow(q, q, q)
     assert reason is not None and 'int32' in reason
     small = torch.empty_strided((1, 1, 65536, 64), (0, 0, 1, 65536), device='meta')
@@ -518,40 +456,32 @@ def test_head_offsets_past_int32_are_refused():
 
 def test_unsupported_triton_version_is_refused_with_its_reason():
     script = (
-        'import triton\n'
+        "import triton\n"
         "triton.__version__ = '3.11.0'\n"
-        'import torch\n'
-        'from mavit_mm.ops.mala import mala_attention\n'
-        'from mavit_mm.ops.rope2d import RoPE2d\n'
-        'q = k = v = torch.randn(1, 1, 12, 16)\n'
-        'try:\n'
+        "import torch\n"
+        "from mavit_mm.ops.mala import mala_attention\n"
+        "from mavit_mm.ops.rope2d import RoPE2d\n"
+        "q = k = v = torch.randn(1, 1, 12, 16)\n"
+        "try:\n"
         "    mala_attention(q, k, v, RoPE2d(16)(3, 4), impl='triton')\n"
-        'except RuntimeError as exc:\n'
-        '    print(exc)\n'
+        "except RuntimeError as exc:\n"
+        "    print(exc)\n"
     )
-    result = subprocess.run(
-        [sys.executable, '-c', script],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, 'TRITON_INTERPRET': '1'},
-    )
+    result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, 'TRITON_INTERPRET': '1'})
     assert result.returncode == 0, result.stderr[-2000:]
     assert 'triton 3.11.0 is outside the versions' in result.stdout
 
 
-@pytest.mark.parametrize(
-    'registers,shared_kib,num_warps,expected',
-    [
-        (124, 40, 8, 2),  # d = 64 partials on sm_90: registers allow 2 (128 x 256 = 32K each)
-        (255, 40, 8, 1),  # d = 96 / query kernel: 256 x 256 fills the 64K registers
-        (32, 100, 4, 2),  # shared memory binds: 2 x (100 + 1 reserved) KiB of 228
-        (32, 0, 4, 16),  # tiny blocks: threads (2048 / 128) and the block limit
-        (255, 0, 16, 1),  # never below 1
-    ],
-)
-def test_resident_blocks_follow_the_tightest_sm_limit(registers, shared_kib, num_warps, expected):
+@pytest.mark.parametrize('registers,shared_kib,num_warps,expected', [
+    (124, 40, 8, 2),    # d = 64 partials on sm_90: registers allow 2 (128 x 256 = 32K each)
+    (255, 40, 8, 1),    # d = 96 / query kernel: 256 x 256 fills the 64K registers
+    (32, 100, 4, 2),    # shared memory binds: 2 x (100 + 1 reserved) KiB of 228
+    (32, 0, 4, 16),     # tiny blocks: threads (2048 / 128) and the block limit
+    (255, 0, 16, 1),    # never below 1
+])
+def test_resident_blocks_follow_the_tightest_sm_limit(registers, shared_kib, num_warps,
+                                                      expected):
     resources = mala_plan.KernelResources(registers, shared_kib * 1024, num_warps)
     assert mala_plan.resident_blocks(resources) == expected
 
@@ -561,21 +491,21 @@ def test_resident_blocks_shape_the_split_grid(monkeypatch):
     monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 132)
     chunks = {}
     for resident in (1, 2, 3):
-        plan = mala_plan.make_launch_plan(
-            65536, 16, 64, torch.bfloat16, DEVICE, resident_per_sm=resident
-        )
+        plan = mala_plan.make_launch_plan(65536, 16, 64, torch.bfloat16, DEVICE,
+                                              resident_per_sm=resident)
         slots = resident * 132
         programs = plan.num_chunks * 16
         assert programs <= slots or programs % slots == 0, (resident, programs)
         chunks[resident] = plan.num_chunks
-    assert len(set(chunks.values())) > 1, chunks  # the count does change the grid
+    assert len(set(chunks.values())) > 1, chunks   # the count does change the grid
 
 
 def _launch_signature(launches, name):
     """What Triton specialises a launch on: grid, dtypes, alignment, ints, for
     the arguments as compiled_resources hands them to the compiler."""
     grid, args = launches.arguments(name)
-    return grid, [mala_plan._specialisation(mala_plan._for_compiling(arg)) for arg in args]
+    return grid, [mala_plan._specialisation(mala_plan._for_compiling(arg))
+                  for arg in args]
 
 
 @pytest.mark.parametrize('layout', ['backbone', 'contiguous'])
@@ -585,22 +515,19 @@ def test_stand_in_buffers_compile_what_the_launch_runs(layout):
     # GPU would compile and measure a different binary.
     q, k, v = feature_map_qkv(2, 3, 32, 8, 12, layout, torch.bfloat16)
     angle = RoPE2d(32).angle.to(DEVICE)
-    plan = mala_plan.make_launch_plan(
-        96, 6, 32, torch.bfloat16, DEVICE, block_n=16, tokens_per_chunk=32
-    )
+    plan = mala_plan.make_launch_plan(96, 6, 32, torch.bfloat16, DEVICE, block_n=16,
+                                          tokens_per_chunk=32)
     real = mala_launches.ForwardLaunches(q, k, v, angle, 12, plan)
     stand_in = mala_launches.ForwardLaunches(q, k, v, angle, 12, plan, allocate=False)
     for name in real.KERNELS:
         assert _launch_signature(stand_in, name) == _launch_signature(real, name), name
-    assert all(
-        buffer.is_meta for buffer in (stand_in.out, stand_in.workspace, stand_in.stats)
-    )  # nothing allocated
+    assert all(buffer.is_meta for buffer in (stand_in.out, stand_in.workspace,
+                                             stand_in.stats))   # nothing allocated
     out, stats = real.run()
     dout = random_like(out)
     real_back = mala_launches.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan)
-    stand_in_back = mala_launches.BackwardLaunches(
-        dout, q, k, v, angle, stats, 12, plan, allocate=False
-    )
+    stand_in_back = mala_launches.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan,
+                                                   allocate=False)
     for name in real_back.KERNELS:
         assert _launch_signature(stand_in_back, name) == _launch_signature(real_back, name), name
     with pytest.raises(KeyError, match="'query' is not a forward kernel"):
@@ -620,22 +547,9 @@ def test_default_resident_count_is_the_sm90_compile(tmp_path):
     env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
     env['TRITON_CACHE_DIR'] = str(tmp_path / 'triton-cache')
     result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / 'benchmarks' / 'bench_mala.py'),
-            '--compile-report',
-            '90',
-            '--dtypes',
-            'bf16',
-            '--head-dims',
-            '64',
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'bench_mala.py'), '--compile-report',
+         '90', '--dtypes', 'bf16', '--head-dims', '64'],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if '_forward_partials_kernel' in line)
     assert 'FAILED' not in line, line
@@ -675,17 +589,14 @@ def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
     grid, args = launches.arguments('partials')
     assert calls[1:] == ['load'] and calls[0][0] == grid and calls[0][2] == meta
     assert [mala_plan._specialisation(arg) for arg in calls[0][1]] == [
-        mala_plan._specialisation(mala_plan._for_compiling(arg)) for arg in args
-    ]
+        mala_plan._specialisation(mala_plan._for_compiling(arg)) for arg in args]
     assert not any(isinstance(arg, torch.Tensor) and arg.is_meta for arg in calls[0][1])
-    assert all(
-        (given is arg) if isinstance(arg, torch.Tensor) else given == arg
-        for given, arg in zip(calls[0][1], args)  # the rest untouched
-        if not (isinstance(arg, torch.Tensor) and arg.is_meta)
-    )
+    assert all((given is arg) if isinstance(arg, torch.Tensor) else given == arg
+               for given, arg in zip(calls[0][1], args)   # the rest untouched
+               if not (isinstance(arg, torch.Tensor) and arg.is_meta))
     mala_plan.compiled_resources(launches, 'partials')
-    assert len(calls) == 2  # cached
-    del Loaded.n_regs  # a release without it
+    assert len(calls) == 2    # cached
+    del Loaded.n_regs         # a release without it
     monkeypatch.setattr(mala_plan, '_compiled_resources', {})
     assert mala_plan.compiled_resources(launches, 'partials') is None
 
@@ -696,23 +607,22 @@ def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
 @pytest.fixture
 def counted_plans(monkeypatch):
     """A fresh plan cache, and the plans made (make_launch_plan calls) since."""
-    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
+    monkeypatch.setattr(mala_plan, '_plans',
+                        mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
     made = []
     make = mala_plan.make_launch_plan
 
     def counting(*args, **kwargs):
         made.append(args[:4])
         return make(*args, **kwargs)
-
     monkeypatch.setattr(mala_plan, 'make_launch_plan', counting)
     return made
 
 
 def plan_of(q, k=None, v=None, angle=None, width=WIDTH, **overrides):
     angle = RoPE2d(q.shape[-1]).angle.to(q.device) if angle is None else angle
-    return mala_plan.plan_for(
-        q, q if k is None else k, q if v is None else v, angle, width, **overrides
-    )
+    return mala_plan.plan_for(q, q if k is None else k, q if v is None else v, angle, width,
+                                  **overrides)
 
 
 def test_a_layer_plans_once_and_stays_exact(counted_plans):
@@ -724,7 +634,7 @@ def test_a_layer_plans_once_and_stays_exact(counted_plans):
         q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32, seed=seed)
         check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
         made.append(len(counted_plans))
-    assert made[0] >= 2 and made == [made[0]] * 3, made  # forward + backward, once
+    assert made[0] >= 2 and made == [made[0]] * 3, made   # forward + backward, once
     if DEVICE.type == 'cpu':
         assert made[0] == 2
     assert len(mala_plan._plans) == 2
@@ -752,10 +662,10 @@ def test_another_case_makes_another_plan(monkeypatch, counted_plans):
     for name, plan in cases.items():
         made = len(counted_plans)
         plan()
-        assert len(counted_plans) > made, name  # a new case: planned
+        assert len(counted_plans) > made, name        # a new case: planned
         made = len(counted_plans)
         plan()
-        assert len(counted_plans) == made, name  # and then cached
+        assert len(counted_plans) == made, name       # and then cached
     assert plan_of(q, block_n=16).output.block_n == 16
     assert plan_of(q.half()).dot_precision == 'tf32' and first.dot_precision == 'ieee'
     # What the plan is computed from (the SM count) is part of the case too.
@@ -778,8 +688,8 @@ def test_plan_cache_is_bounded_and_drops_the_least_recent(monkeypatch, counted_p
     qs = [torch.randn(1, 2, num_tokens, 32, device=DEVICE) for num_tokens in (16, 32, 48, 64)]
     for q in qs[:3]:
         plan_of(q)
-    plan_of(qs[0])  # now the most recently used
-    plan_of(qs[3])  # a fourth case: qs[1] goes
+    plan_of(qs[0])                 # now the most recently used
+    plan_of(qs[3])                 # a fourth case: qs[1] goes
     assert len(mala_plan._plans) == 3
     made = len(counted_plans)
     for q in (qs[0], qs[2], qs[3]):
@@ -800,9 +710,8 @@ def test_plan_cache_is_bounded_and_drops_the_least_recent(monkeypatch, counted_p
 def test_shortfall_verdicts_are_cached_and_bounded(monkeypatch):
     # The GPU's verdict without a GPU: the kernels "compiled" are counted.
     compiled = []
-    monkeypatch.setattr(
-        mala_plan, 'compiled_resources', lambda launches, name: compiled.append(name)
-    )
+    monkeypatch.setattr(mala_plan, 'compiled_resources',
+                        lambda launches, name: compiled.append(name))
     monkeypatch.setattr(mala_plan, '_shortfalls', mala_plan._LRUCache(2))
     qs = [torch.randn(1, 2, num_tokens, 32) for num_tokens in (16, 32, 48)]
     for q in qs + [qs[2], qs[1]]:
@@ -810,7 +719,7 @@ def test_shortfall_verdicts_are_cached_and_bounded(monkeypatch):
     per_case = len(mala_launches.ForwardLaunches.KERNELS)
     assert len(compiled) == 3 * per_case and len(mala_plan._shortfalls) == 2
     mala_plan._compiled_shortfall(qs[0], qs[0], qs[0], 4, backward=False)
-    assert len(compiled) == 4 * per_case  # dropped as the least recent, redone
+    assert len(compiled) == 4 * per_case                  # dropped as the least recent, redone
 
 
 @pytest.mark.parametrize('shape', [(2, 3, 5, 4), (1, 2, 5, 4), (2, 1, 1, 4), (2, 3, 0, 4)])
@@ -818,13 +727,11 @@ def test_output_layouts_follow_the_input_stride_order(shape):
     # The cached dense strides are what permuting a buffer laid out in the
     # inputs' stride order gives (the rule before the cache), for every order.
     import itertools
-
     for order in itertools.permutations(range(4)):
         x = torch.empty([shape[dim] for dim in order]).permute([order.index(d) for d in range(4)])
         expected_order = sorted(range(4), key=lambda dim: (-x.stride(dim), dim))
         expected = x.new_empty([x.shape[dim] for dim in expected_order]).permute(
-            [expected_order.index(dim) for dim in range(4)]
-        )
+            [expected_order.index(dim) for dim in range(4)])
         out = mala_launches._empty_like_layout(x)
         assert (out.shape, out.stride()) == (expected.shape, expected.stride()), order
 
@@ -839,7 +746,6 @@ def test_dynamic_shapes_compile_the_op_with_symbolic_layouts(monkeypatch):
     def recording(strides):
         symbolic.append(any(isinstance(s, torch.SymInt) for s in strides))
         return memory_order(strides)
-
     monkeypatch.setattr(mala_launches, '_memory_order', recording)
     angle = RoPE2d(32).angle.to(DEVICE)
 
@@ -863,35 +769,15 @@ def test_host_overhead_benchmark_runs_the_whole_path_with_stub_launches(tmp_path
     env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
     output = tmp_path / 'host.json'
     result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / 'benchmarks' / 'mala_host_overhead.py'),
-            '--calls',
-            '2',
-            '--rounds',
-            '1',
-            '--warmup',
-            '1',
-            '--image',
-            '64',
-            '64',
-            '--output',
-            str(output),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+        [sys.executable, str(REPO_ROOT / 'benchmarks' / 'mala_host_overhead.py'), '--calls', '2',
+         '--rounds', '1', '--warmup', '1', '--image', '64', '64', '--output', str(output)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     import json
-
     report = json.loads(output.read_text())
     assert set(report['results']) == {'forward', 'train', 'plan'}
-    assert all(
-        stage['median_us'] > 0 for mode in report['results'].values() for stage in mode['stages']
-    )
+    assert all(stage['median_us'] > 0 for mode in report['results'].values()
+               for stage in mode['stages'])
 
 
 # --------------------------------------------------------------------------
@@ -911,33 +797,23 @@ COMBINE_CASES = {
     # 12 chunks, a KV block of 1 chunk and 32 rows: the second row block is half past d.
     'rows past d': (HEIGHT, WIDTH, 48, 3, (32, 1, 1)),
 }
-COMBINE_BLOCKS = {
-    'many chunks': (225, 128, 64),
-    'one chunk': (1, 1, 1),
-    'odd N, tiny tiles': (18, 16, 8),
-    'rows past d': (12, 16, 1),
-}
+COMBINE_BLOCKS = {'many chunks': (225, 128, 64), 'one chunk': (1, 1, 1),
+                  'odd N, tiny tiles': (18, 16, 8), 'rows past d': (12, 16, 1)}
 
 
 def combine_case_plan(name):
     height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
     return mala_plan.make_launch_plan(
-        height * width,
-        1,
-        head_dim,
-        torch.float32,
-        DEVICE,
-        block_n=16,
-        tokens_per_chunk=tokens_per_chunk,
-        tiles=None if tile is None else {'combine': tile},
-    )
+        height * width, 1, head_dim, torch.float32, DEVICE, block_n=16,
+        tokens_per_chunk=tokens_per_chunk, tiles=None if tile is None else {'combine': tile})
 
 
 @pytest.fixture
 def combine_tile(monkeypatch):
     """Sets the default combine tile of the case's head width (fused_mala takes
     no tile overrides), with a fresh plan cache so no other test sees it."""
-    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
+    monkeypatch.setattr(mala_plan, '_plans',
+                        mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
 
     def use(head_dim, tile):
         if tile is not None:
@@ -945,7 +821,6 @@ def combine_tile(monkeypatch):
             tiles = {name: dict(table) for name, table in mala_plan.KERNEL_TILES.items()}
             tiles[family]['combine'] = tile
             monkeypatch.setattr(mala_plan, 'KERNEL_TILES', tiles)
-
     return use
 
 
@@ -957,13 +832,11 @@ def test_combine_chunk_blocks_cover_the_cases(name):
     assert (plan.num_chunks, meta['MEAN_CHUNKS'], meta['KV_CHUNKS']) == COMBINE_BLOCKS[name]
     assert mala_launches.combine_chunk_blocks(plan) == (mean_chunks, kv_chunks)
     budget = mala_launches.COMBINE_VALUES_PER_THREAD * plan.combine.num_warps * 32
-    for chunks, values in (
-        (mean_chunks, plan.block_d),
-        (kv_chunks, plan.combine.block_n * plan.block_d),
-    ):
-        assert chunks & (chunks - 1) == 0  # a power of two
-        assert chunks == 1 or chunks * values <= budget  # the register budget
-        assert chunks < 2 * num_chunks  # no block of mostly padding
+    for chunks, values in ((mean_chunks, plan.block_d),
+                           (kv_chunks, plan.combine.block_n * plan.block_d)):
+        assert chunks & (chunks - 1) == 0                     # a power of two
+        assert chunks == 1 or chunks * values <= budget        # the register budget
+        assert chunks < 2 * num_chunks                         # no block of mostly padding
 
 
 def test_combine_chunk_blocks_of_the_default_tiles():
@@ -971,9 +844,8 @@ def test_combine_chunk_blocks_of_the_default_tiles():
     # (32 chunks a block, 32 programs of 2 rows), 32 for d = 96 (8 a block, 24
     # programs of 4 rows).
     for head_dim, blocks, programs in ((64, (64, 32), 32), (96, (32, 8), 24)):
-        plan = mala_plan.make_launch_plan(
-            256 * 512, 1, head_dim, torch.bfloat16, DEVICE, tokens_per_chunk=512
-        )
+        plan = mala_plan.make_launch_plan(256 * 512, 1, head_dim, torch.bfloat16, DEVICE,
+                                              tokens_per_chunk=512)
         assert plan.num_chunks == 256
         assert mala_launches.combine_chunk_blocks(plan) == blocks
         assert -(-head_dim // plan.combine.block_n) == programs
@@ -987,7 +859,7 @@ def reference_stats(k, v, rope):
     ka = torch.nn.functional.elu(k64) + 1
     kr = rope.rotate(ka.contiguous())
     vm = v64.mean(-2, keepdim=True)
-    kv = (head_dim**-0.5 / num_tokens) * kr.transpose(-1, -2) @ (v64 - vm)
+    kv = (head_dim ** -0.5 / num_tokens) * kr.transpose(-1, -2) @ (v64 - vm)
     means = torch.stack([ka.mean(-2), kr.mean(-2), vm.squeeze(-2)], dim=-2)
     return torch.cat([kv, means], dim=-2).flatten(0, 1)
 
@@ -1000,20 +872,14 @@ def test_combine_stats_match_float64(name):
     # so the centring must survive the blocked sums.
     height, width, head_dim, _, _ = COMBINE_CASES[name]
     plan = combine_case_plan(name)
-    q, k, v = (
-        t.detach()
-        for t in feature_map_qkv(1, 1, head_dim, height, width, 'backbone', torch.float32, seed=4)
-    )
+    q, k, v = (t.detach() for t in feature_map_qkv(1, 1, head_dim, height, width, 'backbone',
+                                                     torch.float32, seed=4))
     k, v = k + 3.0, v + 50.0
     rope = RoPE2d(head_dim)(height, width)
     _, stats = mala_launches.ForwardLaunches(q, k, v, rope.angle_on(DEVICE), width, plan).run()
     expected = reference_stats(k, v, rope)
-    for part, rows in (
-        ('KVc', slice(0, head_dim)),
-        ('km', head_dim),
-        ('krm', head_dim + 1),
-        ('vm', head_dim + 2),
-    ):
+    for part, rows in (('KVc', slice(0, head_dim)), ('km', head_dim), ('krm', head_dim + 1),
+                       ('vm', head_dim + 2)):
         assert relative_error(stats[:, rows], expected[:, rows]) <= 2e-6, part
 
 
@@ -1021,19 +887,11 @@ def test_combine_stats_match_float64(name):
 def test_combine_blocks_give_reference_outputs_and_grads(name, combine_tile):
     height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
     combine_tile(head_dim, tile)
-    plan = mala_plan.make_launch_plan(
-        height * width,
-        1,
-        head_dim,
-        torch.float32,
-        DEVICE,
-        block_n=16,
-        tokens_per_chunk=tokens_per_chunk,
-    )
+    plan = mala_plan.make_launch_plan(height * width, 1, head_dim, torch.float32, DEVICE,
+                                          block_n=16, tokens_per_chunk=tokens_per_chunk)
     assert (plan.num_chunks, *mala_launches.combine_chunk_blocks(plan)) == COMBINE_BLOCKS[name]
     # B * heads = 1, the case the blocked combine is for.
     q, k, v = feature_map_qkv(1, 1, head_dim, height, width, 'backbone', torch.float32, seed=5)
     rope = RoPE2d(head_dim)(height, width)
-    check_against_reference(
-        q, k, v, rope, tolerance=1e-4, block_n=16, tokens_per_chunk=tokens_per_chunk
-    )
+    check_against_reference(q, k, v, rope, tolerance=1e-4, block_n=16,
+                            tokens_per_chunk=tokens_per_chunk)

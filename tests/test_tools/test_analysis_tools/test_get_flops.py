@@ -1,6 +1,5 @@
 """tools/analysis_tools/get_flops.py: parameters and MACs of the backbone and of
 whole models, against the published figures."""
-
 import json
 
 import pytest

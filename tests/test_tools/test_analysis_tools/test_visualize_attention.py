@@ -1,7 +1,6 @@
 """tools/analysis_tools/visualize_attention.py: the attention maps of every variant over an
 image (random weights without a checkpoint, never the config's pretrained
 file), with a checkpoint, and the paper's Fig. 2."""
-
 from __future__ import annotations
 
 import itertools
@@ -30,7 +29,6 @@ def _one_thread(one_torch_thread):
 @pytest.fixture
 def image(tmp_path):
     import cv2
-
     rng = np.random.default_rng(0)
     picture = rng.integers(0, 60, (64, 96, 3), dtype=np.uint8)
     cv2.circle(picture, (30, 30), 14, (20, 200, 240), -1)
@@ -42,7 +40,6 @@ def image(tmp_path):
 
 def read_png(path):
     import cv2
-
     picture = cv2.imread(str(path))
     assert picture is not None, f'{path} is not a readable image'
     return picture
@@ -52,16 +49,8 @@ def test_help_explains_both_modes():
     result = run_tool('analysis_tools/visualize_attention.py', '--help', timeout=120)
     assert result.returncode == 0, explain(result)
     text = ' '.join(result.stdout.split())
-    for phrase in (
-        '--checkpoint',
-        'random weights',
-        'pretrained file',
-        '--fig2',
-        'attention_scores',
-        'attention_grid.png',
-        '--attn-types',
-        '--query ROW COL',
-    ):
+    for phrase in ('--checkpoint', 'random weights', 'pretrained file', '--fig2',
+                   'attention_scores', 'attention_grid.png', '--attn-types', '--query ROW COL'):
         assert phrase in text, phrase
 
 
@@ -69,22 +58,8 @@ def test_random_weights_write_a_grid_and_one_png_per_variant(tool, image, tmp_pa
     from mavit_mm.ops import ATTN_TYPES
 
     out_dir = tmp_path / 'vis'
-    report = tool.main(
-        [
-            str(image),
-            '--config',
-            CONFIG,
-            '--out-dir',
-            str(out_dir),
-            '--stage',
-            '0',
-            '--block',
-            '1',
-            '--query',
-            '3',
-            '5',
-        ]
-    )
+    report = tool.main([str(image), '--config', CONFIG, '--out-dir', str(out_dir),
+                        '--stage', '0', '--block', '1', '--query', '3', '5'])
     stdout = capsys.readouterr().out
     assert 'RANDOM weights' in stdout and 'pretrained/mavit_t_in1k.pth is not used' in stdout
     assert report['weights'] == 'random weights'
@@ -95,7 +70,8 @@ def test_random_weights_write_a_grid_and_one_png_per_variant(tool, image, tmp_pa
     pictures = {name: read_png(path) for name, path in report['variant_pngs'].items()}
     grid = read_png(out_dir / 'attention_grid.png')
     assert grid.shape[1] > max(p.shape[1] for p in pictures.values())
-    assert json.loads((out_dir / 'summary.json').read_text())['scores'].keys() == set(ATTN_TYPES)
+    assert json.loads((out_dir / 'summary.json').read_text())['scores'].keys() == \
+        set(ATTN_TYPES)
 
     # Same q and k, different formulas: every pair of maps differs, and so do
     # the drawn pictures.
@@ -119,9 +95,8 @@ def test_checkpoint_weights_are_used(tool, image, tmp_path, capsys):
     for param in trained.parameters():
         param.data.normal_(0, 0.2)
     checkpoint = tmp_path / 'model.pth'
-    torch.save(
-        {'state_dict': {f'backbone.{k}': v for k, v in trained.state_dict().items()}}, checkpoint
-    )
+    torch.save({'state_dict': {f'backbone.{k}': v for k, v in trained.state_dict().items()}},
+               checkpoint)
     args = [str(image), '--config', CONFIG, '--attn-types', 'mala', 'linear', '--head', '0']
     random = tool.main(args + ['--out-dir', str(tmp_path / 'a')])
     loaded = tool.main(args + ['--checkpoint', str(checkpoint), '--out-dir', str(tmp_path / 'b')])
@@ -142,7 +117,7 @@ def test_bad_requests_are_clear_errors(tool, image, tmp_path):
     with pytest.raises(FileNotFoundError, match='no image at'):
         tool.main([str(tmp_path / 'missing.png'), '--config', CONFIG] + out)
     with pytest.raises(SystemExit):
-        tool.parse_args(out)  # neither an image and config nor --fig2
+        tool.parse_args(out)   # neither an image and config nor --fig2
 
 
 def test_fig2_mode_reproduces_the_paper_trend(tool, tmp_path):

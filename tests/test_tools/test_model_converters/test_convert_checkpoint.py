@@ -11,7 +11,6 @@ optimizer's state beside the weights, keys in another order, and once the
 ``strict=True`` into a model built from the config and give the original
 model's outputs exactly. What cannot be converted is refused, naming why.
 """
-
 import random
 from collections import OrderedDict
 
@@ -26,7 +25,6 @@ convert_checkpoint = load_tool('model_converters/convert_checkpoint')
 
 
 # -- the published ImageNet checkpoints, for the backbone ------------------------
-
 
 def classification_checkpoint(path, arch='t'):
     """A checkpoint laid out like the published ImageNet ones."""
@@ -47,10 +45,8 @@ def test_convert_classification_checkpoint(tmp_path):
     assert converted.keys() == weights.keys() - {'head.weight', 'head.bias'}
     model = MAViT('t', init_cfg=dict(type='Pretrained', checkpoint=str(dst)))
     model.init_weights()
-    assert torch.equal(
-        model.state_dict()['layers.2.blocks.0.attn.qkvo.weight'],
-        weights['layers.2.blocks.0.attn.qkvo.weight'],
-    )
+    assert torch.equal(model.state_dict()['layers.2.blocks.0.attn.qkvo.weight'],
+                       weights['layers.2.blocks.0.attn.qkvo.weight'])
 
 
 def test_convert_rejects_the_wrong_size_and_strict_misses(tmp_path):
@@ -58,9 +54,8 @@ def test_convert_rejects_the_wrong_size_and_strict_misses(tmp_path):
     with pytest.raises(ValueError, match='does not fit MAViT-S'):
         convert_checkpoint.convert(str(tmp_path / 'in1k.pth'), str(tmp_path / 'x.pth'), 's')
     with pytest.raises(ValueError, match='missing extra_norms.0.norm.weight'):
-        convert_checkpoint.convert(
-            str(tmp_path / 'in1k.pth'), str(tmp_path / 'x.pth'), 't', strict=True
-        )
+        convert_checkpoint.convert(str(tmp_path / 'in1k.pth'), str(tmp_path / 'x.pth'), 't',
+                                   strict=True)
     with pytest.raises(FileNotFoundError, match='absent.pth'):
         convert_checkpoint.convert(str(tmp_path / 'absent.pth'), str(tmp_path / 'x.pth'), 't')
 
@@ -79,7 +74,6 @@ def tiny(tmp_path_factory, one_torch_thread):
     pytest.importorskip('mmdet.models')
     pytest.importorskip('mmseg.models')
     from mavit_mm.tooling.model_builder import build_model
-
     root = tmp_path_factory.mktemp('convert_full')
     roots = make_tiny_data(root / 'data')
     setup = {}
@@ -98,7 +92,6 @@ def tiny(tmp_path_factory, one_torch_thread):
 
 def demo_metainfo(cfg):
     from mavit_mm.data.synthetic import ade20k_metainfo, coco_metainfo
-
     return coco_metainfo() if cfg.default_scope == 'mmdet' else ade20k_metainfo()
 
 
@@ -106,15 +99,9 @@ def old_checkpoint(model, cfg, wrapped=False, classes=None, **meta_changes) -> d
     """``model`` saved as mmdet 2.x / mmseg 0.x saved a training checkpoint."""
     key, version = OLD_VERSIONS[cfg.default_scope]
     metainfo = demo_metainfo(cfg)
-    meta = {
-        key: version,
-        'mmcv_version': '1.7.1',
-        'config': "model = dict(type='X')",
-        'epoch': 12,
-        'iter': 1000,
-        'time': 'Thu Jan  5 10:00:00 2023',
-        'CLASSES': tuple(classes or metainfo['classes']),
-    }
+    meta = {key: version, 'mmcv_version': '1.7.1', 'config': "model = dict(type='X')",
+            'epoch': 12, 'iter': 1000, 'time': 'Thu Jan  5 10:00:00 2023',
+            'CLASSES': tuple(classes or metainfo['classes'])}
     if cfg.default_scope == 'mmseg':
         meta['PALETTE'] = [list(colour) for colour in metainfo['palette']]
     meta.update(meta_changes)
@@ -122,17 +109,13 @@ def old_checkpoint(model, cfg, wrapped=False, classes=None, **meta_changes) -> d
     random.Random(0).shuffle(items)  # the order of the keys does not matter
     state_dict = OrderedDict((('module.' if wrapped else '') + k, v.clone()) for k, v in items)
     optimizer = dict(state={}, param_groups=[dict(lr=1e-4, weight_decay=0.05, params=[0, 1])])
-    return dict(
-        meta={k: v for k, v in meta.items() if v is not None},
-        state_dict=state_dict,
-        optimizer=optimizer,
-    )
+    return dict(meta={k: v for k, v in meta.items() if v is not None}, state_dict=state_dict,
+                optimizer=optimizer)
 
 
 def outputs(model, cfg):
     """The model's tensor-mode outputs on a fixed input, flattened."""
     from mavit_mm.tooling.model_builder import dummy_forward_inputs
-
     torch.manual_seed(123)
     inputs, samples = dummy_forward_inputs(cfg, SIZE, SIZE)
     with torch.no_grad():
@@ -148,7 +131,6 @@ def outputs(model, cfg):
         elif isinstance(item, dict):
             for part in item.values():
                 walk(part)
-
     walk(result)
     assert flat, 'the model returned no tensors'
     return flat
@@ -157,7 +139,6 @@ def outputs(model, cfg):
 @pytest.mark.parametrize('name', PIPELINES)
 def test_old_checkpoint_converts_and_gives_the_same_outputs(tiny, tmp_path, name):
     from mavit_mm.tooling.model_builder import build_model
-
     config, cfg, original = tiny[name]
     scope = cfg.default_scope
     old = old_checkpoint(original, cfg, wrapped=(name == 'mask_rcnn'))
@@ -194,16 +175,13 @@ def test_old_checkpoint_converts_and_gives_the_same_outputs(tiny, tmp_path, name
 
 def test_converted_checkpoint_gives_det_inferencer_its_classes(tiny, tmp_path):
     from mmdet.apis import DetInferencer
-
     config, cfg, original = tiny['mask_rcnn']
     classes = ('disc', 'box', 'wedge', 'spark')  # not the config's: they must come from the file
     torch.save(old_checkpoint(original, cfg, classes=classes), tmp_path / 'old.pth')
-    convert_checkpoint.main(
-        [str(tmp_path / 'old.pth'), str(tmp_path / 'new.pth'), '--config', str(config)]
-    )
-    inferencer = DetInferencer(
-        str(config), str(tmp_path / 'new.pth'), device='cpu', show_progress=False
-    )
+    convert_checkpoint.main([str(tmp_path / 'old.pth'), str(tmp_path / 'new.pth'),
+                             '--config', str(config)])
+    inferencer = DetInferencer(str(config), str(tmp_path / 'new.pth'), device='cpu',
+                               show_progress=False)
     assert tuple(inferencer.model.dataset_meta['classes']) == classes
     own = inferencer.model.state_dict()
     assert all(torch.equal(own[k], v) for k, v in original.state_dict().items())
@@ -213,9 +191,8 @@ def test_without_class_names_the_configs_are_used(tiny, tmp_path):
     config, cfg, original = tiny['upernet']
     old = old_checkpoint(original, cfg, CLASSES=None, PALETTE=None)
     torch.save(old, tmp_path / 'old.pth')
-    report = convert_checkpoint.convert_full(
-        str(tmp_path / 'old.pth'), str(tmp_path / 'new.pth'), str(config)
-    )
+    report = convert_checkpoint.convert_full(str(tmp_path / 'old.pth'),
+                                             str(tmp_path / 'new.pth'), str(config))
     assert report['classes_from'] == 'config'
     meta = torch.load(tmp_path / 'new.pth', weights_only=True)['meta']
     assert meta['dataset_meta']['classes'] == demo_metainfo(cfg)['classes']
@@ -223,13 +200,11 @@ def test_without_class_names_the_configs_are_used(tiny, tmp_path):
 
 # --- what is refused, and the reason given ---------------------------------------
 
-
 def convert_dict(tiny, tmp_path, name, checkpoint):
     config = tiny[name][0]
     torch.save(checkpoint, tmp_path / 'old.pth')
-    return convert_checkpoint.convert_full(
-        str(tmp_path / 'old.pth'), str(tmp_path / 'new.pth'), str(config)
-    )
+    return convert_checkpoint.convert_full(str(tmp_path / 'old.pth'),
+                                           str(tmp_path / 'new.pth'), str(config))
 
 
 def test_a_head_of_another_size_is_a_shape_error(tiny, tmp_path):
@@ -238,12 +213,9 @@ def test_a_head_of_another_size_is_a_shape_error(tiny, tmp_path):
     # COCO's 80 classes (+ background) against the config's 4.
     old['state_dict']['roi_head.bbox_head.fc_cls.weight'] = torch.zeros(81, 1024)
     old['state_dict']['roi_head.bbox_head.fc_cls.bias'] = torch.zeros(81)
-    with pytest.raises(
-        ValueError,
-        match=r'does not fit the model: shapes differ \(2\): '
-        r'roi_head\.bbox_head\.fc_cls\.weight: checkpoint '
-        r'\(81, 1024\) vs model \(5, 1024\)',
-    ):
+    with pytest.raises(ValueError, match=r'does not fit the model: shapes differ \(2\): '
+                                         r'roi_head\.bbox_head\.fc_cls\.weight: checkpoint '
+                                         r'\(81, 1024\) vs model \(5, 1024\)'):
         convert_dict(tiny, tmp_path, 'mask_rcnn', old)
     assert not (tmp_path / 'new.pth').exists()
 
@@ -251,9 +223,8 @@ def test_a_head_of_another_size_is_a_shape_error(tiny, tmp_path):
 def test_keys_that_do_not_fit_are_named(tiny, tmp_path):
     _, cfg, original = tiny['upernet']
     old = old_checkpoint(original, cfg)
-    old['state_dict']['decode_head.cls_seg.weight'] = old['state_dict'].pop(
-        'decode_head.conv_seg.weight'
-    )
+    old['state_dict']['decode_head.cls_seg.weight'] = \
+        old['state_dict'].pop('decode_head.conv_seg.weight')
     with pytest.raises(ValueError) as error:
         convert_dict(tiny, tmp_path, 'upernet', old)
     message = str(error.value)
@@ -271,18 +242,13 @@ def test_class_names_must_match_the_heads(tiny, tmp_path):
 
 def test_mmdet_1x_layout_is_refused(tiny, tmp_path):
     from mavit_mm.tooling.legacy_checkpoints import LegacyCheckpointError
-
     _, cfg, original = tiny['mask_rcnn']
     old = old_checkpoint(original, cfg)
     # mmdet 1.x: the R-CNN heads at the top level.
-    old['state_dict'] = OrderedDict(
-        (k.replace('roi_head.', ''), v) for k, v in old['state_dict'].items()
-    )
-    with pytest.raises(
-        LegacyCheckpointError,
-        match=r'mmdet 1.x layout \(R-CNN heads at the '
-        r'top level.*upgrade_model_version',
-    ):
+    old['state_dict'] = OrderedDict((k.replace('roi_head.', ''), v)
+                                    for k, v in old['state_dict'].items())
+    with pytest.raises(LegacyCheckpointError, match=r'mmdet 1.x layout \(R-CNN heads at the '
+                                                    r'top level.*upgrade_model_version'):
         convert_dict(tiny, tmp_path, 'mask_rcnn', old)
     # ... or said so by its meta, whatever the keys.
     old = old_checkpoint(original, cfg, mmdet_version='1.0rc1+d3ca926')
@@ -292,20 +258,15 @@ def test_mmdet_1x_layout_is_refused(tiny, tmp_path):
 
 def test_a_checkpoint_of_the_other_library_is_refused(tiny, tmp_path):
     from mavit_mm.tooling.legacy_checkpoints import LegacyCheckpointError
-
     _, cfg, original = tiny['sem_fpn']
-    with pytest.raises(
-        LegacyCheckpointError,
-        match=r'is a segmentor checkpoint \(mmseg\); the config builds a '
-        r'detector \(mmdet\)',
-    ):
+    with pytest.raises(LegacyCheckpointError,
+                       match=r'is a segmentor checkpoint \(mmseg\); the config builds a '
+                             r'detector \(mmdet\)'):
         convert_dict(tiny, tmp_path, 'retinanet', old_checkpoint(original, cfg))
     _, cfg, original = tiny['retinanet']
-    with pytest.raises(
-        LegacyCheckpointError,
-        match=r'is a detector checkpoint \(mmdet\); the config builds a '
-        r'segmentor \(mmseg\)',
-    ):
+    with pytest.raises(LegacyCheckpointError,
+                       match=r'is a detector checkpoint \(mmdet\); the config builds a '
+                             r'segmentor \(mmseg\)'):
         convert_dict(tiny, tmp_path, 'sem_fpn', old_checkpoint(original, cfg))
 
 
@@ -315,18 +276,10 @@ def test_a_training_checkpoint_of_mmdet_3_is_stripped(tiny, tmp_path):
     config, cfg, original = tiny['retinanet']
     metainfo = demo_metainfo(cfg)
     runner_checkpoint = dict(
-        meta=dict(
-            dataset_meta=dict(metainfo),
-            mmengine_version='0.10.7',
-            epoch=0,
-            iter=2,
-            cfg='model = dict()',
-        ),
-        state_dict=original.state_dict(),
-        message_hub=dict(log_scalars={}),
-        optimizer=dict(state={}, param_groups=[]),
-        param_schedulers=[],
-    )
+        meta=dict(dataset_meta=dict(metainfo), mmengine_version='0.10.7', epoch=0, iter=2,
+                  cfg='model = dict()'),
+        state_dict=original.state_dict(), message_hub=dict(log_scalars={}),
+        optimizer=dict(state={}, param_groups=[]), param_schedulers=[])
     report = convert_dict(tiny, tmp_path, 'retinanet', runner_checkpoint)
     assert report['layout'] == 'mmdet 3.x' and report['version'] is None
     assert report['dropped'] == ['message_hub', 'optimizer', 'param_schedulers']
@@ -339,21 +292,16 @@ def test_a_training_checkpoint_of_mmdet_3_is_stripped(tiny, tmp_path):
 
 def test_backbone_only_and_unknown_layouts_are_refused(tiny, tmp_path):
     from mavit_mm.tooling.legacy_checkpoints import LegacyCheckpointError
-
     _, cfg, original = tiny['upernet']
-    backbone = {
-        k[len('backbone.') :]: v
-        for k, v in original.state_dict().items()
-        if k.startswith('backbone.')
-    }
+    backbone = {k[len('backbone.'):]: v for k, v in original.state_dict().items()
+                if k.startswith('backbone.')}
     with pytest.raises(LegacyCheckpointError, match='no backbone.* weights.*--arch'):
         convert_dict(tiny, tmp_path, 'upernet', dict(model=backbone))
     # A backbone and something else that no detector / segmentor has.
     odd = {f'backbone.{k}': v for k, v in backbone.items()}
     odd['head.fc.weight'] = torch.zeros(10, 512)
-    with pytest.raises(
-        LegacyCheckpointError, match='unknown layout: a backbone but no detector or segmentor heads'
-    ):
+    with pytest.raises(LegacyCheckpointError, match='unknown layout: a backbone but no '
+                                                    'detector or segmentor heads'):
         convert_dict(tiny, tmp_path, 'upernet', dict(state_dict=odd))
 
 
@@ -363,11 +311,5 @@ def test_command_line_needs_a_target_and_a_file(tiny, tmp_path):
     with pytest.raises(SystemExit):
         convert_checkpoint.parse_args(['a.pth', 'b.pth', '--arch', 't', '--config', 'c.py'])
     with pytest.raises(FileNotFoundError, match='checkpoint not found: .*absent.pth'):
-        convert_checkpoint.main(
-            [
-                str(tmp_path / 'absent.pth'),
-                str(tmp_path / 'b.pth'),
-                '--config',
-                str(tiny['upernet'][0]),
-            ]
-        )
+        convert_checkpoint.main([str(tmp_path / 'absent.pth'), str(tmp_path / 'b.pth'),
+                                 '--config', str(tiny['upernet'][0])])
