@@ -149,6 +149,16 @@ def _score_columns(scores: torch.Tensor, groups: torch.Tensor, num_groups: int) 
     return torch.where(F.one_hot(groups, num_groups).bool(), scores, scores.new_tensor(-1.0))
 
 
+def _drop_small_boxes(columns: torch.Tensor, boxes: torch.Tensor, min_size: float) -> torch.Tensor:
+    """Score columns with every box not wider and taller than ``min_size``
+    set to -1 (never kept), as mmdet's ``min_bbox_size`` drops them; a negative
+    ``min_size`` keeps all."""
+    if min_size < 0:
+        return columns
+    valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & ((boxes[..., 3] - boxes[..., 1]) > min_size)
+    return torch.where(valid.unsqueeze(-1), columns, columns.new_tensor(-1.0))
+
+
 def _register_rpn_rewriter() -> None:
     """mmdet's RPN post-processing in the ONNX graph, exactly.
 
@@ -204,11 +214,7 @@ def _register_rpn_rewriter() -> None:
             return boxes, scores
         levels = torch.cat(level_ids, dim=1)
         per_level = _score_columns(scores, levels, len(cls_scores))
-        min_size = cfg.get('min_bbox_size', -1)
-        if min_size >= 0:
-            valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & \
-                ((boxes[..., 3] - boxes[..., 1]) > min_size)
-            per_level = torch.where(valid.unsqueeze(-1), per_level, per_level.new_tensor(-1.0))
+        per_level = _drop_small_boxes(per_level, boxes, cfg.get('min_bbox_size', -1))
         keep = cfg.max_per_img
         return multiclass_nms(boxes, per_level, keep, nms_type=cfg.nms.get('type'),
                               iou_threshold=cfg.nms.iou_threshold, score_threshold=0.0,
@@ -287,11 +293,7 @@ def _register_dense_head_rewriter() -> None:
         boxes = get_box_tensor(torch.cat(level_boxes, dim=1))
         scores = torch.cat(level_scores, dim=1).unsqueeze(-1)
         columns = _score_columns(scores, torch.cat(level_labels, dim=1), num_classes)
-        min_size = cfg.get('min_bbox_size', -1)
-        if min_size >= 0:
-            valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & \
-                ((boxes[..., 3] - boxes[..., 1]) > min_size)
-            columns = torch.where(valid.unsqueeze(-1), columns, columns.new_tensor(-1.0))
+        columns = _drop_small_boxes(columns, boxes, cfg.get('min_bbox_size', -1))
         keep = cfg.max_per_img
         return multiclass_nms(boxes, columns, keep, nms_type=cfg.nms.get('type'),
                               iou_threshold=cfg.nms.iou_threshold,
