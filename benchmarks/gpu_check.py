@@ -60,6 +60,7 @@ plan; CI runs it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -380,6 +381,27 @@ def _add_ratios(rows: list[dict]) -> None:
             row['time_vs_swin'] = row['time_ms'] / base
 
 
+def _host_issue_us(step, device, calls: int) -> float:
+    """Host time per call over ``calls`` un-synchronised calls."""
+    _synchronize(device)
+    started = time.perf_counter()
+    for _ in range(calls):
+        step()
+    host_us = (time.perf_counter() - started) / calls * 1e6
+    _synchronize(device)
+    return host_us
+
+
+@contextlib.contextmanager
+def _direct_launches(enabled: bool):
+    from mavit_mm.ops.mala import launches
+    saved, launches.DIRECT_LAUNCH = launches.DIRECT_LAUNCH, enabled
+    try:
+        yield
+    finally:
+        launches.DIRECT_LAUNCH = saved
+
+
 def step_profile(out: Path, budget_s: float, device: str = 'cuda',
                  shapes=PROFILE_SHAPES) -> dict:
     """Kernel time against host time per call of the fused op (bf16 where
@@ -396,7 +418,9 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda',
     report = dict(note='kernel_us: the GPU kernels\' time per call from torch.profiler; '
                        'wall_us: median of synchronised calls (triton.testing.do_bench); '
                        'host_issue_us: host time per call over un-synchronised calls, i.e. what '
-                       'the CPU spends launching; host-bound when host_issue_us > kernel_us',
+                       'the CPU spends launching; host-bound when host_issue_us > kernel_us; '
+                       'host_issue_us_tritons_launch_path: the same with every kernel launched '
+                       "through Triton's JITFunction.run (launches.DIRECT_LAUNCH = False)",
                   dtype=str(dtype).replace('torch.', ''), impl=impl, complete=False,
                   results=rows)
     deadline = time.time() + budget_s
@@ -426,20 +450,20 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda',
                     kernels[event.key] = round(device_us / calls, 2)
             wall_us = _median_ms(step, device, 25, 100) * 1e3
             _synchronize(device)
-            started = time.perf_counter()
-            for _ in range(calls):
-                step()
-            host_us = (time.perf_counter() - started) / calls * 1e6
-            _synchronize(device)
+            host_us = _host_issue_us(step, device, calls)
+            with _direct_launches(False):   # every launch through Triton's JITFunction.run
+                host_triton_us = _host_issue_us(step, device, calls)
             kernel_us = sum(kernels.values())
             row.update(wall_us=round(wall_us, 2), kernel_us=round(kernel_us, 2),
-                       host_issue_us=round(host_us, 2), kernels=kernels,
-                       host_bound=bool(on_cuda and host_us > kernel_us))
+                       host_issue_us=round(host_us, 2),
+                       host_issue_us_tritons_launch_path=round(host_triton_us, 2),
+                       kernels=kernels, host_bound=bool(on_cuda and host_us > kernel_us))
             rows.append(row)
             _write(out / 'profile.json', report)
             print(f'  BH={shape["batch_heads"]:3} N={shape["tokens"]} d={shape["head_dim"]} '
                   f'{pass_name:8} wall {wall_us:8.1f} us, kernels {kernel_us:8.1f} us, '
-                  f'host issue {host_us:8.1f} us', flush=True)
+                  f'host issue {host_us:8.1f} us ({host_triton_us:.1f} through Triton\'s '
+                  f'launch path)', flush=True)
     report['complete'] = not any('skipped' in row for row in rows)
     _write(out / 'profile.json', report)
     return {'rows': len(rows), 'complete': report['complete']}

@@ -3,14 +3,24 @@
 What one ``mala_attention(q, k, v, rope, impl='triton')`` call costs the CPU
 before any GPU work is queued: the dispatch checks, the ``mavit_mm::mala``
 custom op (and, for training, autograd and ``mavit_mm::mala_backward``), the
-launch plan, the output and workspace allocations and the argument tuples of
-the kernel launches. It runs on the CPU with Triton's interpreter *off*: the
-five ``@triton.jit`` kernels are replaced by stubs whose ``kernel[grid](*args,
-**meta)`` only counts the launch, so nothing is computed and the results are
-uninitialised memory. Not measured: Triton's own launch path (its argument
-binder, kernel-cache lookup and the driver launch; it needs a GPU) and, on a
-GPU, the CUDA-only part of planning (the compiled kernel's occupancy) and the
-``torch.cuda.device`` switch.
+launch plan, the output and workspace allocations and the kernel launches. It
+runs on the CPU with Triton's interpreter *off*, so nothing is computed and the
+results are uninitialised memory. Where the launches stop, ``--launch``:
+
+* ``stub-kernels`` (default): the five ``@triton.jit`` kernels are replaced by
+  stubs whose ``kernel[grid](*args, **meta)`` only counts the launch. Triton's
+  own launch path is not measured.
+* ``stub-driver``: the kernels stay Triton's; they are compiled for an H100
+  (sm_90, by Triton's ptxas, on the CPU) and launched through Triton's host
+  code down to the CUDA driver's launcher, which a stub driver
+  (``mavit_mm.tooling.triton_stub_driver``) replaces. Measured twice in one
+  process: with the case's compiled kernels launched directly
+  (``launches.DIRECT_LAUNCH``, the default) and through Triton's
+  ``JITFunction.run`` on every launch; the JSON has both and the ratio.
+
+Not measured either way: on a GPU, the CUDA-only part of planning (the
+compiled kernel's occupancy; once per case), the ``torch.cuda.device`` switch
+and the driver's C launch itself.
 
 The dispatch refuses CPU tensors without the interpreter, so the check of the
 interpreter is patched to say yes; everything else in the dispatch runs as is.
@@ -32,6 +42,8 @@ in a subprocess, both written to one JSON with the ratios).
 Examples::
 
     python benchmarks/mala_host_overhead.py
+    python benchmarks/mala_host_overhead.py --launch stub-driver \\
+        --output benchmarks/results/mala-host-overhead-stub-driver-cpu-DATE.json
     # --baseline: one file that stands in for ops/mala/function.py and plan.py
     python benchmarks/mala_host_overhead.py --baseline /tmp/old_function.py \\
         --output benchmarks/results/mala-host-overhead-cpu-DATE.json
@@ -63,6 +75,9 @@ import torch  # noqa: E402
 TINY_STAGES = ((1, 4, 2), (2, 8, 2), (4, 16, 6), (8, 32, 2))
 HEAD_DIM = 64
 DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
+LAUNCHES = ('stub-kernels', 'stub-driver')
+# launches per call, by mode
+EXPECTED_LAUNCHES = {'forward': 3, 'train': 5, 'plan': 0}
 
 
 def parse_args(argv=None):
@@ -79,6 +94,11 @@ def parse_args(argv=None):
                         default=['forward', 'train', 'plan'],
                         help="forward: inference call under no_grad; train: forward + "
                              "torch.autograd.grad (both ops); plan: plan_for alone")
+    parser.add_argument('--launch', choices=LAUNCHES, default='stub-kernels',
+                        help="where launches stop: 'stub-kernels' replaces the kernels "
+                             "(Triton's launch path not measured); 'stub-driver' runs "
+                             "Triton's launch path down to a stub CUDA driver and measures "
+                             'direct launches against Triton\'s path (default stub-kernels)')
     parser.add_argument('--calls', type=int, default=200, help='calls per round (default 200)')
     parser.add_argument('--rounds', type=int, default=15, help='rounds (default 15)')
     parser.add_argument('--warmup', type=int, default=50, help='warm-up calls (default 50)')
@@ -197,10 +217,52 @@ def measure_baseline(args):
         command = [sys.executable, str(Path(__file__).resolve()), '--function-module',
                    str(args.baseline), '--label', 'baseline', '--output', str(output),
                    '--batch', str(args.batch), '--image', *map(str, args.image),
-                   '--dtype', args.dtype, '--modes', *args.modes, '--calls', str(args.calls),
+                   '--dtype', args.dtype, '--modes', *args.modes, '--launch', args.launch,
+                   '--calls', str(args.calls),
                    '--rounds', str(args.rounds), '--warmup', str(args.warmup)]
         subprocess.run(command, check=True)
         return json.loads(output.read_text())
+
+
+def measure(args, mala_ops, plan, launch_count, paths):
+    """Per mode, per launch path (``paths``: name -> a function that selects
+    it): the time per call of each MAViT-T stage's MALA layer, the paths taken
+    in turn stage by stage, and each call's launches checked."""
+    from mavit_mm.ops.rope2d import RoPE2d
+
+    dtype = DTYPES[args.dtype]
+    image_h, image_w = args.image
+    results = {path: {} for path in paths}
+    for mode in args.modes:
+        stages = {path: [] for path in paths}
+        for heads, stride, depth in TINY_STAGES:
+            height, width = image_h // stride, image_w // stride
+            q, k, v = stage_qkv(args.batch, heads, height, width, dtype, mode == 'train')
+            rope = RoPE2d(HEAD_DIM)(height, width)
+            call = make_call(mode, mala_ops, plan, q, k, v, rope)
+            for path, select in paths.items():
+                select()
+                before = launch_count()
+                call()
+                launched = launch_count() - before
+                if launched != EXPECTED_LAUNCHES[mode]:
+                    raise SystemExit(f'{mode}: {launched} kernel launches per call, expected '
+                                     f'{EXPECTED_LAUNCHES[mode]}')
+                timing = time_per_call(call, args.calls, args.rounds, args.warmup)
+                stages[path].append(dict(shape=[args.batch, heads, height * width, HEAD_DIM],
+                                         layers=depth, **timing))
+                print(f'{mode:8s} {path:7s} B={args.batch} heads={heads} '
+                      f'N={height * width:6d} d={HEAD_DIM}: median '
+                      f'{timing["median_us"]:7.1f} us/call (min {timing["min_us"]:.1f}, '
+                      f'max {timing["max_us"]:.1f})', flush=True)
+        for path in paths:
+            per_forward = sum(stage['median_us'] * stage['layers'] for stage in stages[path])
+            mean = per_forward / sum(stage['layers'] for stage in stages[path])
+            print(f'{mode:8s} {path:7s} mean {mean:7.1f} us/call, {per_forward / 1e3:.2f} ms '
+                  f'per MAViT-T pass (12 MALA layers)')
+            results[path][mode] = dict(stages=stages[path], mean_us_per_call=mean,
+                                       ms_per_mavit_t_pass=per_forward / 1e3)
+    return results
 
 
 def main(argv=None):
@@ -208,39 +270,34 @@ def main(argv=None):
     baseline = measure_baseline(args) if args.baseline is not None else None
     torch.set_num_threads(1)
     mala_ops, function, plan = load_function_module(args.function_module)
-    stubs = install_stubs(function.kernels)
     mala_ops.triton_interpreter_enabled = lambda: True   # CPU tensors pass the dispatch
-    from mavit_mm.ops.rope2d import RoPE2d
+    triton_path = None
+    if args.launch == 'stub-kernels':
+        stubs = install_stubs(function.kernels)
+        results = measure(args, mala_ops, plan,
+                          lambda: sum(stub.launches for stub in stubs.values()),
+                          {'stubbed': lambda: None})['stubbed']
+        measures = ("mala_attention(impl='triton') on the CPU, Triton interpreter off, the "
+                    'kernel launches stubbed (kernel[grid](...) only counts); excludes '
+                    "Triton's launch path and the CUDA-only planning")
+    else:
+        from mavit_mm.ops.mala import launches
+        from mavit_mm.tooling.triton_stub_driver import stub_cuda_driver
 
-    dtype = DTYPES[args.dtype]
-    image_h, image_w = args.image
-    results = {}
-    for mode in args.modes:
-        stages = []
-        for heads, stride, depth in TINY_STAGES:
-            height, width = image_h // stride, image_w // stride
-            q, k, v = stage_qkv(args.batch, heads, height, width, dtype, mode == 'train')
-            rope = RoPE2d(HEAD_DIM)(height, width)
-            call = make_call(mode, mala_ops, plan, q, k, v, rope)
-            before = {name: stub.launches for name, stub in stubs.items()}
-            call()
-            launched = sum(stub.launches - before[name] for name, stub in stubs.items())
-            expected = {'forward': 3, 'train': 5, 'plan': 0}[mode]
-            if launched != expected:
-                raise SystemExit(f'{mode}: {launched} kernel launches per call, expected '
-                                 f'{expected}')
-            timing = time_per_call(call, args.calls, args.rounds, args.warmup)
-            stages.append(dict(shape=[args.batch, heads, height * width, HEAD_DIM],
-                               layers=depth, **timing))
-            print(f'{mode:8s} B={args.batch} heads={heads} N={height * width:6d} '
-                  f'd={HEAD_DIM}: median {timing["median_us"]:7.1f} us/call '
-                  f'(min {timing["min_us"]:.1f}, max {timing["max_us"]:.1f})')
-        per_forward = sum(stage['median_us'] * stage['layers'] for stage in stages)
-        mean = per_forward / sum(stage['layers'] for stage in stages)
-        print(f'{mode:8s} mean {mean:7.1f} us/call, {per_forward / 1e3:.2f} ms per MAViT-T '
-              f'pass (12 MALA layers)')
-        results[mode] = dict(stages=stages, mean_us_per_call=mean,
-                             ms_per_mavit_t_pass=per_forward / 1e3)
+        def select(direct):
+            return lambda: setattr(launches, 'DIRECT_LAUNCH', direct)
+        print('compiling the kernels for sm_90 on first use (Triton caches them)', flush=True)
+        with stub_cuda_driver(record=False) as driver:
+            by_path = measure(args, mala_ops, plan, lambda: driver.launch_count,
+                              {'triton': select(False), 'direct': select(True)})
+        launches.DIRECT_LAUNCH = True
+        results, triton_path = by_path['direct'], by_path['triton']
+        measures = ("mala_attention(impl='triton') on the CPU, Triton interpreter off, the "
+                    "kernels compiled for sm_90 and launched through Triton's host code down "
+                    "to a stub CUDA driver's launcher (mavit_mm.tooling.triton_stub_driver); "
+                    "results: the case's compiled kernels launched directly (the default); "
+                    "triton_path: every launch through Triton's JITFunction.run; excludes "
+                    'the CUDA-only planning and the C launch')
 
     # after load_function_module: importing mavit_mm loads the op package
     from mavit_mm.tooling.device import git_commit
@@ -250,9 +307,8 @@ def main(argv=None):
         date=datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
         commit=git_commit(),
         function_module=str(args.function_module) if args.function_module else None,
-        measures=("mala_attention(impl='triton') on the CPU, Triton interpreter off, the "
-                  'kernel launches stubbed (kernel[grid](...) only counts); excludes '
-                  "Triton's launch path and the CUDA-only planning"),
+        measures=measures,
+        launch=args.launch,
         config=dict(batch=args.batch, image=list(args.image), dtype=args.dtype,
                     head_dim=HEAD_DIM, calls=args.calls, rounds=args.rounds,
                     warmup=args.warmup, torch_threads=1),
@@ -260,6 +316,14 @@ def main(argv=None):
                          triton=__import__('triton').__version__,
                          platform=platform.platform(), processor=platform.processor()),
         results=results)
+    if triton_path is not None:
+        report['triton_path'] = triton_path
+        report['direct_launch_speedup'] = {
+            mode: triton_path[mode]['mean_us_per_call'] / results[mode]['mean_us_per_call']
+            for mode in results}
+        for mode, speedup in report['direct_launch_speedup'].items():
+            print(f"{mode:8s} Triton's path {triton_path[mode]['mean_us_per_call']:7.1f} us/call "
+                  f"-> direct {results[mode]['mean_us_per_call']:7.1f} us/call ({speedup:.2f}x)")
     if baseline is not None:
         report['baseline'] = dict(function_module=str(args.baseline),
                                   results=baseline['results'])

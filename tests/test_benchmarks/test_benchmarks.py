@@ -166,7 +166,8 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
     profile = json.loads((tmp_path / 'profile.json').read_text())
     assert profile['complete'] and profile['impl'] == 'torch'
     assert [row['pass_name'] for row in profile['results']] == ['fwd', 'fwd+bwd']
-    assert all(row['wall_us'] > 0 and row['host_issue_us'] > 0 for row in profile['results'])
+    assert all(row['wall_us'] > 0 and row['host_issue_us'] > 0
+               and row['host_issue_us_tritons_launch_path'] > 0 for row in profile['results'])
 
 
 def test_gpu_check_sdpa_step_reports_a_math_fallback(tmp_path, monkeypatch):

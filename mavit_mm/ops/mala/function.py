@@ -12,20 +12,29 @@ from __future__ import annotations
 import torch
 
 from . import kernels
-from .launches import BackwardLaunches, ForwardLaunches, LaunchPlan, _empty_like_layout, _on_device
-from .plan import plan_for
+from .launches import (
+    BackwardLaunches,
+    CompiledLaunches,
+    ForwardLaunches,
+    LaunchPlan,
+    _empty_like_layout,
+    _on_device,
+)
+from .plan import planned_case
 
 
 def mala_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tensor,
-                 width: int, plan: LaunchPlan) -> tuple[torch.Tensor, torch.Tensor]:
+                 width: int, plan: LaunchPlan, compiled: CompiledLaunches | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns ``out`` and the per-head fp32 stats saved for backward."""
-    return ForwardLaunches(q, k, v, angle, width, plan).run()
+    return ForwardLaunches(q, k, v, angle, width, plan, compiled=compiled).run()
 
 
 def mala_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  angle: torch.Tensor, stats: torch.Tensor, width: int,
-                  plan: LaunchPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return BackwardLaunches(dout, q, k, v, angle, stats, width, plan).run()
+                  angle: torch.Tensor, stats: torch.Tensor, width: int, plan: LaunchPlan,
+                  compiled: CompiledLaunches | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return BackwardLaunches(dout, q, k, v, angle, stats, width, plan, compiled=compiled).run()
 
 
 # The fused MALA as PyTorch operators: ``mavit_mm::mala`` (forward, returns
@@ -39,8 +48,8 @@ def mala_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tens
             tokens_per_program: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
     with _on_device(q.device):
-        plan = plan_for(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program)
-        return mala_forward(q, k, v, angle, width, plan)
+        case = planned_case(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program)
+        return mala_forward(q, k, v, angle, width, case.plan, case.compiled)
 
 
 @mala_op.register_fake
@@ -58,9 +67,9 @@ def mala_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
     with _on_device(q.device):
-        plan = plan_for(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program,
-                        dout=dout, stats=stats)
-        return mala_backward(dout, q, k, v, angle, stats, width, plan)
+        case = planned_case(q, k, v, angle, width, block_n, tokens_per_chunk,
+                            tokens_per_program, dout=dout, stats=stats)
+        return mala_backward(dout, q, k, v, angle, stats, width, case.plan, case.compiled)
 
 
 @mala_backward_op.register_fake

@@ -1,7 +1,9 @@
 """The launches of the fused MALA: what a launch takes (:class:`LaunchPlan`),
 each kernel's compile-time meta-parameters (:func:`launch_table`, the one
-table of launches), and a pass's buffers and kernel launches
-(:class:`ForwardLaunches`, :class:`BackwardLaunches`).
+table of launches), a pass's buffers and kernel launches
+(:class:`ForwardLaunches`, :class:`BackwardLaunches`), and the compiled
+kernels of a case, launched without Triton's launch path
+(:class:`CompiledLaunches`).
 
 What the kernels compute is described in ``kernels.py``; how a plan is chosen
 in ``plan.py``.
@@ -13,12 +15,17 @@ import functools
 from dataclasses import dataclass
 
 import torch
+from triton.runtime.driver import driver
 
 from . import (
     kernels,
     triton_support,  # noqa: F401  (the supported releases, before the kernels)
 )
 
+# Launch the compiled kernels of a case directly after its first launches
+# (CompiledLaunches); False keeps Triton's launch path on every call (the
+# host-overhead benchmark measures both).
+DIRECT_LAUNCH = True
 # The combine kernel sums a block of chunks per step (tl.sum over the block):
 # its blocks hold up to this many fp32 values per thread (combine_chunk_blocks).
 COMBINE_VALUES_PER_THREAD = 32
@@ -143,12 +150,87 @@ def _output_buffer(x: torch.Tensor, allocate: bool) -> torch.Tensor:
     return _empty_like_layout(x)
 
 
+class CompiledLaunches:
+    """The compiled kernels of one case, launched without Triton's launch path.
+
+    ``kernel[grid](*args, **meta)`` (Triton's ``JITFunction.run``) binds and
+    specialises every argument, builds its kernel-cache key and looks the
+    binary up on every call: on a GPU the largest host cost of a launch. A case
+    (one entry of :func:`.plan.planned_case`'s cache: device, shapes, strides,
+    dtypes, pointer alignment, overrides) specialises the same way on every
+    call, so its first launch of each kernel goes through Triton and keeps the
+    ``CompiledKernel`` that Triton returns; later launches call it as
+    ``JITFunction.run`` ends, ``compiled[grid](*args, *constexprs)`` (the
+    current device's stream, Triton's launch hooks).
+
+    A kernel is launched directly only where Triton's own binder, asked once,
+    binds the arguments to exactly those passed here followed by the constexpr
+    values: any Triton release that binds otherwise, the CPU interpreter (it
+    returns no compiled kernel) and kernels with pre-run hooks keep Triton's
+    path. The buffers a pass allocates are new, 16-byte aligned torch
+    allocations on every call, so they specialise the same way too.
+    """
+
+    def __init__(self):
+        self._kernels: dict[str, _DirectKernel | None] = {}   # None: Triton's path
+
+    def launch(self, name: str, kernel, grid: tuple[int, ...], args: tuple, meta: dict) -> None:
+        direct = self._kernels.get(name)
+        if direct is not None and DIRECT_LAUNCH:
+            direct(grid, args)
+            return
+        compiled = kernel[grid](*args, **meta)
+        if name not in self._kernels:
+            self._kernels[name] = _DirectKernel.checked(kernel, compiled, args, meta)
+
+    def direct(self, name: str) -> bool:
+        """Whether ``name`` is now launched directly."""
+        return self._kernels.get(name) is not None
+
+
+class _DirectKernel:
+    """A compiled kernel and the constexpr values that follow the arguments."""
+
+    def __init__(self, compiled, constexprs: tuple):
+        self.compiled, self.constexprs = compiled, constexprs
+        self._runner = (None, None)   # (grid, compiled[grid]): one tuple, read at once
+
+    @classmethod
+    def checked(cls, kernel, compiled, args: tuple, meta: dict) -> _DirectKernel | None:
+        """The direct launch of what ``kernel[grid](*args, **meta)`` returned,
+        when Triton's binder for the current device binds ``args`` and
+        ``meta`` to ``args`` themselves, in order, then the constexpr values;
+        else ``None`` (Triton's path)."""
+        try:
+            if (compiled is None or kernel.pre_run_hooks
+                    or not all(hasattr(compiled, name) for name in ('__getitem__', 'launch_metadata'))):
+                return None
+            binder = kernel.device_caches[driver.active.get_current_device()][-1]
+            bound = tuple(binder(*args, **meta)[0].values())
+        except (AttributeError, KeyError, IndexError, TypeError):   # internals this release lacks
+            return None
+        if len(bound) < len(args) or any(a is not b for a, b in zip(bound, args)):
+            return None
+        return cls(compiled, bound[len(args):])
+
+    def __call__(self, grid: tuple[int, ...], args: tuple) -> None:
+        runner_grid, runner = self._runner
+        if runner_grid != grid:
+            # CompiledKernel's runner reads three grid dimensions (JITFunction.run pads them)
+            runner_grid, runner = grid, self.compiled[(*grid, 1, 1)[:3]]
+            self._runner = runner_grid, runner
+        runner(*args, *self.constexprs)
+
+
 class _Launches:
     """A pass's buffers and kernel launches. ``allocate=False`` makes the
     buffers meta tensors (shape and strides, no memory), for compiling the very
-    kernels a launch would run (:func:`.plan.compiled_resources`)."""
+    kernels a launch would run (:func:`.plan.compiled_resources`). With
+    ``compiled`` (the case's :class:`CompiledLaunches`), kernels are launched
+    directly once Triton has compiled them."""
 
     table: dict[str, tuple[object, dict]]
+    compiled: CompiledLaunches | None = None
 
     def arguments(self, name: str) -> tuple[tuple[int, ...], tuple]:  # pragma: no cover
         raise NotImplementedError
@@ -156,7 +238,10 @@ class _Launches:
     def launch(self, name: str) -> None:
         kernel, meta = self.table[name]
         grid, args = self.arguments(name)
-        kernel[grid](*args, **meta)
+        if self.compiled is None:
+            kernel[grid](*args, **meta)
+        else:
+            self.compiled.launch(name, kernel, grid, args, meta)
 
 
 class ForwardLaunches(_Launches):
@@ -166,9 +251,11 @@ class ForwardLaunches(_Launches):
     """
     KERNELS = ('partials', 'combine', 'output')
 
-    def __init__(self, q, k, v, angle, width: int, plan: LaunchPlan, allocate: bool = True):
+    def __init__(self, q, k, v, angle, width: int, plan: LaunchPlan, allocate: bool = True,
+                 compiled: CompiledLaunches | None = None):
         batch, heads, num_tokens, head_dim = q.shape
         self.q, self.k, self.v, self.angle, self.width, self.plan = q, k, v, angle, width, plan
+        self.compiled = compiled
         self.table = launch_table(plan)
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
         self.batch_heads = batch * heads
@@ -220,9 +307,10 @@ class BackwardLaunches(_Launches):
     KERNELS = ('query', 'key')
 
     def __init__(self, dout, q, k, v, angle, stats, width: int, plan: LaunchPlan,
-                 allocate: bool = True):
+                 allocate: bool = True, compiled: CompiledLaunches | None = None):
         batch, heads, num_tokens, head_dim = q.shape
         self.dout, self.q, self.k, self.v = dout, q, k, v
+        self.compiled = compiled
         self.angle, self.stats, self.width, self.plan = angle, stats, width, plan
         self.table = launch_table(plan)
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim

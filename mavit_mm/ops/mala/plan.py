@@ -18,6 +18,7 @@ import triton
 
 from .launches import (
     BackwardLaunches,
+    CompiledLaunches,
     ForwardLaunches,
     KernelTile,
     LaunchPlan,
@@ -339,27 +340,38 @@ class _LRUCache:
 # A layer calls the op with the same shapes, strides and dtype on every step,
 # so its plans (on a GPU: meta-tensor launches, the compiled kernel's
 # specialisation key and occupancy) are made once: 2 per layer size (forward,
-# backward), 8 per input size for MAViT's 4 stages. Evicting only costs a replan.
+# backward), 8 per input size for MAViT's 4 stages. Each keeps its compiled
+# kernels for direct launches. Evicting only costs a replan.
 # The module's constants (KERNEL_TILES, RESIDENT_PROGRAMS_PER_SM, ...) are not
 # part of the key: code that changes them at run time calls ``_plans.clear()``.
 PLAN_CACHE_SIZE = 256
 _plans = _LRUCache(PLAN_CACHE_SIZE)
 
 
+@dataclass(frozen=True)
+class PlannedCase:
+    """A case's launch plan and its compiled kernels, launched directly once
+    Triton has compiled them (:class:`.launches.CompiledLaunches`)."""
+    plan: LaunchPlan
+    compiled: CompiledLaunches
+
+
 def _argument_key(t: torch.Tensor | None):
     """What a plan can depend on of a tensor argument besides the shape: its
     dtype, strides and whether Triton sees its address as 16-byte aligned (the
-    specialisation :func:`compiled_resources` compiles for). Never the address."""
+    specialisation :func:`compiled_resources` compiles for, and the direct
+    launches rely on). Never the address."""
     if t is None:
         return None
     return t.dtype, t.stride(), t.data_ptr() % 16 == 0
 
 
-def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: int,
-             block_n: int = 0, tokens_per_chunk: int = 0, tokens_per_program: int = 0,
-             dout: torch.Tensor | None = None, stats=None) -> LaunchPlan:
+def planned_case(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: int,
+                 block_n: int = 0, tokens_per_chunk: int = 0, tokens_per_program: int = 0,
+                 dout: torch.Tensor | None = None, stats=None) -> PlannedCase:
     """The launch plan of one forward (or, given ``dout`` and ``stats``, one
-    backward) pass; overrides are ints, 0 meaning "the default".
+    backward) pass, with the case's compiled kernels; overrides are ints, 0
+    meaning "the default".
 
     On a GPU, the split-N chunking fills whole waves by the split kernel's own
     occupancy on that GPU: the kernel is compiled for these very arguments and
@@ -367,17 +379,27 @@ def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: in
 
     Cached (``_plans``, least recently used out) per device, shape, SM count,
     width, overrides and each tensor's dtype, strides and alignment: everything
-    the plan depends on. A failure (a kernel this GPU cannot hold) is not cached.
+    the plan depends on, and everything Triton specialises the kernels on (the
+    integer arguments are sizes, strides and plan values). A failure (a kernel
+    this GPU cannot hold) is not cached.
     """
     key = (q.device, q.shape, _sm_count(q.device), width, block_n, tokens_per_chunk,
            tokens_per_program, _argument_key(q), _argument_key(k), _argument_key(v),
            _argument_key(angle), _argument_key(dout), _argument_key(stats))
-    plan = _plans.get(key)
-    if plan is None:
+    case = _plans.get(key)
+    if case is None:
         plan = _plan_for(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program,
                          dout, stats)
-        _plans[key] = plan
-    return plan
+        case = _plans[key] = PlannedCase(plan, CompiledLaunches())
+    return case
+
+
+def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: int,
+             block_n: int = 0, tokens_per_chunk: int = 0, tokens_per_program: int = 0,
+             dout: torch.Tensor | None = None, stats=None) -> LaunchPlan:
+    """The launch plan of :func:`planned_case`."""
+    return planned_case(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program,
+                        dout, stats).plan
 
 
 def _plan_for(q, k, v, angle, width: int, block_n: int, tokens_per_chunk: int,

@@ -190,3 +190,31 @@ def test_backbone_triton_and_torch_paths_agree_in_bf16():
         reference = model(images)
     for index, (a, b) in enumerate(zip(fused, reference)):
         assert relative_error(a.float(), b.float()) <= 5e-2, f'stage {index}'
+
+
+def test_direct_launches_match_tritons_path(monkeypatch):
+    """After a case's first launches, its compiled kernels are launched directly
+    (CompiledLaunches): on this Triton release the direct path is taken for all
+    five kernels and gives bit-identical results to Triton's launch path."""
+    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
+    q, k, v = make_qkv(1, 4, (32, 48), 64, torch.bfloat16, 'backbone')
+    rope = RoPE2d(64).to(DEVICE)(32, 48)
+    dout = torch.randn(q.shape, device=DEVICE, dtype=q.dtype)
+
+    def forward_backward():
+        out = mala_attention(q, k, v, rope, impl='triton')
+        return (out, *torch.autograd.grad(out, (q, k, v), dout))
+
+    monkeypatch.setattr(mala_launches, 'DIRECT_LAUNCH', False)
+    expected = forward_backward()
+    monkeypatch.setattr(mala_launches, 'DIRECT_LAUNCH', True)
+    for _ in range(2):
+        for name, actual, wanted in zip(('out', 'dq', 'dk', 'dv'), forward_backward(), expected):
+            assert torch.equal(actual, wanted), name
+    cases = list(mala_plan._plans._entries.values())
+    kernels = mala_launches.ForwardLaunches.KERNELS + mala_launches.BackwardLaunches.KERNELS
+    assert len(cases) == 2
+    assert all(case.compiled.direct(name) for case in cases
+               for name in case.compiled._kernels), \
+        {name: case.compiled.direct(name) for case in cases for name in case.compiled._kernels}
+    assert sorted(name for case in cases for name in case.compiled._kernels) == sorted(kernels)

@@ -763,21 +763,31 @@ def test_dynamic_shapes_compile_the_op_with_symbolic_layouts(monkeypatch):
     assert any(symbolic)
 
 
-def test_host_overhead_benchmark_runs_the_whole_path_with_stub_launches(tmp_path):
+@pytest.mark.parametrize('launch', ['stub-kernels', 'stub-driver'])
+def test_host_overhead_benchmark_runs_the_whole_path_with_stub_launches(tmp_path, launch):
     # The host-time benchmark (interpreter off, launches stubbed) checks the
-    # launches a call makes: 3 for a forward, 5 for forward + backward.
+    # launches a call makes: 3 for a forward, 5 for forward + backward. Under
+    # the stub driver it runs Triton's launch path, direct and not.
     env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
+    env.setdefault('TRITON_DEFAULT_FP_FUSION', '1')   # Triton 3.9 warns when unset
     output = tmp_path / 'host.json'
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / 'benchmarks' / 'mala_host_overhead.py'), '--calls', '2',
-         '--rounds', '1', '--warmup', '1', '--image', '64', '64', '--output', str(output)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+         '--rounds', '1', '--warmup', '1', '--image', '64', '64', '--launch', launch,
+         '--output', str(output)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     import json
     report = json.loads(output.read_text())
+    assert report['launch'] == launch
     assert set(report['results']) == {'forward', 'train', 'plan'}
-    assert all(stage['median_us'] > 0 for mode in report['results'].values()
+    runs = [report['results']] + ([report['triton_path']] if launch == 'stub-driver' else [])
+    assert all(stage['median_us'] > 0 for results in runs for mode in results.values()
                for stage in mode['stages'])
+    if launch == 'stub-driver':
+        assert set(report['direct_launch_speedup']) == {'forward', 'train', 'plan'}
+    else:
+        assert 'triton_path' not in report
 
 
 # --------------------------------------------------------------------------
