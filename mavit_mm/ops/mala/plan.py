@@ -1,9 +1,9 @@
 """How the fused MALA is launched on a case: tile sizes, the split-N chunking,
 tokens per program (:func:`make_launch_plan`), from a model of GPU occupancy
 (:func:`resident_blocks`) fed with the compiled kernels' own registers and
-shared memory (:func:`compiled_resources`); cached per case
-(:func:`plan_for`), with the verdict whether a GPU holds the kernels at all
-(:func:`resource_shortfall`).
+shared memory (:func:`compiled_resources`); cached per case with the case's
+compiled kernels (:func:`planned_case`, :func:`plan_for`), with the verdict
+whether a GPU holds the kernels at all (:func:`resource_shortfall`).
 """
 from __future__ import annotations
 
