@@ -333,8 +333,9 @@ def _compile_for(kernel, meta: dict, io_type: str, capability: int,
     if 'PAIRS_CONTIGUOUS' in kernel.arg_names:
         meta['PAIRS_CONTIGUOUS'] = layout != 'nchw'
     unit_stride = 'n' if layout == 'nchw' else 'd'
-    num_warps = meta.pop('num_warps')
-    num_stages = meta.pop('num_stages', 3)
+    options = dict(num_warps=meta.pop('num_warps'), num_stages=meta.pop('num_stages', 3))
+    if 'enable_fp_fusion' in meta:
+        options['enable_fp_fusion'] = meta.pop('enable_fp_fusion')
     signature, constants, attrs = {}, dict(meta), {}
     for index, arg in enumerate(kernel.arg_names):
         if arg in constants:
@@ -354,7 +355,7 @@ def _compile_for(kernel, meta: dict, io_type: str, capability: int,
             attrs[(index,)] = [['tt.divisibility', 16]]
     compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
                               target=GPUTarget('cuda', capability, 32),
-                              options=dict(num_warps=num_warps, num_stages=num_stages))
+                              options=options)
     with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
         cubin.write(compiled.asm['cubin'])
         cubin.flush()
@@ -370,8 +371,8 @@ def _compile_for(kernel, meta: dict, io_type: str, capability: int,
         # A100 / H100 SM's budget.
         from mavit_mm.ops.mala.plan import KernelResources, resident_blocks
         resident = resident_blocks(KernelResources(int(registers.group(1)),
-                                                   compiled.metadata.shared, num_warps))
-    return dict(num_warps=num_warps, resident_per_sm=resident,
+                                                   compiled.metadata.shared, options['num_warps']))
+    return dict(num_warps=options['num_warps'], resident_per_sm=resident,
                 registers=int(registers.group(1)) if registers else None,
                 stack_bytes=int(stack.group(1)) if stack else None,
                 shared_bytes=compiled.metadata.shared,

@@ -774,7 +774,6 @@ def test_host_overhead_benchmark_runs_the_whole_path_with_stub_launches(tmp_path
     # launches a call makes: 3 for a forward, 5 for forward + backward. Under
     # the stub driver it runs Triton's launch path, direct and not.
     env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
-    env.setdefault('TRITON_DEFAULT_FP_FUSION', '1')   # Triton 3.9 warns when unset
     output = tmp_path / 'host.json'
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / 'benchmarks' / 'mala_host_overhead.py'), '--calls', '2',
