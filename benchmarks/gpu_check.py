@@ -46,7 +46,9 @@ Steps (``--steps`` runs any of them in any order):
                   batch 8, with its peak memory.
 ``profile``       the op at the target shapes (bf16, N 65536, d 64, B*heads 1
                   and 16) under the profiler: GPU kernel time per call against
-                  the wall time per call, and the host's launch time per call.
+                  the wall time per call, the host's launch time per call
+                  (with direct launches and through Triton's launch path), and
+                  where the host's time goes (cProfile).
 
 The machine needs Python with torch (CUDA), triton, numpy and pytest; mmengine
 and its small pure-Python needs travel as wheels (``scripts/gpu_wheels.sh``
@@ -392,6 +394,26 @@ def _host_issue_us(step, device, calls: int) -> float:
     return host_us
 
 
+def _python_profile(step, device, calls: int, top: int = 15) -> list[dict]:
+    """Where a call's host time goes: cProfile over ``calls`` un-synchronised
+    calls, the ``top`` functions by own time, per call (cProfile slows every
+    Python call, so read the shares, not the totals)."""
+    import cProfile
+    import pstats
+    _synchronize(device)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        step()
+    profiler.disable()
+    _synchronize(device)
+    stats = pstats.Stats(profiler).stats
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    return [dict(function=f'{Path(file).name}:{line}({name})', calls_per_call=count / calls,
+                 own_us=round(own / calls * 1e6, 2), cumulative_us=round(cumulative / calls * 1e6, 2))
+            for (file, line, name), (_, count, own, cumulative, _) in rows]
+
+
 @contextlib.contextmanager
 def _direct_launches(enabled: bool):
     from mavit_mm.ops.mala import launches
@@ -420,7 +442,9 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda',
                        'host_issue_us: host time per call over un-synchronised calls, i.e. what '
                        'the CPU spends launching; host-bound when host_issue_us > kernel_us; '
                        'host_issue_us_tritons_launch_path: the same with every kernel launched '
-                       "through Triton's JITFunction.run (launches.DIRECT_LAUNCH = False)",
+                       "through Triton's JITFunction.run (launches.DIRECT_LAUNCH = False); "
+                       'host_python: cProfile of the calls, the functions with the most own '
+                       'time, per call (inflated by cProfile: read the shares)',
                   dtype=str(dtype).replace('torch.', ''), impl=impl, complete=False,
                   results=rows)
     deadline = time.time() + budget_s
@@ -457,7 +481,8 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda',
             row.update(wall_us=round(wall_us, 2), kernel_us=round(kernel_us, 2),
                        host_issue_us=round(host_us, 2),
                        host_issue_us_tritons_launch_path=round(host_triton_us, 2),
-                       kernels=kernels, host_bound=bool(on_cuda and host_us > kernel_us))
+                       kernels=kernels, host_bound=bool(on_cuda and host_us > kernel_us),
+                       host_python=_python_profile(step, device, calls))
             rows.append(row)
             _write(out / 'profile.json', report)
             print(f'  BH={shape["batch_heads"]:3} N={shape["tokens"]} d={shape["head_dim"]} '

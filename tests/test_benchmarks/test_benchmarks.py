@@ -168,6 +168,9 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
     assert [row['pass_name'] for row in profile['results']] == ['fwd', 'fwd+bwd']
     assert all(row['wall_us'] > 0 and row['host_issue_us'] > 0
                and row['host_issue_us_tritons_launch_path'] > 0 for row in profile['results'])
+    for row in profile['results']:
+        functions = [entry['function'] for entry in row['host_python']]
+        assert len(functions) == 15 and all(entry['own_us'] >= 0 for entry in row['host_python'])
 
 
 def test_gpu_check_sdpa_step_reports_a_math_fallback(tmp_path, monkeypatch):
