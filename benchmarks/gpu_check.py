@@ -62,7 +62,6 @@ plan; CI runs it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
@@ -400,7 +399,7 @@ def _python_profile(step, device, calls: int, top: int = 15) -> list[dict]:
     Python call, so read the shares, not the totals)."""
     import cProfile
     import pstats
-    _synchronize(device)
+    _synchronize(device)   # outside the profile: a CUDA sync's wait is not host work
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(calls):
@@ -412,16 +411,6 @@ def _python_profile(step, device, calls: int, top: int = 15) -> list[dict]:
     return [dict(function=f'{Path(file).name}:{line}({name})', calls_per_call=count / calls,
                  own_us=round(own / calls * 1e6, 2), cumulative_us=round(cumulative / calls * 1e6, 2))
             for (file, line, name), (_, count, own, cumulative, _) in rows]
-
-
-@contextlib.contextmanager
-def _direct_launches(enabled: bool):
-    from mavit_mm.ops.mala import launches
-    saved, launches.DIRECT_LAUNCH = launches.DIRECT_LAUNCH, enabled
-    try:
-        yield
-    finally:
-        launches.DIRECT_LAUNCH = saved
 
 
 def step_profile(out: Path, budget_s: float, device: str = 'cuda',
@@ -473,9 +462,9 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda',
                         and 'CUDA' in str(event.device_type):
                     kernels[event.key] = round(device_us / calls, 2)
             wall_us = _median_ms(step, device, 25, 100) * 1e3
-            _synchronize(device)
             host_us = _host_issue_us(step, device, calls)
-            with _direct_launches(False):   # every launch through Triton's JITFunction.run
+            from mavit_mm.ops.mala.launches import direct_launches
+            with direct_launches(False):   # every launch through Triton's JITFunction.run
                 host_triton_us = _host_issue_us(step, device, calls)
             kernel_us = sum(kernels.values())
             row.update(wall_us=round(wall_us, 2), kernel_us=round(kernel_us, 2),

@@ -51,6 +51,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -225,8 +226,8 @@ def measure_baseline(args):
 
 
 def measure(args, mala_ops, plan, launch_count, paths):
-    """Per mode, per launch path (``paths``: name -> a function that selects
-    it): the time per call of each MAViT-T stage's MALA layer, the paths taken
+    """Per mode, per launch path (``paths``: name -> a context manager in
+    which calls take it): the time per call of each MAViT-T stage's MALA layer, the paths taken
     in turn stage by stage, and each call's launches checked."""
     from mavit_mm.ops.rope2d import RoPE2d
 
@@ -240,15 +241,15 @@ def measure(args, mala_ops, plan, launch_count, paths):
             q, k, v = stage_qkv(args.batch, heads, height, width, dtype, mode == 'train')
             rope = RoPE2d(HEAD_DIM)(height, width)
             call = make_call(mode, mala_ops, plan, q, k, v, rope)
-            for path, select in paths.items():
-                select()
-                before = launch_count()
-                call()
-                launched = launch_count() - before
-                if launched != EXPECTED_LAUNCHES[mode]:
-                    raise SystemExit(f'{mode}: {launched} kernel launches per call, expected '
-                                     f'{EXPECTED_LAUNCHES[mode]}')
-                timing = time_per_call(call, args.calls, args.rounds, args.warmup)
+            for path, taken in paths.items():
+                with taken():
+                    before = launch_count()
+                    call()
+                    launched = launch_count() - before
+                    if launched != EXPECTED_LAUNCHES[mode]:
+                        raise SystemExit(f'{mode}: {launched} kernel launches per call, '
+                                         f'expected {EXPECTED_LAUNCHES[mode]}')
+                    timing = time_per_call(call, args.calls, args.rounds, args.warmup)
                 stages[path].append(dict(shape=[args.batch, heads, height * width, HEAD_DIM],
                                          layers=depth, **timing))
                 print(f'{mode:8s} {path:7s} B={args.batch} heads={heads} '
@@ -276,21 +277,18 @@ def main(argv=None):
         stubs = install_stubs(function.kernels)
         results = measure(args, mala_ops, plan,
                           lambda: sum(stub.launches for stub in stubs.values()),
-                          {'stubbed': lambda: None})['stubbed']
+                          {'stubbed': contextlib.nullcontext})['stubbed']
         measures = ("mala_attention(impl='triton') on the CPU, Triton interpreter off, the "
                     'kernel launches stubbed (kernel[grid](...) only counts); excludes '
                     "Triton's launch path and the CUDA-only planning")
     else:
-        from mavit_mm.ops.mala import launches
+        from mavit_mm.ops.mala.launches import direct_launches
         from mavit_mm.tooling.triton_stub_driver import stub_cuda_driver
-
-        def select(direct):
-            return lambda: setattr(launches, 'DIRECT_LAUNCH', direct)
         print('compiling the kernels for sm_90 on first use (Triton caches them)', flush=True)
         with stub_cuda_driver(record=False) as driver:
             by_path = measure(args, mala_ops, plan, lambda: driver.launch_count,
-                              {'triton': select(False), 'direct': select(True)})
-        launches.DIRECT_LAUNCH = True
+                              {'triton': lambda: direct_launches(False),
+                               'direct': lambda: direct_launches(True)})
         results, triton_path = by_path['direct'], by_path['triton']
         measures = ("mala_attention(impl='triton') on the CPU, Triton interpreter off, the "
                     "kernels compiled for sm_90 and launched through Triton's host code down "

@@ -76,11 +76,11 @@ def probe_calls(launches_module, counter, stub):
              dict(q=q, k=k, v=v, dout=dout, angle=rope.angle).items()}
     calls = []
     for direct in (False, True, True, True):
-        launches_module.DIRECT_LAUNCH = direct
         stub.launches.clear()
         runs = counter['runs']
-        out = mala_ops.mala_attention(q, k, v, rope, impl='triton')
-        torch.autograd.grad(out, (q, k, v), dout)
+        with launches_module.direct_launches(direct):
+            out = mala_ops.mala_attention(q, k, v, rope, impl='triton')
+            torch.autograd.grad(out, (q, k, v), dout)
         calls.append(dict(direct_allowed=direct, triton_runs=counter['runs'] - runs, launches=[
             dict(kernel=r.kernel, grid=list(r.grid), function=str(r.function),
                  packed_metadata=repr(r.packed_metadata),
@@ -90,7 +90,6 @@ def probe_calls(launches_module, counter, stub):
 
 def probe_cases(launches_module, plan_module):
     """Each launch's plan-cache entry and Triton's specialisation of it."""
-    launches_module.DIRECT_LAUNCH = False   # every launch through Triton's binder
     plan_module._plans.clear()
     seen = []
     original = launches_module.CompiledLaunches.launch
@@ -116,17 +115,23 @@ def probe_cases(launches_module, plan_module):
         'fp32, offset 2 elements (8 bytes)': lambda: backbone_qkv(1, 2, 16, 20,
                                                                  torch.float32, 2),
     }
-    for label, make in variants.items():
-        q, k, v = (t.detach().requires_grad_() for t in make())
-        height, width = (15, 21) if label == 'odd tokens' else (16, 20)
-        rope = RoPE2d(HEAD_DIM)(height, width)
-        before = len(seen)
-        out = mala_ops.mala_attention(q, k, v, rope, impl='triton')
-        torch.autograd.grad(out, (q, k, v), torch.randn(out.shape, dtype=out.dtype))
-        for record in seen[before:]:
-            record['variant'] = label
+    with launches_module.direct_launches(False):   # every launch through Triton's binder
+        for label, make in variants.items():
+            probe_variant(label, make, seen)
     launches_module.CompiledLaunches.launch = original
     return seen
+
+
+def probe_variant(label, make, seen):
+    """One forward + backward of a sweep variant; labels its launches in ``seen``."""
+    q, k, v = (t.detach().requires_grad_() for t in make())
+    height, width = (15, 21) if label == 'odd tokens' else (16, 20)
+    rope = RoPE2d(HEAD_DIM)(height, width)
+    before = len(seen)
+    out = mala_ops.mala_attention(q, k, v, rope, impl='triton')
+    torch.autograd.grad(out, (q, k, v), torch.randn(out.shape, dtype=out.dtype))
+    for record in seen[before:]:
+        record['variant'] = label
 
 
 def main(output: str) -> None:

@@ -157,6 +157,17 @@ def _output_buffer(x: torch.Tensor, allocate: bool) -> torch.Tensor:
     return _empty_like_layout(x)
 
 
+@contextlib.contextmanager
+def direct_launches(enabled: bool):
+    """Sets :data:`DIRECT_LAUNCH` for the block (benchmarks compare both)."""
+    global DIRECT_LAUNCH
+    saved, DIRECT_LAUNCH = DIRECT_LAUNCH, enabled
+    try:
+        yield
+    finally:
+        DIRECT_LAUNCH = saved
+
+
 class CompiledLaunches:
     """The compiled kernels of one case, launched without Triton's launch path.
 
