@@ -51,6 +51,11 @@ sys.path.insert(0, str(REPO_ROOT))
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
 from mavit_mm.tooling.device import cuda_peak_extra_bytes, device_name  # noqa: E402
+from mavit_mm.tooling.mala_inputs import (  # noqa: E402
+    DEFAULT_LAYOUT,
+    MALA_LAYOUTS,
+    mala_inputs,
+)
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # Nominal HBM bandwidth in TB/s, matched against torch.cuda.get_device_name();
@@ -116,13 +121,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                              'the launch plan of every --head-dims x --dtypes case and print '
                              'registers, stack (spills), shared memory and global loads / '
                              'stores (all, and vectorised) per kernel')
-    parser.add_argument('--layout', choices=('backbone', 'nchw', 'contiguous'),
-                        default='backbone',
-                        help="--compile-report: the memory layout compiled for: 'backbone' "
-                             '(B, N, heads, d) memory, channels contiguous, as the model\'s '
-                             "channels_last maps give it; 'nchw' (B, heads, d, N) memory, "
-                             "tokens contiguous; 'contiguous' (B, heads, N, d) "
-                             '(default: backbone)')
+    parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
+                        help="memory layout of q, k, v, timed and compiled for: 'channels_last' "
+                             "(default: what the model passes, head views of a channels_last "
+                             "map, channels contiguous), 'nchw' (head views of an NCHW map, "
+                             "tokens contiguous), 'contiguous' (B, heads, N, d); see "
+                             'mavit_mm/tooling/mala_inputs.py')
+    parser.add_argument('--pair-loads', choices=('auto', 'strided'), default='auto',
+                        help="--compile-report: RoPE channel pairs read as the launches read "
+                             "them ('auto': whole tiles where channels are contiguous) or one "
+                             "strided tile per parity ('strided', for comparison)")
     args = parser.parse_args(argv)
     sweep = QUICK_SWEEP if args.quick else FULL_SWEEP
     args.tokens = args.tokens or sweep['tokens']
@@ -175,16 +183,15 @@ def default_output_path(name: str, device: torch.device) -> Path:
 # --------------------------------------------------------------------------
 # Measuring
 # --------------------------------------------------------------------------
-def backbone_inputs(batch_heads: int, num_tokens: int, head_dim: int, dtype: torch.dtype,
-                    device: torch.device, requires_grad: bool):
-    """q, k, v laid out as the backbone passes them: (B, 1, N, d) views of a
-    (B, 3d, H, W) conv output, i.e. token-contiguous, and the rotary tables."""
+def mala_case_inputs(batch_heads: int, num_tokens: int, head_dim: int, dtype: torch.dtype,
+                     device: torch.device, requires_grad: bool, layout: str = DEFAULT_LAYOUT):
+    """q, k, v of one case (``batch_heads`` images of one head over a square
+    map) in ``layout`` (``mavit_mm.tooling.mala_inputs``), and the rotary
+    tables."""
     side = round(num_tokens ** 0.5)
-    qkv = torch.randn(batch_heads, 3 * head_dim, side, side, device=device, dtype=dtype,
-                      requires_grad=requires_grad)
-    views = tuple(t.reshape(batch_heads, 1, head_dim, num_tokens).transpose(-1, -2)
-                  for t in qkv.chunk(3, dim=1))
-    return views, RoPE2d(head_dim).to(device)(side, side)
+    views = mala_inputs(batch_heads, 1, side, side, head_dim, layout=layout, dtype=dtype,
+                        device=device, requires_grad=requires_grad)
+    return tuple(views), RoPE2d(head_dim).to(device)(side, side)
 
 
 def make_step(impl: str, pass_name: str, views, rope) -> Callable:
@@ -229,8 +236,8 @@ def peak_extra_memory(step: Callable, device: torch.device) -> int | None:
 def run_case(impl, pass_name, dtype_name, batch_heads, num_tokens, head_dim, args, device,
              peak_tbps, copy_tbps=None) -> dict:
     dtype = DTYPES[dtype_name]
-    views, rope = backbone_inputs(batch_heads, num_tokens, head_dim, dtype, device,
-                                  requires_grad=pass_name != 'fwd')
+    views, rope = mala_case_inputs(batch_heads, num_tokens, head_dim, dtype, device,
+                                   requires_grad=pass_name != 'fwd', layout=args.layout)
     step = make_step(impl, pass_name, views, rope)
     milliseconds = time_ms(step, device, args.warmup, args.rep)
     memory = peak_extra_memory(step, device)
@@ -238,7 +245,8 @@ def run_case(impl, pass_name, dtype_name, batch_heads, num_tokens, head_dim, arg
              * torch.finfo(dtype).bits // 8)
     bandwidth = moved / (milliseconds * 1e-3) / 1e9
     side = round(num_tokens ** 0.5)
-    return {'impl': impl, 'pass': pass_name, 'dtype': dtype_name, 'batch_heads': batch_heads,
+    return {'impl': impl, 'pass': pass_name, 'dtype': dtype_name, 'layout': args.layout,
+            'batch_heads': batch_heads,
             'tokens': num_tokens, 'height': side, 'width': side, 'head_dim': head_dim,
             'time_ms': milliseconds, 'bytes_moved': moved, 'bandwidth_gbps': bandwidth,
             'percent_of_copy': None if copy_tbps is None else 100 * bandwidth / (copy_tbps * 1e3),
@@ -270,14 +278,15 @@ def add_speedups(results: list[dict]) -> None:
 def format_table(results: list[dict]) -> str:
     def fmt(value, spec):
         return 'n/a' if value is None else format(value, spec)
-    header = (f"{'pass':8} {'dtype':5} {'BH':>3} {'N':>6} {'d':>3} {'impl':6} {'ms':>9} "
+    header = (f"{'pass':8} {'dtype':5} {'layout':13} {'BH':>3} {'N':>6} {'d':>3} {'impl':6} {'ms':>9} "
               f"{'GB/s':>8} {'%copy':>6} {'peak MiB':>9} {'speedup':>7} {'mem x':>6}")
     lines = [header, '-' * len(header)]
     for r in results:
         memory = r['peak_extra_memory_bytes']
         memory = None if memory is None else memory / 2 ** 20
         lines.append(
-            f"{r['pass']:8} {r['dtype']:5} {r['batch_heads']:>3} {r['tokens']:>6} "
+            f"{r['pass']:8} {r['dtype']:5} {r.get('layout', 'n/a'):13} {r['batch_heads']:>3} "
+            f"{r['tokens']:>6} "
             f"{r['head_dim']:>3} "
             f"{r['impl']:6} {r['time_ms']:>9.3f} {r['bandwidth_gbps']:>8.1f} "
             f"{fmt(r.get('percent_of_copy'), '6.1f'):>6} {fmt(memory, '9.1f'):>9} "
@@ -313,14 +322,19 @@ _FLOAT_ARGS = {'scale', 'kv_scale'}
 _TRITON_TYPES = {'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16'}
 
 
-def _kernel_launches(plan):
-    """(kernel, its compile-time meta) for every kernel of a plan."""
+def _kernel_launches(plan, layout: str, pair_loads: str = 'auto'):
+    """(kernel, its compile-time meta) for every kernel of a plan, with q, k
+    (and the gradients) in ``layout``; ``pair_loads`` 'auto' reads RoPE pairs
+    as the launches do (whole tiles where channels are contiguous:
+    ``launches.whole_pairs``), 'strided' one tile per parity whatever the
+    layout (the kernels before whole-tile loads)."""
     from mavit_mm.ops.mala.launches import launch_table
-    return list(launch_table(plan).values())
+    whole = layout != 'nchw' and pair_loads == 'auto'
+    return list(launch_table(plan, whole_q_pairs=whole, whole_k_pairs=whole).values())
 
 
 def _compile_for(kernel, meta: dict, io_type: str, capability: int,
-                 layout: str = 'backbone') -> dict:
+                 layout: str = DEFAULT_LAYOUT) -> dict:
     import os
     import subprocess
     import tempfile
@@ -330,8 +344,6 @@ def _compile_for(kernel, meta: dict, io_type: str, capability: int,
     from triton.compiler import ASTSource
 
     meta = dict(meta)
-    if 'PAIRS_CONTIGUOUS' in kernel.arg_names:
-        meta['PAIRS_CONTIGUOUS'] = layout != 'nchw'
     unit_stride = 'n' if layout == 'nchw' else 'd'
     options = dict(num_warps=meta.pop('num_warps'), num_stages=meta.pop('num_stages', 3))
     if 'enable_fp_fusion' in meta:
@@ -342,7 +354,8 @@ def _compile_for(kernel, meta: dict, io_type: str, capability: int,
             signature[arg] = 'constexpr'
         elif (arg.startswith('stride_') and arg.endswith(unit_stride)) or arg == 'num_heads':
             # As the JIT specialises the benchmark's case: the unit strides of the
-            # layout (tokens: nchw; channels: backbone, contiguous) and the single head are 1 ...
+            # layout (tokens: nchw; channels: channels_last, contiguous) and the
+            # single head are 1 ...
             signature[arg], constants[arg] = 'constexpr', 1
         elif arg.endswith('_ptr'):
             signature[arg] = '*' + (io_type if arg in _IO_POINTERS else 'fp32')
@@ -389,8 +402,9 @@ def compile_report(args) -> int:
             for head_dim in args.head_dims:
                 plan = make_launch_plan(max(args.tokens), 1, head_dim, DTYPES[dtype_name],
                                         torch.device('cpu'), tokens_per_chunk=1024)
-                print(f'sm_{capability} {dtype_name} d={head_dim} layout={args.layout}')
-                for kernel, meta in _kernel_launches(plan):
+                print(f'sm_{capability} {dtype_name} d={head_dim} layout={args.layout} '
+                      f'pair_loads={args.pair_loads}')
+                for kernel, meta in _kernel_launches(plan, args.layout, args.pair_loads):
                     try:
                         usage = _compile_for(kernel, meta, _TRITON_TYPES[dtype_name], capability,
                                              args.layout)

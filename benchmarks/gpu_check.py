@@ -1,21 +1,30 @@
 """The GPU check: prove the fused MALA correct on a GPU and measure its speed,
-in commands of under 10 minutes each (a lent GPU runs one command for at most
-10 minutes), writing every result as JSON the moment it exists.
+the backbone's and UperNet's, in two commands of at most 8 minutes each,
+writing every result as JSON the moment it exists.
 
-    python benchmarks/gpu_check.py --part 1 --out gpu_results/part1   # about 9 min
-    python benchmarks/gpu_check.py --part 2 --out gpu_results/part2   # about 9 min
-    python benchmarks/gpu_check.py --part 3 --out gpu_results/part3   # about 6 min
+    python benchmarks/gpu_check.py --part 1 --out gpu_results/part1   # is it right, and the op
+    python benchmarks/gpu_check.py --part 2 --out gpu_results/part2   # the model against Swin-T
 
-Parts 1 and 2 are the op (correctness, speed, tuning); part 3 is the model
-(SDPA kernels, the resolution sweep against Swin-T, a training step) and the
-op's host / kernel time split.
+Part 1, "is it right, and the op": the CUDA tests, the op's host / kernel time
+split at MAViT-T's shapes, its speed sweep at the targets' shapes and SDPA's
+kernels in the backbone; part 2, "the model against Swin-T": the resolution
+sweep with the training step (512x2048, batch 2), where a forward's GPU time
+goes, UperNet's FPS, and the tuning of the op's query kernel at B*heads 16
+and 1 (one after the other: the second reuses the kernels Triton compiled
+for the first). Each part's step budgets add up to at most 7 minutes (limit
+``PART_LIMIT_MIN``; ``--dry-run`` prints the sums).
 
-Each step has a time budget of at most 5 minutes, enforced: the tests and the
-sweeps run as child processes killed at their budget, the backbone timing
-stops between rows, and each writes its JSON as it goes, so a step cut short
-still leaves what it measured. ``summary.json`` is rewritten after every step.
-A part writes six files (a GPU command returns at most eight): ``env.json``,
-one JSON per step, ``summary.json`` and ``logs.txt``.
+Each step has a time budget, enforced: the tests and the sweeps run as child
+processes killed at their budget, the in-process steps stop between rows, and
+each writes its JSON as it goes, so a step cut short still leaves what it
+measured. ``summary.json`` is rewritten after every step. A part writes one
+file per step (``env.json``, then ``<step>.json``; ``bench`` writes
+``bench_mala.json``), ``summary.json`` and ``logs.txt`` (the child processes'
+output): at most 8 files, what a GPU command returns.
+
+The op steps (``bench``, ``tune-*``, ``profile``) build q, k, v with
+``mavit_mm.tooling.mala_inputs`` in ``--layout`` (default ``channels_last``,
+what the model passes) and record the layout by name in every row.
 
 Steps (``--steps`` runs any of them in any order):
 
@@ -29,49 +38,78 @@ Steps (``--steps`` runs any of them in any order):
 ``model-tests``   ``tests/test_ops/test_mala/test_mala_triton.py`` on CUDA:
                   dispatch, fallbacks, MAViT-T parity with the golden data
                   with ``mala_impl='triton'``.
-``bench``         the ``bench_mala.py`` sweep (both paths, every dtype, fwd and
-                  fwd+bwd, N 16384 / 65536, d 64 / 96, B*heads 1 / 16).
-``backbone``      MAViT-T (``triton`` and ``torch`` MALA, fp32 and bf16
-                  autocast) against Swin-T at 512x2048, batch 1 and 2, forward
-                  and forward+backward.
-``tune-bh16``,    ``tune_mala.py`` on the op's target shapes (bf16, N 65536,
-``tune-bh1``      d 64) at B*heads 16 and 1.
+``profile``       the op at MAViT-T's shapes at 512x2048 (``mala_model_shapes``:
+                  stage 1, 128x512, 1 head; stage 2, 64x256, 2 heads; d 64;
+                  batch 1 and 8), bf16, under the profiler: GPU kernel time
+                  per call against the wall time per call, the host's launch
+                  time per call (with direct launches and through Triton's
+                  launch path), and where the host's time goes (cProfile).
 ``sdpa``          MAViT-T forward+backward at 512x2048 and 1024x2048 (fp32 and
                   bf16 autocast) with SDPA restricted to its flash and
                   memory-efficient kernels, and the SDPA kernels a profiled
                   forward ran (the softmax stages must not take the math path).
+``bench``         the ``bench_mala.py`` sweep at the op targets' shapes (both
+                  paths, bf16 and fp32, fwd and fwd+bwd, N 16384 / 65536, d 64,
+                  B*heads 1 / 16; q, k, v in ``--layout``).
 ``sweep``         MAViT-T (both MALA paths) against Swin-T over resolutions
                   512x512 to 1024x2048, fp32 and bf16, batch 1 forward; then
-                  a training step (forward, backward, AdamW) at 512x512,
-                  batch 8, with its peak memory.
-``profile``       the op at the target shapes (bf16, N 65536, d 64, B*heads 1
-                  and 16) under the profiler: GPU kernel time per call against
-                  the wall time per call, the host's launch time per call
-                  (with direct launches and through Triton's launch path), and
-                  where the host's time goes (cProfile).
+                  a training step (forward, backward, AdamW) at 512x2048,
+                  batch 2, fp32 and bf16, with its peak memory.
+``model-profile`` one bf16 (autocast) forward of MAViT-T (``triton``) and of
+                  Swin-T at 512x2048, batch 1, after warm-up, under the
+                  profiler: GPU time and kernel count by category
+                  (``kernel_category``: MALA, SDPA, GEMM, convolution, norm,
+                  elementwise, copies and casts, other).
+``upernet-fps``   UperNet MAViT-T against UperNet Swin-T through
+                  ``tools/analysis_tools/benchmark_fps.py`` (a child process per
+                  run, ``upernet_fps_runs``): eager and CUDA-graph in bf16 at
+                  512x2048 first, then ``torch.compile`` there (one model a
+                  child: a compile takes a minute or more), then eager and
+                  CUDA-graph at 1024x2048 and in fp32, then the other compiles,
+                  as far as the budget goes. Needs mmseg.
+``tune-bh16``,    ``tune_mala.py`` on the op's target shape (bf16, N 65536, d 64)
+``tune-bh1``      at B*heads 16 and 1, for the backward's query kernel only (24
+                  tile candidates; 59% of a fwd+bwd at B*heads 16, and the
+                  committed tuning's largest change: ``TUNE_ARGS``), then
+                  the split-N chunk counts, the tokens per program and the
+                  tuned plan against the default. A candidate costs a compile
+                  (1-2.5 s), so run ``tune-bh16`` first: ``tune-bh1`` then finds
+                  them compiled. ``tune_mala.py`` by hand tunes every kernel.
 
-The machine needs Python with torch (CUDA), triton, numpy and pytest; mmengine
-and its small pure-Python needs travel as wheels (``scripts/gpu_wheels.sh``
-downloads them into ``wheels/``, which git ignores, so it must be named when the
-tree is copied to the GPU machine; see the README's "On a GPU" section). mmcv,
-mmdet and mmseg are not needed.
+Dropped: the ``backbone`` step (MAViT-T against Swin-T at 512x2048, batch 1
+and 2): its batch-1 forwards are the sweep's 512x2048 rows, and its
+forward+backward is the sweep's training step, which now runs at 512x2048,
+batch 2, with the optimizer step and peak memory.
 
-``--dry-run`` (no GPU) checks the imports, the parts' budgets and prints the
-plan; CI runs it.
+The machine needs Python with torch (CUDA), triton, numpy and pytest;
+mmengine, mmseg, an mmcv built without its C++ ops (with a stub ``mmcv._ext``
+that raises when an op is called) and their small pure-Python needs travel as
+wheels: ``scripts/gpu_wheels.sh`` puts them into ``.whl/``, which git ignores,
+so it must be named when the tree is copied to the GPU machine. The commands
+are in docs/gpu.md, "Running the GPU check". mmdet is not needed.
+
+``--dry-run`` (no GPU) checks the imports, the child processes' arguments, the
+parts' budgets and files, and prints the plan; CI runs it.
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import datetime
+import functools
+import inspect
+import io
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -79,32 +117,61 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-# Time budget per step in minutes (enforced), each at most STEP_LIMIT_MIN.
-STEP_BUDGET_MIN = {'env': 0.5, 'kernel-tests': 4.0, 'model-tests': 1.5, 'bench': 3.0,
-                   'backbone': 2.5, 'tune-bh16': 3.0, 'tune-bh1': 3.0,
-                   'sdpa': 1.5, 'sweep': 3.5, 'profile': 1.0}
+from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
+
+# Time budget per step in minutes (enforced), each at most STEP_LIMIT_MIN: a
+# quarter or more over the step's time on an H100
+# (benchmarks/results/gpu-h100-2026-11-25/*/summary.json: env 12-16 s,
+# kernel-tests 113-134 s, model-tests 68-81 s, sdpa 35 s, sweep 66 s, bench
+# 67-77 s for three times the rows it now has, the query kernel's 24
+# candidates 57 s plus 18 s for the rest of tune-bh16, all of tune-bh1 34 s
+# with the candidates compiled). profile took 6 s for half its rows;
+# model-profile (two forwards profiled) has not run; upernet-fps takes what
+# is left of part 2 and stops its children there.
+STEP_BUDGET_MIN = {'env': 0.4, 'kernel-tests': 2.8, 'model-tests': 1.75, 'profile': 0.5,
+                   'bench': 0.75, 'sdpa': 0.75, 'sweep': 1.5, 'model-profile': 0.75,
+                   'upernet-fps': 2.25, 'tune-bh16': 1.6, 'tune-bh1': 0.5}
 STEPS = tuple(STEP_BUDGET_MIN)
 STEP_LIMIT_MIN = 5.0
-# The two commands of the README; each must fit a 10-minute GPU command.
-PARTS = {1: ['env', 'kernel-tests', 'model-tests', 'bench'],
-         2: ['env', 'backbone', 'tune-bh16', 'tune-bh1'],
-         3: ['env', 'sdpa', 'sweep', 'profile']}
-PART_LIMIT_MIN = 9.5     # budgets, plus start-up, stay under 10 minutes
+# One GPU command each; every step but env in exactly one.
+PARTS = {1: ['env', 'kernel-tests', 'model-tests', 'profile', 'bench', 'sdpa'],
+         2: ['env', 'sweep', 'model-profile', 'upernet-fps', 'tune-bh16', 'tune-bh1']}
+COMMANDS = 2               # the GPU commands the whole check may take
+COMMAND_LIMIT_MIN = 8.0    # what one GPU command may take
+PART_LIMIT_MIN = 7.5       # a part's budgets, plus installing the wheels and start-up
+PART_AIM_MIN = 7.0         # what the parts are planned to: a GPU session is 15 minutes, start included
+COMMAND_FILES = 8          # the files a GPU command returns
+# The file each step writes (the sweep's name follows its options: run_step).
+STEP_FILES = {step: f'{step}.json' for step in STEPS} | {'bench': 'bench_mala.json'}
 TEST_FILES = {'kernel-tests': 'tests/test_ops/test_mala/test_mala_cuda.py',
               'model-tests': 'tests/test_ops/test_mala/test_mala_triton.py'}
-BENCH_ARGS = ['--tokens', '65536', '16384', '--head-dims', '64', '96',
-              '--batch-heads', '1', '16', '--dtypes', 'bf16', 'fp16', 'fp32']
-TUNE_ARGS = ['--dtypes', 'bf16', '--head-dims', '64', '--tokens', '65536']
+# The op targets' shapes (bench_mala.py's JSON as ever; the fp16 and d 96 rows of
+# its full sweep are for tune_mala.py / bench_mala.py by hand).
+BENCH_ARGS = ['--tokens', '65536', '16384', '--head-dims', '64',
+              '--batch-heads', '1', '16', '--dtypes', 'bf16', 'fp32']
+# The backward's query kernel only: 59% of a fwd+bwd at B*heads 16 with the
+# tuned tiles (key 17%, output 14%, partials 10%, combine under 1%) and the
+# committed tuning's largest change (2.08 -> 1.14 ms); 24 candidates, not 111.
+TUNE_ARGS = ['--dtypes', 'bf16', '--head-dims', '64', '--tokens', '65536', '--kernels', 'query']
 TUNE_BATCH_HEADS = {'tune-bh16': 16, 'tune-bh1': 1}
 BACKBONE_SIZE = (512, 2048)
 # The child processes' output, all steps in one file.
 LOG_NAME = 'logs.txt'
-BACKBONE_BATCHES = (1, 2)
 SDPA_SIZES = ((512, 2048), (1024, 2048))
 SWEEP_SIZES = ((512, 512), (512, 1024), (1024, 1024), (512, 2048), (1024, 2048))
-TRAIN_SIZE, TRAIN_BATCH = (512, 512), 8
-PROFILE_SHAPES = (dict(batch_heads=1, tokens=65536, head_dim=64),
-                  dict(batch_heads=16, tokens=65536, head_dim=64))
+# The sweep's training step (forward, backward, AdamW; peak memory).
+TRAIN_SIZE, TRAIN_BATCH = BACKBONE_SIZE, 2
+# The batches of the profile step's op calls at MAViT-T's shapes.
+PROFILE_BATCHES = (1, 8)
+MODEL_PROFILE_WARMUP = 10
+UPERNET_CONFIGS = ('configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py',
+                   'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py')
+FPS_SIZES = ((512, 2048), (1024, 2048))
+FPS_DTYPES = ('bf16', 'fp32')
+# Timed and warm-up forwards per model and mode: UperNet takes 20-100 ms a
+# forward there, so a child's eager and CUDA-graph rows take seconds.
+FPS_ITERS, FPS_WARMUP = 30, 5
+FPS_MIN_RUN_S = 10   # a child given less could not even build its models
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -115,7 +182,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              '(default gpu_results)')
     which = parser.add_mutually_exclusive_group()
     which.add_argument('--part', type=int, choices=sorted(PARTS),
-                       help='one of the two commands: ' + '; '.join(
+                       help='one GPU command: ' + '; '.join(
                            f'{number}: {" ".join(steps)}' for number, steps in PARTS.items()))
     which.add_argument('--steps', nargs='+', choices=STEPS,
                        help='these steps, in this order')
@@ -125,8 +192,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--cuda-graphs', action='store_true',
                         help='the sweep step times CUDA-graph replays of each forward '
                              '(no training rows); writes sweep[-bN]-graphs.json')
+    parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
+                        help='memory layout of q, k, v in the op steps (bench, tune-*, '
+                             'profile): mavit_mm/tooling/mala_inputs.py (default '
+                             f'{DEFAULT_LAYOUT}, what the model passes)')
     parser.add_argument('--dry-run', action='store_true',
-                        help='no GPU needed: check imports and budgets, print the plan')
+                        help='no GPU needed: check imports, child arguments, budgets and '
+                             'files, print the plan')
     parser.add_argument('--pytest-workers', type=int, default=8,
                         help='pytest-xdist workers for the test steps (kernel compiles run in '
                              'parallel); 0 runs in one process')
@@ -174,68 +246,32 @@ def step_tests(name: str, out: Path, budget_s: float, workers: int) -> dict:
     return summary
 
 
-def step_bench(out: Path, budget_s: float) -> dict:
-    output = out / 'bench_mala.json'
-    run = _run_child([sys.executable, 'benchmarks/bench_mala.py', *BENCH_ARGS,
-                      '--output', str(output)], budget_s, out / LOG_NAME)
-    return {'file': output.name, **{k: v for k, v in run.items() if k != 'output'}}
+def bench_command(output: Path, layout: str = DEFAULT_LAYOUT) -> list[str]:
+    return ['benchmarks/bench_mala.py', *BENCH_ARGS, '--layout', layout, '--output', str(output)]
 
 
-def step_tune(name: str, out: Path, budget_s: float) -> dict:
-    output = out / f'{name}.json'
+def step_bench(out: Path, budget_s: float, layout: str = DEFAULT_LAYOUT) -> dict:
+    output = out / STEP_FILES['bench']
+    run = _run_child([sys.executable, *bench_command(output, layout)], budget_s, out / LOG_NAME)
+    return {'file': output.name, 'layout': layout,
+            **{k: v for k, v in run.items() if k != 'output'}}
+
+
+def tune_command(name: str, output: Path, budget_s: float,
+                 layout: str = DEFAULT_LAYOUT) -> list[str]:
     # The sweep stops itself at 90% of the budget (keeping its JSON); the kill
     # at the budget is the backstop.
-    run = _run_child([sys.executable, 'benchmarks/tune_mala.py', *TUNE_ARGS,
-                      '--batch-heads', str(TUNE_BATCH_HEADS[name]),
-                      '--budget-s', str(round(0.9 * budget_s)), '--output', str(output)],
+    return ['benchmarks/tune_mala.py', *TUNE_ARGS, '--batch-heads', str(TUNE_BATCH_HEADS[name]),
+            '--layout', layout, '--budget-s', str(round(0.9 * budget_s)),
+            '--output', str(output)]
+
+
+def step_tune(name: str, out: Path, budget_s: float, layout: str = DEFAULT_LAYOUT) -> dict:
+    output = out / STEP_FILES[name]
+    run = _run_child([sys.executable, *tune_command(name, output, budget_s, layout)],
                      budget_s, out / LOG_NAME)
-    return {'file': output.name, **{k: v for k, v in run.items() if k != 'output'}}
-
-
-def step_backbone(out: Path, budget_s: float) -> dict:
-    device = torch.device('cuda')
-    rows = []
-    swin_builder, swin_source = swin_tiny_builder()
-    models = [('MAViT-T triton', lambda: _mavit('triton')),
-              ('MAViT-T torch', lambda: _mavit('torch')),
-              (f'Swin-T ({swin_source})', swin_builder)]
-    height, width = BACKBONE_SIZE
-    deadline = time.time() + budget_s
-    report = dict(input_size=list(BACKBONE_SIZE), swin_source=swin_source,
-                  note='backbones alone (no neck or head); bf16 means torch.autocast bf16; '
-                       'fwd in eval mode under no_grad, fwd+bwd in train mode with the '
-                       'sum of the four outputs\' means as the loss',
-                  complete=False, results=rows)
-    for name, build in models:
-        model = build().to(device)
-        for precision in ('fp32', 'bf16'):
-            for batch in BACKBONE_BATCHES:
-                for pass_name in ('fwd', 'fwd+bwd'):
-                    if time.time() > deadline:
-                        rows.append(dict(model=name, precision=precision, batch=batch,
-                                         pass_name=pass_name, skipped='time budget spent'))
-                        continue
-                    images = torch.randn(batch, 3, height, width, device=device)
-                    step = _backbone_step(model, images, precision, pass_name)
-                    try:
-                        timing = _time_backbone_step(step, batch, device, warmup=50, rep=300)
-                        error = None
-                    except Exception as exc:  # e.g. out of memory: record it
-                        timing = dict(time_ms=None, images_per_s=None, peak_memory_mib=None)
-                        error = f'{type(exc).__name__}: {str(exc)[:200]}'
-                    ms = timing['time_ms']
-                    row = dict(model=name, precision=precision, batch=batch, pass_name=pass_name,
-                               height=height, width=width, **timing, error=error)
-                    rows.append(row)
-                    _write(out / 'backbone.json', report)
-                    print(f'  {name:24} {precision:4} batch {batch} {pass_name:8} '
-                          f'{"failed " + error if error else f"{ms:8.2f} ms"}', flush=True)
-                    torch.cuda.empty_cache()
-        del model
-        torch.cuda.empty_cache()
-    report['complete'] = not any('skipped' in row for row in rows)
-    _write(out / 'backbone.json', report)
-    return {'rows': len(rows), 'complete': report['complete']}
+    return {'file': output.name, 'layout': layout,
+            **{k: v for k, v in run.items() if k != 'output'}}
 
 
 def step_sdpa(out: Path, budget_s: float, device: str = 'cuda',
@@ -413,20 +449,25 @@ def _python_profile(step, device, calls: int, top: int = 15) -> list[dict]:
             for (file, line, name), (_, count, own, cumulative, _) in rows]
 
 
-def step_profile(out: Path, budget_s: float, device: str = 'cuda',
-                 shapes=PROFILE_SHAPES) -> dict:
+def step_profile(out: Path, budget_s: float, device: str = 'cuda', shapes=None,
+                 layout: str = DEFAULT_LAYOUT) -> dict:
     """Kernel time against host time per call of the fused op (bf16 where
-    CUDA): the profiler's GPU kernel time, the wall time of a synchronised call,
-    and the host's time to issue a call (un-synchronised calls)."""
+    CUDA) at MAViT-T's shapes (``mala_model_shapes``; q, k, v in ``layout``):
+    the profiler's GPU kernel time, the wall time of a synchronised call, and
+    the host's time to issue a call (un-synchronised calls)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmarks.bench_mala import backbone_inputs, make_step
+    from benchmarks.bench_mala import make_step
+    from mavit_mm.ops.rope2d import RoPE2d
+    from mavit_mm.tooling.mala_inputs import layout_of, mala_inputs
+    shapes = mala_model_shapes(batches=PROFILE_BATCHES) if shapes is None else shapes
     device = torch.device(device)
     on_cuda = device.type == 'cuda'
     dtype = torch.bfloat16 if on_cuda else torch.float32
     impl = 'triton' if on_cuda else 'torch'
     rows = []
-    report = dict(note='kernel_us: the GPU kernels\' time per call from torch.profiler; '
+    report = dict(note='the op\'s calls in MAViT-T (stage, batch, heads, map, head dim); '
+                       'kernel_us: the GPU kernels\' time per call from torch.profiler; '
                        'wall_us: median of synchronised calls (triton.testing.do_bench); '
                        'host_issue_us: host time per call over un-synchronised calls, i.e. what '
                        'the CPU spends launching; host-bound when host_issue_us > kernel_us; '
@@ -434,19 +475,21 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda',
                        "through Triton's JITFunction.run (launches.DIRECT_LAUNCH = False); "
                        'host_python: cProfile of the calls, the functions with the most own '
                        'time, per call (inflated by cProfile: read the shares)',
-                  dtype=str(dtype).replace('torch.', ''), impl=impl, complete=False,
-                  results=rows)
+                  dtype=str(dtype).replace('torch.', ''), impl=impl, layout=layout,
+                  complete=False, results=rows)
     deadline = time.time() + budget_s
     calls = 20
     for shape in shapes:
         for pass_name in ('fwd', 'fwd+bwd'):
-            row = dict(shape, pass_name=pass_name)
+            row = dict(shape, pass_name=pass_name, layout=layout)
             if time.time() > deadline:
                 rows.append(dict(row, skipped='time budget spent'))
                 continue
-            views, rope = backbone_inputs(shape['batch_heads'], shape['tokens'],
-                                          shape['head_dim'], dtype, device,
-                                          requires_grad=pass_name != 'fwd')
+            views = mala_inputs(shape['batch'], shape['heads'], shape['height'], shape['width'],
+                                shape['head_dim'], layout=layout, dtype=dtype, device=device,
+                                requires_grad=pass_name != 'fwd')
+            rope = RoPE2d(shape['head_dim']).to(device)(shape['height'], shape['width'])
+            row['layout'] = layout_of(views[0])   # what was built, by name
             step = make_step(impl, pass_name, views, rope)
             step()
             _synchronize(device)
@@ -455,12 +498,7 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda',
                 for _ in range(calls):
                     step()
                 _synchronize(device)
-            kernels = {}
-            for event in prof.key_averages():
-                device_us = _device_time_us(event)
-                if on_cuda and device_us and getattr(event, 'device_type', None) is not None \
-                        and 'CUDA' in str(event.device_type):
-                    kernels[event.key] = round(device_us / calls, 2)
+            kernels = {name: round(us / calls, 2) for name, us, _ in _profiled_kernels(prof) if us}
             wall_us = _median_ms(step, device, 25, 100) * 1e3
             host_us = _host_issue_us(step, device, calls)
             from mavit_mm.ops.mala.launches import direct_launches
@@ -473,14 +511,238 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda',
                        kernels=kernels, host_bound=bool(on_cuda and host_us > kernel_us),
                        host_python=_python_profile(step, device, calls))
             rows.append(row)
-            _write(out / 'profile.json', report)
-            print(f'  BH={shape["batch_heads"]:3} N={shape["tokens"]} d={shape["head_dim"]} '
+            _write(out / STEP_FILES['profile'], report)
+            print(f'  stage {shape["stage"]} batch {shape["batch"]} heads {shape["heads"]} '
+                  f'{shape["height"]}x{shape["width"]} d={shape["head_dim"]} {layout} '
                   f'{pass_name:8} wall {wall_us:8.1f} us, kernels {kernel_us:8.1f} us, '
                   f'host issue {host_us:8.1f} us ({host_triton_us:.1f} through Triton\'s '
                   f'launch path)', flush=True)
     report['complete'] = not any('skipped' in row for row in rows)
-    _write(out / 'profile.json', report)
+    _write(out / STEP_FILES['profile'], report)
     return {'rows': len(rows), 'complete': report['complete']}
+
+
+# --------------------------------------------------------------------------
+# Where a forward's GPU time goes (model-profile)
+# --------------------------------------------------------------------------
+MALA_KERNELS_FILE = REPO_ROOT / 'mavit_mm' / 'ops' / 'mala' / 'kernels.py'
+# Categories of CUDA kernel names, tried in this order after the MALA kernels'
+# own names (case-insensitive): SDPA before GEMM (cutlass attention kernels),
+# convolution before GEMM (cuDNN's implicit GEMMs), copies before elementwise
+# (a cast is a direct_copy_kernel inside an elementwise kernel).
+KERNEL_CATEGORIES = (
+    ('sdpa', r'flash_fwd|flash_bwd|flash::|pytorch_flash|fmha|attentionkernel|native_sdpa'
+             r'|efficient_attention'),
+    ('conv', r'conv(?!ert)|fprop|dgrad|wgrad|winograd|implicit_gemm|depthwise|im2col'),
+    ('gemm', r'gemm|gemv|nvjet|cublas|xmma|wgmma|tensorop|matmul|splitkreduce|cutlass'),
+    ('norm', r'layer_?norm|batch_?norm|group_?norm|rms_?norm|instance_?norm|bn_fw|bn_bw'
+             r'|rowwisemoments|welford'),
+    ('copy', r'copy|memcpy|memset|catarray|nchwtonhwc|nhwctonchw|transpose'),
+    ('elementwise', r'elementwise|triton_poi'),
+)
+CATEGORY_ORDER = ('mala', *(name for name, _ in KERNEL_CATEGORIES), 'other')
+
+
+@functools.cache
+def mala_kernel_names() -> frozenset[str]:
+    """The fused op's GPU kernels, as a profiler names them: the
+    ``@triton.jit`` functions of ``ops/mala/kernels.py`` named ``*_kernel``
+    (the others are helpers inlined into them). Read from the source, so no
+    triton import."""
+    tree = ast.parse(MALA_KERNELS_FILE.read_text())
+    return frozenset(node.name for node in ast.walk(tree)
+                     if isinstance(node, ast.FunctionDef) and node.name.endswith('_kernel')
+                     and any('jit' in ast.unparse(d) for d in node.decorator_list))
+
+
+def kernel_category(name: str) -> str:
+    """The category of a CUDA kernel (or GPU memory operation) by its name:
+    one of ``CATEGORY_ORDER``."""
+    if re.search(r'\b(' + '|'.join(sorted(mala_kernel_names())) + r')\b', name):
+        return 'mala'
+    for category, pattern in KERNEL_CATEGORIES:
+        if re.search(pattern, name, re.IGNORECASE):
+            return category
+    return 'other'
+
+
+def gpu_time_by_category(kernels: Iterable[tuple[str, float, int]], top: int = 25) -> dict:
+    """GPU time, share and launches per category of ``(name, GPU µs,
+    launches)`` rows, the total, the kernel count, and the ``top`` kernels by
+    time with their category (to check the categorisation against real names)."""
+    kernels = list(kernels)
+    total_us = sum(us for _, us, _ in kernels)
+    categories = {name: dict(time_us=0.0, kernels=0, share=0.0) for name in CATEGORY_ORDER}
+    for name, us, count in kernels:
+        entry = categories[kernel_category(name)]
+        entry['time_us'] += us
+        entry['kernels'] += count
+    for entry in categories.values():
+        entry['time_us'] = round(entry['time_us'], 2)
+        entry['share'] = round(entry['time_us'] / total_us, 4) if total_us else 0.0
+    ranked = sorted(kernels, key=lambda row: -row[1])[:top]
+    return dict(gpu_time_us=round(total_us, 2), kernel_count=sum(c for _, _, c in kernels),
+                categories=categories,
+                top_kernels=[dict(name=name[:300], category=kernel_category(name),
+                                  time_us=round(us, 2), launches=count)
+                             for name, us, count in ranked])
+
+
+def _profiled_kernels(prof) -> list[tuple[str, float, int]]:
+    """(name, GPU µs, launches) of each GPU kernel and memory operation a
+    ``torch.profiler`` profile holds."""
+    return [(event.key, _device_time_us(event), event.count) for event in prof.key_averages()
+            if 'CUDA' in str(getattr(event, 'device_type', ''))]
+
+
+def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
+                       size=BACKBONE_SIZE, warmup: int = MODEL_PROFILE_WARMUP) -> dict:
+    """One bf16 (autocast) forward of each backbone, batch 1, eval mode, under
+    the profiler after ``warmup`` forwards: GPU time and kernel count by
+    category (``kernel_category``). On a CPU the profile has no GPU kernels
+    (the tests run the plumbing)."""
+    from torch.profiler import ProfilerActivity, profile
+    device = torch.device(device)
+    on_cuda = device.type == 'cuda'
+    swin_builder, swin_source = swin_tiny_builder(size)
+    models = [('MAViT-T triton' if on_cuda else 'MAViT-T torch',
+               lambda: _mavit('triton' if on_cuda else 'torch')),
+              (f'Swin-T ({swin_source})', swin_builder)]
+    rows = []
+    report = dict(note='backbones alone, batch 1, eval mode under no_grad, torch.autocast bf16; '
+                       'one forward profiled after warm-up; time_us: GPU time of the kernels '
+                       'and memory operations of each category; kernels: their launches; '
+                       'forward_ms: median wall time of the warm-up forwards after the first',
+                  height=size[0], width=size[1], categories=list(CATEGORY_ORDER),
+                  category_patterns=dict(KERNEL_CATEGORIES), mala_kernels=sorted(mala_kernel_names()),
+                  complete=False, results=rows)
+    path = out / STEP_FILES['model-profile']
+    deadline = time.time() + budget_s
+    for name, build in models:
+        if time.time() > deadline:
+            rows.append(dict(model=name, skipped='time budget spent'))
+            continue
+        try:
+            model = build().to(device)
+            images = torch.randn(1, 3, *size, device=device)
+            forward = _backbone_step(model, images, 'bf16', 'fwd', device.type)
+            times_ms = []
+            for _ in range(warmup):
+                _synchronize(device)
+                started = time.perf_counter()
+                forward()
+                _synchronize(device)
+                times_ms.append((time.perf_counter() - started) * 1e3)
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+            with profile(activities=activities) as prof:
+                forward()
+                _synchronize(device)
+            timed = sorted(times_ms[1:] or times_ms)
+            row = dict(model=name, forward_ms=round(timed[len(timed) // 2], 3),
+                       **gpu_time_by_category(_profiled_kernels(prof)))
+        except Exception as exc:   # e.g. out of memory: record it
+            row = dict(model=name, error=f'{type(exc).__name__}: {str(exc)[:300]}')
+        rows.append(row)
+        _write(path, report)
+        print(f'  {name[:40]:40} ' + (row['error'] if 'error' in row else
+              f'{row["gpu_time_us"] / 1e3:8.2f} ms on the GPU in {row["kernel_count"]} kernels: '
+              + ', '.join(f'{category} {entry["share"]:.0%}'
+                          for category, entry in row['categories'].items() if entry['kernels'])),
+              flush=True)
+        model = None
+        _empty_cache(device)
+    report['complete'] = not any('skipped' in row for row in rows)
+    _write(path, report)
+    return {'rows': len(rows), 'complete': report['complete'],
+            'errors_recorded': sum('error' in row for row in rows)}
+
+
+# --------------------------------------------------------------------------
+# UperNet: MAViT-T against Swin-T (upernet-fps)
+# --------------------------------------------------------------------------
+def upernet_fps_runs() -> list[dict]:
+    """The ``benchmark_fps.py`` runs of the upernet-fps step, in the order
+    they run, the most wanted first: eager and CUDA graph of both models in
+    bf16 at 512x2048 (seconds), then ``torch.compile`` there, one model a run
+    (a compile per model, dtype and size takes a minute or more); then eager
+    and CUDA graph at the other dtypes and sizes, then their compiles."""
+    first_dtype, first_size = FPS_DTYPES[0], FPS_SIZES[0]
+    cases = [(dtype, size) for dtype in FPS_DTYPES for size in FPS_SIZES]
+
+    def fast(dtype, size):
+        return [dict(configs=list(UPERNET_CONFIGS), modes=['eager', 'cuda-graph'], dtype=dtype,
+                     height=size[0], width=size[1])]
+
+    def compiled(dtype, size):
+        return [dict(configs=[config], modes=['compile'], dtype=dtype, height=size[0],
+                     width=size[1]) for config in UPERNET_CONFIGS]
+    rest = [case for case in cases if case != (first_dtype, first_size)]
+    return (fast(first_dtype, first_size) + compiled(first_dtype, first_size)
+            + [run for case in rest for run in fast(*case)]
+            + [run for case in rest for run in compiled(*case)])
+
+
+def fps_command(run: dict, output: Path) -> list[str]:
+    return ['tools/analysis_tools/benchmark_fps.py', *run['configs'], '--modes', *run['modes'],
+            '--dtype', run['dtype'], '--shape', str(run['height']), str(run['width']),
+            '--iters', str(FPS_ITERS), '--warmup', str(FPS_WARMUP), '--out', str(output)]
+
+
+def step_upernet_fps(out: Path, budget_s: float) -> dict:
+    """Each run of ``upernet_fps_runs`` as a child process, given what is
+    left of the budget; their rows gathered into one JSON (a GPU command
+    returns few files), with MAViT-T's FPS over Swin-T's per mode, dtype and
+    size."""
+    path = out / STEP_FILES['upernet-fps']
+    runs, rows = [], []
+    report = dict(configs=list(UPERNET_CONFIGS), iters=FPS_ITERS, warmup=FPS_WARMUP,
+                  note='tools/analysis_tools/benchmark_fps.py, whole models in tensor mode, '
+                       'batch 1, one child process per run; fps_vs_swin: MAViT-T\'s fps over '
+                       'Swin-T\'s in the same mode, dtype and size',
+                  complete=False, runs=runs, results=rows)
+    if not _has_module('mmseg'):
+        report['error'] = 'mmseg is not importable: install the wheels of scripts/gpu_wheels.sh'
+        _write(path, report)
+        return {'rows': 0, 'complete': False, 'failed': 1, 'error': report['error']}
+    deadline = time.time() + budget_s
+    scratch = Path(tempfile.mkdtemp())
+    for index, run in enumerate(upernet_fps_runs()):
+        left = deadline - time.time()
+        if left < FPS_MIN_RUN_S:
+            runs.append(dict(run, skipped='time budget spent'))
+            continue
+        child_json = scratch / f'run{index}.json'
+        child = _run_child([sys.executable, *fps_command(run, child_json)], left, out / LOG_NAME)
+        runs.append(dict(run, **{k: v for k, v in child.items() if k not in ('output', 'log')}))
+        if child_json.exists():
+            results = json.loads(child_json.read_text())
+            rows.extend(dict(row, dtype=row.get('dtype', run['dtype'])) for row in
+                        results.get('results', []))
+        _add_fps_ratios(rows)
+        _write(path, report)
+        print(f'  {"+".join(run["modes"]):16} {run["dtype"]} {run["height"]}x{run["width"]} '
+              f'{" ".join(Path(config).stem for config in run["configs"])}: '
+              f'{"killed at the budget" if child["timed_out"] else "exit " + str(child["returncode"])}'
+              f' after {child["seconds"]:.0f} s', flush=True)
+    report['complete'] = all(run.get('returncode') == 0 for run in runs)
+    _write(path, report)
+    return {'rows': len(rows), 'complete': report['complete'],
+            'failed': sum(run.get('returncode') not in (0, None) for run in runs),
+            'runs_cut_or_skipped': sum(bool(run.get('timed_out') or run.get('skipped'))
+                                       for run in runs)}
+
+
+def _add_fps_ratios(rows: list[dict]) -> None:
+    """fps / Swin-T's fps in the same mode, dtype and size."""
+    def key(row):
+        return row.get('mode'), row.get('dtype'), row.get('height'), row.get('width')
+
+    def is_swin(row):
+        return 'swin' in str(row.get('config', '')).lower()
+    swin = {key(row): row.get('fps') for row in rows if is_swin(row)}
+    for row in rows:
+        if not is_swin(row) and row.get('fps') and swin.get(key(row)):
+            row['fps_vs_swin'] = row['fps'] / swin[key(row)]
 
 
 def _device_time_us(event) -> float:
@@ -527,6 +789,28 @@ def _empty_cache(device: torch.device) -> None:
 def _mavit(impl: str):
     from mavit_mm import MAViT
     return MAViT(arch='tiny', mala_impl=impl)
+
+
+def mala_model_shapes(arch: str = 'tiny', size=BACKBONE_SIZE, batches=PROFILE_BATCHES) -> list[dict]:
+    """The fused op's calls in MAViT-``arch`` at input ``size``: one per
+    stage with MALA and batch, from the preset (``ARCH_SETTINGS``) and the
+    model's default ``attn_types``. A stage's map is the input over 4 (the
+    stem's stride) times 2 per stage before it."""
+    from mavit_mm.models.mavit import ARCH_SETTINGS, MAViT
+    preset = ARCH_SETTINGS[arch]
+    attn_types = inspect.signature(MAViT).parameters['attn_types'].default
+    shapes = []
+    for batch in batches:
+        for stage, (dims, heads, attn_type) in enumerate(
+                zip(preset['embed_dims'], preset['num_heads'], attn_types)):
+            if attn_type != 'mala':
+                continue
+            stride = 4 * 2 ** stage
+            height, width = size[0] // stride, size[1] // stride
+            shapes.append(dict(stage=stage + 1, batch=batch, heads=heads, height=height,
+                               width=width, head_dim=dims // heads, tokens=height * width,
+                               batch_heads=batch * heads))
+    return shapes
 
 
 def swin_tiny_builder(size=BACKBONE_SIZE):
@@ -664,34 +948,98 @@ def _write(path: Path, data) -> None:
 
 
 def dry_run(args) -> int:
-    """Check what the GPU run needs, without a GPU."""
+    """Check what the GPU run needs, without a GPU: imports, the child
+    processes' arguments, the parts' budgets and files; print the plan."""
     problems = []
-    for module in ('triton', 'mmengine', 'pytest', 'numpy'):
+    for module in ('triton', 'mmengine', 'mmseg', 'pytest', 'numpy'):
         if not _has_module(module):
             problems.append(f'{module} is not importable')
-    for name in TEST_FILES.values():
+    for name in (*TEST_FILES.values(), *UPERNET_CONFIGS):
         if not (REPO_ROOT / name).is_file():
             problems.append(f'{name} is missing')
-    for step, minutes in STEP_BUDGET_MIN.items():
-        if minutes > STEP_LIMIT_MIN:
-            problems.append(f'step {step} has a budget of {minutes} min (limit {STEP_LIMIT_MIN})')
-    for part, steps in PARTS.items():
-        minutes = sum(STEP_BUDGET_MIN[s] for s in steps)
-        if minutes > PART_LIMIT_MIN:
-            problems.append(f'part {part} needs {minutes} min (limit {PART_LIMIT_MIN})')
+    problems += plan_problems()
     from benchmarks import bench_mala, tune_mala
-    bench_mala.parse_args(BENCH_ARGS)
+    out = Path(tempfile.gettempdir())
+    children = [(bench_mala.parse_args, bench_command(out / 'bench.json', args.layout)),
+                (tune_mala.parse_args, tune_command('tune-bh16', out / 'tune.json', 60,
+                                                    args.layout))]
+    try:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            'benchmark_fps', REPO_ROOT / 'tools' / 'analysis_tools' / 'benchmark_fps.py')
+        benchmark_fps = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(benchmark_fps)
+        children += [(benchmark_fps.parse_args, fps_command(run, out / 'fps.json'))
+                     for run in upernet_fps_runs()]
+    except Exception as exc:
+        problems.append(f'benchmark_fps.py does not import: {type(exc).__name__}: {exc}')
+    for parse, command in children:
+        why = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(why):
+                parse(command[1:])
+        except SystemExit:
+            error = why.getvalue().strip().splitlines()[-1:] or ['']
+            problems.append(f'{command[0]} refuses its arguments: {error[0]}')
+    tuned = tune_mala.parse_args(tune_command('tune-bh1', out / 'tune.json', 60)[1:]).kernels
+    problems += [f'tune_mala.py has no kernel {kernel!r}' for kernel in tuned
+                 if kernel not in (*tune_mala.TOKEN_KERNELS, 'combine')]
+    problems = list(dict.fromkeys(problems))
     tune_mala.main(TUNE_ARGS + ['--batch-heads', '16', '--dry-run'])
     import mavit_mm  # noqa: F401  (the backbone and the op import)
     from mavit_mm.ops.mala import function  # noqa: F401  (the Triton launches import)
+    print(f'MALA calls profiled (MAViT-T at {BACKBONE_SIZE[0]}x{BACKBONE_SIZE[1]}): ' + '; '.join(
+        f'stage {s["stage"]} batch {s["batch"]} heads {s["heads"]} {s["height"]}x{s["width"]} '
+        f'd {s["head_dim"]}' for s in mala_model_shapes()))
     total = sum(STEP_BUDGET_MIN[s] for s in args.steps)
-    print(f'plan: {", ".join(args.steps)} into {args.out}/ (at most {total:.1f} min)')
+    print(f'plan: {", ".join(args.steps)} into {args.out}/ (at most {total:.2f} min, '
+          f'layout {args.layout})')
     for part, steps in PARTS.items():
         print(f'part {part}: {" ".join(steps)} '
-              f'(at most {sum(STEP_BUDGET_MIN[s] for s in steps):.1f} min)')
+              f'(at most {part_minutes(part):.2f} min, {len(steps) + 2} files)')
+    whole = sum(part_minutes(part) for part in PARTS)
+    longest = max(part_minutes(part) for part in PARTS)
+    fits = len(PARTS) <= COMMANDS and longest <= PART_LIMIT_MIN
+    print(f'whole check: {len(PARTS)} commands of at most {COMMAND_LIMIT_MIN:g} min '
+          f'({whole:.2f} min of budgets; the longest part {longest:.2f}, planned to '
+          f'{PART_AIM_MIN:.2f}, limit {PART_LIMIT_MIN:.2f}), so it '
+          f'{"fits" if fits else "does not fit"} {COMMANDS} commands')
     for problem in problems:
         print(f'problem: {problem}')
     return 1 if problems else 0
+
+
+def part_minutes(part: int) -> float:
+    return round(sum(STEP_BUDGET_MIN[step] for step in PARTS[part]), 2)
+
+
+def plan_problems() -> list[str]:
+    """What breaks the plan: a step over its limit, in no part or in two
+    (``env`` is in every part), more parts than ``COMMANDS``, ``tune-bh1``
+    without ``tune-bh16`` before it, a part over its time or over the files a
+    GPU command returns."""
+    problems = [f'step {step} has a budget of {minutes} min (limit {STEP_LIMIT_MIN})'
+                for step, minutes in STEP_BUDGET_MIN.items() if minutes > STEP_LIMIT_MIN]
+    for step in STEPS:
+        parts = [part for part, steps in PARTS.items() if step in steps]
+        if not parts:
+            problems.append(f'step {step} is in no part')
+        elif len(parts) > 1 and step != 'env':
+            problems.append(f'step {step} is in parts {", ".join(map(str, parts))}')
+    if len(PARTS) > COMMANDS:
+        problems.append(f'the check takes {len(PARTS)} commands (limit {COMMANDS})')
+    for part, steps in PARTS.items():
+        # tune-bh1's budget counts on the candidates tune-bh16 compiled.
+        if 'tune-bh1' in steps and 'tune-bh16' not in steps[:steps.index('tune-bh1')]:
+            problems.append(f'part {part} runs tune-bh1 without tune-bh16 before it')
+        if part_minutes(part) > PART_LIMIT_MIN:
+            problems.append(f'part {part} needs {part_minutes(part):g} min '
+                            f'(limit {PART_LIMIT_MIN})')
+        files = {STEP_FILES[step] for step in steps} | {'summary.json', LOG_NAME}
+        if len(files) > COMMAND_FILES:
+            problems.append(f'part {part} writes {len(files)} files (a GPU command returns '
+                            f'{COMMAND_FILES})')
+    return problems
 
 
 def run_step(name: str, out: Path, args) -> dict:
@@ -701,9 +1049,7 @@ def run_step(name: str, out: Path, args) -> dict:
     if name in TEST_FILES:
         return step_tests(name, out, budget_s, args.pytest_workers)
     if name == 'bench':
-        return step_bench(out, budget_s)
-    if name == 'backbone':
-        return step_backbone(out, budget_s)
+        return step_bench(out, budget_s, args.layout)
     if name == 'sdpa':
         return step_sdpa(out, budget_s)
     if name == 'sweep':
@@ -712,8 +1058,12 @@ def run_step(name: str, out: Path, args) -> dict:
         return step_sweep(out, budget_s, batch=args.sweep_batch, name=file_name,
                           cuda_graphs=args.cuda_graphs)
     if name == 'profile':
-        return step_profile(out, budget_s)
-    return step_tune(name, out, budget_s)
+        return step_profile(out, budget_s, layout=args.layout)
+    if name == 'model-profile':
+        return step_model_profile(out, budget_s)
+    if name == 'upernet-fps':
+        return step_upernet_fps(out, budget_s)
+    return step_tune(name, out, budget_s, args.layout)
 
 
 def main(argv=None) -> int:

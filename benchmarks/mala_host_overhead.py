@@ -91,6 +91,10 @@ def parse_args(argv=None):
                         metavar=('H', 'W'), help='input image size (default 512 512)')
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='bf16',
                         help='q, k, v dtype (default bf16)')
+    parser.add_argument('--layout', choices=('channels_last', 'nchw', 'contiguous'),
+                        default='channels_last',
+                        help="q, k, v memory layout (mavit_mm/tooling/mala_inputs.py; default "
+                             "channels_last, what the model passes)")
     parser.add_argument('--modes', nargs='+', choices=('forward', 'train', 'plan'),
                         default=['forward', 'train', 'plan'],
                         help="forward: inference call under no_grad; train: forward + "
@@ -166,17 +170,6 @@ def install_stubs(kernels_module):
     return stubs
 
 
-def stage_qkv(batch, heads, height, width, dtype, requires_grad):
-    """q, k, v as GatedAttention passes them: (B, heads, N, d) views of the
-    channel blocks of a channels_last (B, 3C, H, W) map."""
-    channels = heads * HEAD_DIM
-    x = torch.randn(batch, 3 * channels, height, width).to(dtype=dtype,
-                                                             memory_format=torch.channels_last)
-    x.requires_grad_(requires_grad)
-    return [t.reshape(batch, heads, HEAD_DIM, height * width).transpose(-1, -2)
-            for t in x.chunk(3, dim=1)]
-
-
 def time_per_call(call, calls, rounds, warmup):
     for _ in range(warmup):
         call()
@@ -218,7 +211,8 @@ def measure_baseline(args):
         command = [sys.executable, str(Path(__file__).resolve()), '--function-module',
                    str(args.baseline), '--label', 'baseline', '--output', str(output),
                    '--batch', str(args.batch), '--image', *map(str, args.image),
-                   '--dtype', args.dtype, '--modes', *args.modes, '--launch', args.launch,
+                   '--dtype', args.dtype, '--layout', args.layout, '--modes', *args.modes,
+                   '--launch', args.launch,
                    '--calls', str(args.calls),
                    '--rounds', str(args.rounds), '--warmup', str(args.warmup)]
         subprocess.run(command, check=True)
@@ -230,6 +224,7 @@ def measure(args, mala_ops, plan, launch_count, paths):
     which calls take it): the time per call of each MAViT-T stage's MALA layer, the paths taken
     in turn stage by stage, and each call's launches checked."""
     from mavit_mm.ops.rope2d import RoPE2d
+    from mavit_mm.tooling.mala_inputs import mala_inputs
 
     dtype = DTYPES[args.dtype]
     image_h, image_w = args.image
@@ -238,7 +233,8 @@ def measure(args, mala_ops, plan, launch_count, paths):
         stages = {path: [] for path in paths}
         for heads, stride, depth in TINY_STAGES:
             height, width = image_h // stride, image_w // stride
-            q, k, v = stage_qkv(args.batch, heads, height, width, dtype, mode == 'train')
+            q, k, v = mala_inputs(args.batch, heads, height, width, HEAD_DIM, layout=args.layout,
+                                  dtype=dtype, requires_grad=mode == 'train')
             rope = RoPE2d(HEAD_DIM)(height, width)
             call = make_call(mode, mala_ops, plan, q, k, v, rope)
             for path, taken in paths.items():
@@ -308,7 +304,7 @@ def main(argv=None):
         measures=measures,
         launch=args.launch,
         config=dict(batch=args.batch, image=list(args.image), dtype=args.dtype,
-                    head_dim=HEAD_DIM, calls=args.calls, rounds=args.rounds,
+                    layout=args.layout, head_dim=HEAD_DIM, calls=args.calls, rounds=args.rounds,
                     warmup=args.warmup, torch_threads=1),
         environment=dict(python=platform.python_version(), torch=torch.__version__,
                          triton=__import__('triton').__version__,

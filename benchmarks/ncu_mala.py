@@ -7,8 +7,9 @@ calls run between ``cudaProfilerStart`` and ``cudaProfilerStop``.
         --section Occupancy --section LaunchStats --section WarpStateStats \\
         python benchmarks/ncu_mala.py --batch-heads 16
 
-Shapes as ``bench_mala.py`` lays them out (q, k, v as the backbone passes them).
-Needs a CUDA GPU.
+Shapes as ``bench_mala.py`` makes them (``mala_case_inputs``: B*heads images of
+one head over a square map), q, k, v in ``--layout`` (default
+``channels_last``, what the model passes). Needs a CUDA GPU.
 """
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_mala import DTYPES, backbone_inputs, make_step  # noqa: E402
+from benchmarks.bench_mala import DTYPES, make_step, mala_case_inputs  # noqa: E402
+from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--batch-heads', type=int, default=16)
@@ -32,16 +34,23 @@ def main(argv=None) -> int:
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='bf16')
     parser.add_argument('--passes', nargs='+', choices=('fwd', 'fwd+bwd'),
                         default=['fwd', 'fwd+bwd'])
-    args = parser.parse_args(argv)
+    parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
+                        help='memory layout of q, k, v (mavit_mm/tooling/mala_inputs.py; '
+                             f'default {DEFAULT_LAYOUT}, what the model passes)')
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     if not torch.cuda.is_available():
         print('ncu_mala.py needs a CUDA GPU')
         return 2
     device = torch.device('cuda')
     steps = []
     for pass_name in args.passes:
-        views, rope = backbone_inputs(args.batch_heads, args.tokens, args.head_dim,
-                                      DTYPES[args.dtype], device,
-                                      requires_grad=pass_name != 'fwd')
+        views, rope = mala_case_inputs(args.batch_heads, args.tokens, args.head_dim,
+                                       DTYPES[args.dtype], device,
+                                       requires_grad=pass_name != 'fwd', layout=args.layout)
         step = make_step('triton', pass_name, views, rope)
         for _ in range(3):      # compile and warm up outside the profiled range
             step()
@@ -53,7 +62,7 @@ def main(argv=None) -> int:
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
     print(f'profiled {", ".join(args.passes)}: B*heads {args.batch_heads}, N {args.tokens}, '
-          f'd {args.head_dim}, {args.dtype}')
+          f'd {args.head_dim}, {args.dtype}, layout {args.layout}')
     return 0
 
 

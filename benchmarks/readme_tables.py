@@ -187,8 +187,13 @@ def render_gpu_op(report: dict, source: str) -> str:
     """The fused op against its targets (bf16, N = 65536, d = 64)."""
     rows = {(row['batch_heads'], row['pass'], row['impl']): row for row in report['results']
             if row['dtype'] == 'bf16' and row['tokens'] == 65536 and row['head_dim'] == 64}
+    layouts = {row.get('layout') for row in rows.values()}
+    layout = ('q, k, v in the layout ' + ', '.join(f'`{name}`' for name in sorted(layouts))
+              if None not in layouts else
+              'q, k, v as token-contiguous views of an NCHW map (`nchw`: the run predates '
+              "layout names and the model's `channels_last`)")
     lines = [_gpu_source_line(source, 'Measured') + ' bf16, N = 65,536 tokens, d = 64, '
-             'median of `triton.testing.do_bench`; "% copy": the byte model of '
+             f'{layout}, median of `triton.testing.do_bench`; "% copy": the byte model of '
              '`benchmarks/bench_mala.py` over the time, against the copy bandwidth.',
              '',
              '| B·heads | pass | fused ms | PyTorch ms | % copy (target) | speed-up (target) '
@@ -241,10 +246,11 @@ def render_gpu_checks(report: dict, source: str) -> str:
     folder = (REPO_ROOT / source).parent
     lines = [_gpu_source_line(source, 'Checked'), '']
     for name in ('kernel-tests', 'model-tests'):
-        path = folder / f'{name}.json'
-        if path.exists():
+        path = _same_run_file(folder, f'{name}.json')
+        if path:
             tests = json.loads(path.read_text())
-            lines.append(f"- `{name}` ({tests['command'].split()[-1]}): {tests['passed']} passed, "
+            lines.append(f"- `{name}` ({_test_file_now(tests['command'].split()[-1])}): "
+                         f"{tests['passed']} passed, "
                          f"{tests['failed']} failed, {tests['skipped']} skipped"
                          + ''.join(f"; failed: `{failure.split(': ')[0].split('::')[-1]}`"
                                    for failure in tests['failures']) + '.')
@@ -255,15 +261,39 @@ def render_gpu_checks(report: dict, source: str) -> str:
                      f"{row['precision']} with only {row['allowed']} allowed: "
                      + (f'ran; unrestricted, the forward picks {ops}' if row.get('ok')
                         else f"failed: {row.get('error')}") + '.')
-    profile_path = folder / 'profile.json'
-    if profile_path.exists():
-        lines += ['', '| op call (bf16, N = 65,536, d = 64) | wall µs | GPU kernels µs '
-                      '| host issue µs |', '| --- | ---: | ---: | ---: |']
-        for row in json.loads(profile_path.read_text())['results']:
-            lines.append(f"| B·heads {row['batch_heads']}, {row['pass_name']} | "
-                         f"{row['wall_us']:.1f} | {row['kernel_us']:.1f} | "
-                         f"{row['host_issue_us']:.1f} |")
+    profile_path = _same_run_file(folder, 'profile.json')
+    if profile_path:
+        profile = json.loads(profile_path.read_text())
+        rows = [row for row in profile['results'] if 'wall_us' in row]
+        # Older runs timed square maps of one head; newer ones MAViT-T's calls.
+        by_stage = all('stage' in row for row in rows)
+        header = (f"op call in MAViT-T ({profile['dtype']}, {profile['layout']})" if by_stage
+                  else 'op call (bf16, N = 65,536, d = 64, `nchw`)')
+        lines += ['', f'| {header} | wall µs | GPU kernels µs | host issue µs |',
+                  '| --- | ---: | ---: | ---: |']
+        for row in rows:
+            call = (f"stage {row['stage']}, batch {row['batch']}, {row['heads']} head(s) of "
+                    f"d = {row['head_dim']} over {row['height']}x{row['width']}" if by_stage
+                    else f"B·heads {row['batch_heads']}")
+            lines.append(f"| {call}, {row['pass_name']} | {row['wall_us']:.1f} | "
+                         f"{row['kernel_us']:.1f} | {row['host_issue_us']:.1f} |")
     return '\n'.join(lines)
+
+
+def _same_run_file(folder: Path, name: str) -> Path | None:
+    """``name`` beside a result, else in another command's folder of the same
+    GPU run (the parts of ``gpu_check.py`` split the steps between them)."""
+    if (folder / name).exists():
+        return folder / name
+    found = sorted(folder.parent.glob(f'*/{name}'))
+    return found[-1] if found else None
+
+
+def _test_file_now(recorded: str) -> str:
+    """Where a test file a GPU run recorded is now (tests move between
+    folders; the file keeps its name); the recorded path if it is gone."""
+    found = sorted((REPO_ROOT / 'tests').rglob(Path(recorded).name))
+    return found[0].relative_to(REPO_ROOT).as_posix() if len(found) == 1 else recorded
 
 
 # The paper's published figures, by config: (parameters in M, box AP / mask AP

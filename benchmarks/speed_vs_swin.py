@@ -38,7 +38,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.analysis_tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
+# HEIGHTxWIDTH sizes, checked; one timed call, synchronised around on CUDA
+from tools.analysis_tools.benchmark_fps import parse_size, timed  # noqa: E402
 
 MAVIT_CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
 SWIN_CONFIG = 'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py'
@@ -118,17 +119,6 @@ class Contender:
                 optimizer.zero_grad(set_to_none=True)
                 backbone.eval()
         return run
-
-
-def timed(run: Callable[[], None], device) -> float:
-    import torch
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    run()
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
 
 
 def measure(args) -> dict:

@@ -8,6 +8,9 @@ defaults, and writes everything as JSON. The chosen values go into
 ``KERNEL_TILES`` (``mavit_mm/ops/mala/plan.py``) by hand, with the JSON
 committed under ``benchmarks/results/`` as the evidence.
 
+q, k, v come from ``mavit_mm.tooling.mala_inputs`` in ``--layout`` (default
+``channels_last``, what the model passes); each record names its layout.
+
 Example (the targets of the GPU issue)::
 
     python benchmarks/tune_mala.py --dtypes bf16 --head-dims 64 96 \\
@@ -28,7 +31,8 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.bench_mala import DTYPES, backbone_inputs, environment  # noqa: E402
+from benchmarks.bench_mala import DTYPES, environment, mala_case_inputs  # noqa: E402
+from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
 
 TOKEN_KERNELS = ('partials', 'output', 'query', 'key')
 BLOCK_NS = (16, 32, 64, 128)
@@ -47,6 +51,9 @@ def parse_args(argv=None):
     parser.add_argument('--batch-heads', type=int, nargs='+', default=[16, 1])
     parser.add_argument('--tokens', type=int, nargs='+', default=[65536],
                         help='tokens per image, a square feature map')
+    parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
+                        help='memory layout of q, k, v (mavit_mm/tooling/mala_inputs.py; '
+                             f'default {DEFAULT_LAYOUT}, what the model passes)')
     parser.add_argument('--kernels', nargs='+', default=list(TOKEN_KERNELS) + ['combine'],
                         help='kernels whose tiles to tune')
     parser.add_argument('--rep', type=int, default=25, help='do_bench measuring time in ms')
@@ -71,11 +78,13 @@ def tile_candidates(kernel: str, head_dim: int):
 class Case:
     """Inputs of one shape and launches built from plan overrides."""
 
-    def __init__(self, dtype, batch_heads, num_tokens, head_dim, device):
+    def __init__(self, dtype, batch_heads, num_tokens, head_dim, device,
+                 layout: str = DEFAULT_LAYOUT):
         from mavit_mm.ops.mala import launches, plan
         self.launch_module, self.plan_module = launches, plan
-        self.views, rope = backbone_inputs(batch_heads, num_tokens, head_dim, dtype, device,
-                                           requires_grad=False)
+        self.views, rope = mala_case_inputs(batch_heads, num_tokens, head_dim, dtype, device,
+                                            requires_grad=False, layout=layout)
+        self.layout = layout
         self.angle = rope.angle.float().contiguous()
         self.width = rope.width
         self.shape = (batch_heads, num_tokens, head_dim)
@@ -255,6 +264,7 @@ def _plan_dict(plan) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.dry_run:
+        print(f'layout: {args.layout}')
         for head_dim in args.head_dims:
             for kernel in args.kernels:
                 print(f'd={head_dim} {kernel}: {len(tile_candidates(kernel, head_dim))} '
@@ -270,11 +280,14 @@ def main(argv=None) -> int:
     results = Results(args.output, environment(name, device, None))
     for dtype_name, batch_heads, num_tokens, head_dim in itertools.product(
             args.dtypes, args.batch_heads, args.tokens, args.head_dims):
-        print(f'{dtype_name} BH={batch_heads} N={num_tokens} d={head_dim}', flush=True)
-        record = results.start(dict(dtype=dtype_name, batch_heads=batch_heads,
-                                    tokens=num_tokens, head_dim=head_dim))
+        print(f'{dtype_name} BH={batch_heads} N={num_tokens} d={head_dim} {args.layout}',
+              flush=True)
+        record = results.start(dict(dtype=dtype_name, layout=args.layout,
+                                    batch_heads=batch_heads, tokens=num_tokens,
+                                    head_dim=head_dim))
         try:
-            case = Case(DTYPES[dtype_name], batch_heads, num_tokens, head_dim, device)
+            case = Case(DTYPES[dtype_name], batch_heads, num_tokens, head_dim, device,
+                        args.layout)
             tune_shape(case, args.kernels, args.rep, record, results.save)
             del case
         except BudgetSpent:

@@ -18,6 +18,7 @@ from mmengine.model.weight_init import trunc_normal_
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..ops.amp import autocast_disabled, autocast_dtype
 from ..ops.attention_variants import (
     LINEAR_ATTN_TYPES,
     attention,
@@ -76,6 +77,61 @@ def build_norm2d(norm_cfg: dict | None, num_features: int) -> nn.Module:
     return norm
 
 
+def _takes_no_gradient(*tensors: torch.Tensor) -> bool:
+    """No autograd graph will be built through ``tensors``, and the call is
+    not being traced or compiled: derived weights may be cached, results may
+    be written in place."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False
+    return not (torch.jit.is_tracing() or torch.compiler.is_compiling()
+                or torch.onnx.is_in_onnx_export())
+
+
+class DerivedWeights:
+    """Tensors computed from parameters (a cast, a folded kernel), kept while
+    no gradient flows: a forward in eval mode (inference, a benchmark, a CUDA
+    graph replay) pays for them once per parameter value, not per call.
+
+    An entry is rebuilt when the device or dtype asked for changes or when a
+    parameter it came from changes: a new storage (a move, a load into a new
+    tensor) or an in-place update (an optimizer step, ``load_state_dict``;
+    both advance the tensor's version counter). With gradients, under tracing
+    or compiling, nothing is cached: the caller's ``build`` runs each time.
+    """
+
+    def __init__(self):
+        self._entries: dict = {}
+
+    def get(self, name: str, sources: tuple[torch.Tensor, ...], dtype: torch.dtype,
+            device: torch.device, build):
+        if not _takes_no_gradient(*sources) or any(t.is_inference() for t in sources):
+            # (Inference tensors, e.g. a model moved inside inference_mode,
+            # keep no version counter to tell a change by.)
+            return build()
+        state = tuple((t.data_ptr(), t._version) for t in sources)
+        key = (name, dtype, device)
+        entry = self._entries.get(key)
+        if entry is None or entry[0] != state:
+            entry = self._entries[key] = (state, build())
+        return entry[1]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def _compute_dtype(x: torch.Tensor, param: torch.Tensor) -> torch.dtype:
+    """The dtype a layer computes in: autocast's where it is on for ``x``'s
+    device, else the parameters' own."""
+    dtype = autocast_dtype(x.device.type)
+    return param.dtype if dtype is None else dtype
+
+
+# Devices whose layer norm kernels take half inputs with fp32 weight and bias
+# (computing in fp32, writing the input's dtype). CUDA's read the weight in the
+# input's dtype, so there it is cast (once, while no gradient flows).
+_MIXED_LAYER_NORM_DEVICES = ('cpu',)
+
+
 class LayerNorm2d(nn.Module):
     """LayerNorm over the channels of an NCHW tensor (key ``<name>.norm.*``).
 
@@ -83,14 +139,30 @@ class LayerNorm2d(nn.Module):
     channels_last input, which is what the backbone keeps inside (layout:
     ``docs/architecture.md``). The backbone's outputs are made contiguous NCHW
     in :meth:`MAViT.forward`, since mmcv's RoIAlign reads raw memory as NCHW.
+
+    A half input (bf16 / fp16, e.g. under autocast) is normalised in one op
+    that computes in fp32 and returns the input's dtype: CUDA's autocast
+    would otherwise cast the whole map to fp32 and back (three passes over it
+    where one will do, and an fp32 map for the next convolution to cast).
     """
 
     def __init__(self, num_channels: int, eps: float = LN_EPS):
         super().__init__()
         self.norm = nn.LayerNorm(num_channels, eps=eps)
+        self.derived = DerivedWeights()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        nhwc = x.permute(0, 2, 3, 1)
+        if x.dtype not in (torch.float16, torch.bfloat16) or x.dtype == self.norm.weight.dtype:
+            return self.norm(nhwc).permute(0, 3, 1, 2)
+        weight, bias = self.norm.weight, self.norm.bias
+        if x.device.type not in _MIXED_LAYER_NORM_DEVICES:
+            weight, bias = self.derived.get(
+                'affine', (weight, bias), x.dtype, x.device,
+                lambda: (self.norm.weight.to(x.dtype), self.norm.bias.to(x.dtype)))
+        with autocast_disabled(x.device.type):
+            out = F.layer_norm(nhwc, self.norm.normalized_shape, weight, bias, self.norm.eps)
+        return out.permute(0, 3, 1, 2)
 
 
 class DropPath(nn.Module):
@@ -117,11 +189,22 @@ class DropPath(nn.Module):
                  scale: torch.Tensor | None = None) -> torch.Tensor:
         """``x + self(scale * branch)`` in one pass over the map: the layer
         scale and the per-sample keep mask are folded into one small
-        ``(B or 1, C, 1, 1)`` factor of ``addcmul``."""
+        ``(B or 1, C, 1, 1)`` factor of ``addcmul``.
+
+        The sum has ``x``'s dtype: an fp32 layer scale does not promote a half
+        residual stream (autocast) to fp32. Without gradients the sum is
+        written into ``x`` (a map the block made itself), computed in fp32
+        with the fp32 scale; with gradients the scale is cast to ``x``'s dtype.
+        """
         keep = self._keep_scale(x)
         if keep is not None:
             scale = keep if scale is None else scale * keep
-        return x + branch if scale is None else torch.addcmul(x, branch, scale)
+        in_place = _takes_no_gradient(x, branch, *(() if scale is None else (scale,)))
+        if scale is None:
+            return x.add_(branch) if in_place else x + branch
+        if in_place:
+            return x.addcmul_(branch, scale)
+        return torch.addcmul(x, branch, scale.to(x.dtype))
 
     def extra_repr(self) -> str:
         return f'drop_prob={self.drop_prob}'
@@ -130,20 +213,31 @@ class DropPath(nn.Module):
 class DepthwiseResidualConv(nn.Conv2d):
     """``x + conv(x)`` of a depthwise 'same' convolution, as one convolution.
 
-    The identity is folded into the centre tap of the kernel (a tiny copy of
-    the weight per call), which saves a full pass over the map for the add.
-    Parameters and keys are those of the plain ``nn.Conv2d``.
+    The identity is folded into the centre tap of the kernel, which saves a
+    full pass over the map for the add. The folded kernel is built in the
+    compute dtype (autocast's where it is on), and, while no gradient flows,
+    once per weight value (:class:`DerivedWeights`). Parameters and keys are
+    those of the plain ``nn.Conv2d`` (the identity is a non-persistent buffer).
     """
 
     def __init__(self, channels: int, kernel_size: int):
         super().__init__(channels, channels, kernel_size, padding=kernel_size // 2,
                          groups=channels)
+        identity = torch.zeros_like(self.weight)
+        identity[:, :, kernel_size // 2, kernel_size // 2] = 1.0
+        self.register_buffer('identity', identity, persistent=False)
+        self.derived = DerivedWeights()
+
+    def folded_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        """The kernel of ``x + conv(x)`` in ``dtype`` (summed in the weight's
+        own precision, then cast)."""
+        return self.derived.get('folded', (self.weight, self.identity), dtype,
+                                self.weight.device,
+                                lambda: (self.weight + self.identity).to(dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        centre = self.kernel_size[0] // 2, self.kernel_size[1] // 2
-        weight = self.weight.clone()
-        weight[:, :, centre[0], centre[1]] += 1.0
-        return self._conv_forward(x, weight, self.bias)
+        return self._conv_forward(x, self.folded_weight(_compute_dtype(x, self.weight)),
+                                  self.bias)
 
 
 class ConvStem(nn.Module):
@@ -194,30 +288,30 @@ class ConvFFN(nn.Module):
         return self.fc2(self.dwconv(self.act(self.fc1(x))))
 
 
-class _ChannelChunks(torch.autograd.Function):
-    """``x.chunk(n, dim=1)`` whose backward writes the chunks' gradients
+class _ChannelSplit(torch.autograd.Function):
+    """``x.split(sizes, dim=1)`` whose backward writes the parts' gradients
     straight into one buffer in ``x``'s memory format.
 
-    Autograd's own chunk backward concatenates them into a contiguous NCHW
+    Autograd's own split backward concatenates them into a contiguous NCHW
     tensor, which the channels_last convolution before it then copies again:
     two passes over the whole ``(B, 4C, H, W)`` gradient where one will do.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, chunks: int):
-        ctx.chunks = chunks
+    def forward(ctx, x: torch.Tensor, sizes: tuple[int, ...]):
+        ctx.sizes = sizes
         ctx.shape = x.shape
         ctx.memory_format = (torch.channels_last
                              if x.is_contiguous(memory_format=torch.channels_last)
                              else torch.contiguous_format)
-        return x.chunk(chunks, dim=1)
+        return x.split(sizes, dim=1)
 
     @staticmethod
     def backward(ctx, *grads):
         like = next(g for g in grads if g is not None)
         grad = torch.empty(ctx.shape, dtype=like.dtype, device=like.device,
                            memory_format=ctx.memory_format)
-        for part, part_grad in zip(grad.chunk(ctx.chunks, dim=1), grads):
+        for part, part_grad in zip(grad.split(ctx.sizes, dim=1), grads):
             if part_grad is None:
                 part.zero_()
             else:
@@ -225,12 +319,12 @@ class _ChannelChunks(torch.autograd.Function):
         return grad, None
 
 
-def channel_chunks(x: torch.Tensor, chunks: int):
-    """``x.chunk(chunks, dim=1)``; under autograd with one gradient write
-    (:class:`_ChannelChunks`)."""
+def channel_split(x: torch.Tensor, sizes: Sequence[int]):
+    """``x.split(sizes, dim=1)``; under autograd with one gradient write
+    (:class:`_ChannelSplit`)."""
     if torch.is_grad_enabled() and x.requires_grad:
-        return _ChannelChunks.apply(x, chunks)
-    return x.chunk(chunks, dim=1)
+        return _ChannelSplit.apply(x, tuple(sizes))
+    return x.split(tuple(sizes), dim=1)
 
 
 class GatedAttention(nn.Module):
@@ -269,14 +363,15 @@ class GatedAttention(nn.Module):
             nn.Conv2d(dim, 9 * dim, 1, groups=num_heads)) if inline_residual else None
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, heads, N, d), a view (no copy).
+        """(B, n * C, H, W) -> (B, n * heads, N, d), a view (no copy): the
+        heads of q, k or v (n = 1), or of q and k together (n = 2).
 
         Of a channels_last map the view has channel stride 1, the layout
-        SDPA's flash kernels need and the fused MALA op reads best.
+        SDPA's flash kernels need and the fused MALA op reads in whole
+        channel rows (``channels_last`` in ``mavit_mm.tooling.mala_inputs``).
         """
         batch, _, height, width = t.shape
-        return (t.reshape(batch, self.num_heads, self.head_dim, height * width)
-                .transpose(-1, -2))
+        return t.reshape(batch, -1, self.head_dim, height * width).transpose(-1, -2)
 
     def merge_heads(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """(B, heads, N, d) -> channels_last (B, C, H, W): a view when ``t`` is
@@ -296,10 +391,15 @@ class GatedAttention(nn.Module):
         # channels_last in, so that q, k, v are channel-contiguous head views
         # (free inside the backbone, which is channels_last already).
         x = x.contiguous(memory_format=torch.channels_last)
-        q, k, v, o = channel_chunks(self.qkvo(x), 4)
+        qk, v, o = channel_split(self.qkvo(x), (2 * self.dim, self.dim, self.dim))
         lepe = self.lepe(v)
-        out = attention(self.split_heads(q), self.split_heads(k), self.split_heads(v),
-                        self.attn_type, rope, self.kernel_function, impl=self.mala_impl)
+        qk_heads = self.split_heads(qk)          # q's heads, then k's
+        if self.attn_type == 'softmax':
+            # One rotation of q and k together: half the passes of two.
+            qk_heads, rope = rope.rotate(qk_heads), None
+        q, k = qk_heads[:, :self.num_heads], qk_heads[:, self.num_heads:]
+        out = attention(q, k, self.split_heads(v), self.attn_type, rope, self.kernel_function,
+                        impl=self.mala_impl)
         out = self.merge_heads(out, height, width)
         if self.residual is not None:
             out = out + self._local_residual(x, v)
@@ -588,7 +688,11 @@ class MAViT(BaseModule):
         # Inside: channels_last throughout (convolutions, norms, attention;
         # docs/architecture.md). Out: contiguous NCHW, one copy per output,
         # because mmcv's C++/CUDA ops (RoIAlign) read raw memory as NCHW.
-        x = self.patch_embed(x.contiguous(memory_format=torch.channels_last))
+        # Under autocast an fp32 image is cast in the same copy (the stem's
+        # convolution would cast it anyway).
+        compute_dtype = autocast_dtype(x.device.type) if x.dtype == torch.float32 else None
+        x = self.patch_embed(x.to(dtype=compute_dtype or x.dtype,
+                                  memory_format=torch.channels_last))
         outs: list[torch.Tensor] = []
         for i, stage in enumerate(self.layers):
             out, x = stage(x)

@@ -19,3 +19,13 @@ def autocast_disabled(device_type: str) -> contextlib.AbstractContextManager:
     if available and torch.is_autocast_enabled(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()
+
+
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast computes in on ``device_type`` where it is on, else
+    ``None`` (also for device types that have no autocast, such as ``meta``)."""
+    available = (device_type in _AUTOCAST_DEVICE_TYPES
+                 or torch.amp.is_autocast_available(device_type))
+    if available and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None

@@ -210,7 +210,10 @@ class RoPE2d(nn.Module):
         return self
 
     def forward(self, height: int, width: int) -> RotaryTables:
-        if _tracing():   # a traced graph computes its tables; no Python-side state
+        # A traced graph computes its tables (no Python-side state); an
+        # inference tensor (a module made inside inference_mode) keeps no
+        # version counter to tell an edit by.
+        if _tracing() or self.angle.is_inference():
             return RotaryTables(self.angle, height, width, paired=self.angles_paired)
         key = (height, width)
         # A tensor's version counts its in-place edits.

@@ -30,20 +30,17 @@ import torch  # noqa: E402
 
 from mavit_mm.ops import mala as mala_ops  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
+from mavit_mm.tooling.mala_inputs import mala_inputs  # noqa: E402
 from mavit_mm.tooling.triton_stub_driver import stub_cuda_driver  # noqa: E402
 
 HEAD_DIM = 64
 
 
-def backbone_qkv(batch, heads, height, width, dtype, offset=0):
-    """q, k, v as the backbone passes them (channel blocks of a channels_last
-    map), ``offset`` elements into their storage."""
-    channels = heads * HEAD_DIM
-    numel = batch * 3 * channels * height * width
-    storage = torch.randn(numel + offset, dtype=torch.float32).to(dtype)[offset:]
-    x = storage.view(batch, height, width, 3 * channels).permute(0, 3, 1, 2)
-    return [t.reshape(batch, heads, HEAD_DIM, height * width).transpose(-1, -2)
-            for t in x.chunk(3, dim=1)]
+def model_qkv(batch, heads, height, width, dtype, offset=0, layout='channels_last'):
+    """q, k, v in ``layout`` (the model's by default), ``offset`` elements into
+    their storage (``mavit_mm.tooling.mala_inputs``)."""
+    return mala_inputs(batch, heads, height, width, HEAD_DIM, layout=layout, dtype=dtype,
+                       storage_offset=offset)
 
 
 def describe(value, roles):
@@ -69,7 +66,7 @@ def counted_runs(function_module):
 
 
 def probe_calls(launches_module, counter, stub):
-    q, k, v = (t.detach().requires_grad_() for t in backbone_qkv(1, 2, 16, 20, torch.bfloat16))
+    q, k, v = (t.detach().requires_grad_() for t in model_qkv(1, 2, 16, 20, torch.bfloat16))
     rope = RoPE2d(HEAD_DIM)(16, 20)
     dout = torch.randn(q.shape, dtype=q.dtype)
     roles = {t.data_ptr(): name for name, t in
@@ -102,17 +99,18 @@ def probe_cases(launches_module, plan_module):
     launches_module.CompiledLaunches.launch = launch
 
     variants = {
-        'backbone layout': lambda: backbone_qkv(1, 2, 16, 20, torch.bfloat16),
-        'backbone layout, new tensors': lambda: backbone_qkv(1, 2, 16, 20, torch.bfloat16),
-        'offset 8 elements (16 bytes)': lambda: backbone_qkv(1, 2, 16, 20, torch.bfloat16, 8),
-        'offset 1 element (2 bytes)': lambda: backbone_qkv(1, 2, 16, 20, torch.bfloat16, 1),
-        'offset 3 elements (6 bytes)': lambda: backbone_qkv(1, 2, 16, 20, torch.bfloat16, 3),
-        'contiguous heads': lambda: [torch.randn(1, 2, 320, HEAD_DIM).bfloat16()
-                                     for _ in range(3)],
-        'odd tokens': lambda: backbone_qkv(1, 2, 15, 21, torch.bfloat16),
-        'one head, batch 2': lambda: backbone_qkv(2, 1, 16, 20, torch.bfloat16),
-        'fp32': lambda: backbone_qkv(1, 2, 16, 20, torch.float32),
-        'fp32, offset 2 elements (8 bytes)': lambda: backbone_qkv(1, 2, 16, 20,
+        'channels_last layout': lambda: model_qkv(1, 2, 16, 20, torch.bfloat16),
+        'channels_last layout, new tensors': lambda: model_qkv(1, 2, 16, 20, torch.bfloat16),
+        'offset 8 elements (16 bytes)': lambda: model_qkv(1, 2, 16, 20, torch.bfloat16, 8),
+        'offset 1 element (2 bytes)': lambda: model_qkv(1, 2, 16, 20, torch.bfloat16, 1),
+        'offset 3 elements (6 bytes)': lambda: model_qkv(1, 2, 16, 20, torch.bfloat16, 3),
+        'contiguous heads': lambda: model_qkv(1, 2, 16, 20, torch.bfloat16,
+                                              layout='contiguous'),
+        'nchw layout': lambda: model_qkv(1, 2, 16, 20, torch.bfloat16, layout='nchw'),
+        'odd tokens': lambda: model_qkv(1, 2, 15, 21, torch.bfloat16),
+        'one head, batch 2': lambda: model_qkv(2, 1, 16, 20, torch.bfloat16),
+        'fp32': lambda: model_qkv(1, 2, 16, 20, torch.float32),
+        'fp32, offset 2 elements (8 bytes)': lambda: model_qkv(1, 2, 16, 20,
                                                                  torch.float32, 2),
     }
     with launches_module.direct_launches(False):   # every launch through Triton's binder

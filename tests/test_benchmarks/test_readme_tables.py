@@ -61,3 +61,38 @@ def test_speed_results_record_what_a_reader_needs():
         assert len(row['times_ms']['MAViT-T']) == report['repeats']
         assert row['ratio'] == pytest.approx(
             row['median_ms']['MAViT-T'] / row['median_ms']['Swin-T'], rel=1e-3)
+
+
+def test_gpu_checks_block_names_test_files_where_they_are_now():
+    block = readme_tables.readme_block(target_text('gpu-checks'), 'gpu-checks')
+    paths = re.findall(r'\((tests/\S+\.py)\)', block)
+    assert len(paths) == 2 and all((REPO_ROOT / path).is_file() for path in paths)
+
+
+def test_gpu_checks_block_reads_the_files_of_the_run_s_other_parts(tmp_path):
+    """gpu_check.py's parts split the steps: the tests and the profile of MAViT-T's
+    op calls come from part 1's folder, SDPA's rows from part 2's."""
+    env = dict(device='GPU', driver='1', cuda='13', torch='2', triton='3', date='2026-12-01',
+               copy_bandwidth_tbps=3.0)
+    for part in ('part1', 'part2'):
+        (tmp_path / part).mkdir()
+        (tmp_path / part / 'env.json').write_text(json.dumps(env))
+    (tmp_path / 'part1' / 'kernel-tests.json').write_text(json.dumps(dict(
+        command='-m pytest tests/test_mala_cuda.py', passed=3, failed=0, skipped=1,
+        failures=[])))
+    (tmp_path / 'part1' / 'profile.json').write_text(json.dumps(dict(
+        dtype='bfloat16', layout='channels_last', results=[
+            dict(stage=2, batch=8, heads=2, head_dim=64, height=64, width=256,
+                 pass_name='fwd', wall_us=12.34, kernel_us=5.0, host_issue_us=7.0),
+            dict(stage=1, batch=1, heads=1, head_dim=64, height=128, width=512,
+                 pass_name='fwd', skipped='time budget spent')])))
+    report = dict(results=[dict(height=512, width=2048, precision='bf16', allowed='flash',
+                                ok=True, sdpa_ops=['aten::_scaled_dot_product_cudnn_attention'])])
+    block = readme_tables.render_gpu_checks(report, str(tmp_path / 'part2' / 'sdpa.json'))
+    assert '- `kernel-tests` (tests/test_ops/test_mala/test_mala_cuda.py): 3 passed' in block
+    assert 'only flash allowed: ran; unrestricted, the forward picks ' \
+           '`_scaled_dot_product_cudnn_attention`' in block
+    assert '| op call in MAViT-T (bfloat16, channels_last) | wall µs |' in block
+    assert '| stage 2, batch 8, 2 head(s) of d = 64 over 64x256, fwd | 12.3 | 5.0 | 7.0 |' \
+        in block
+    assert 'stage 1' not in block   # a row the budget cut has no figures

@@ -17,6 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 from mavit_mm.models import MAViT
 from mavit_mm.ops import ATTN_TYPES, LINEAR_ATTN_TYPES, attention
 from mavit_mm.ops.rope2d import RoPE2d
+from mavit_mm.tooling.mala_inputs import mala_inputs
 
 BATCH, HEIGHT, WIDTH = 1, 256, 384
 LAYOUTS = {'nchw': torch.contiguous_format, 'channels_last': torch.channels_last}
@@ -91,8 +92,7 @@ def test_flash_only_refuses_token_contiguous_heads():
     """The check above can fail: heads cut from an NCHW map (channel stride N),
     the layout of the regression, have no flash kernel."""
     rope = RoPE2d(64)(8, 12)
-    qkv = torch.randn(1, 3 * 64, 8, 12)
-    q, k, v = (t.reshape(1, 1, 64, 96).transpose(-1, -2) for t in qkv.chunk(3, dim=1))
+    q, k, v = mala_inputs(1, 1, 8, 12, 64, layout='nchw')
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]), pytest.raises(RuntimeError,
                                                                    match='No available kernel'):
         attention(q, k, v, 'softmax', rope)

@@ -202,6 +202,92 @@ def test_rope_tables_are_built_once_per_stage_and_size(monkeypatch):
         assert builds[8:] == [(16, 24), (8, 12), (4, 6), (2, 3)]
 
 
+def _small_model(seed=0) -> MAViT:
+    torch.manual_seed(seed)
+    return MAViT('t', depths=[1, 1, 1, 1], drop_path_rate=0.0, mala_impl='torch').eval()
+
+
+def _perturbed(state: dict, seed: int) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return {key: value + 0.05 * torch.randn(value.shape, generator=generator)
+            if value.is_floating_point() and key.endswith('weight') else value
+            for key, value in state.items()}
+
+
+@pytest.mark.parametrize('autocast', [False, True])
+def test_eval_forward_follows_every_weight_change(monkeypatch, autocast):
+    """Folded depthwise kernels (and, where the norm kernel needs them, half
+    copies of the norm weights) are kept while no gradient flows: a load, an
+    optimizer step, an in-place edit and a move must all reach the next forward.
+    The CUDA rule (norm weights cast to the input's dtype) is forced on the CPU."""
+    monkeypatch.setattr(mavit_module, '_MIXED_LAYER_NORM_DEVICES', ())
+    x = torch.randn(1, 3, 64, 64)
+
+    def run(model):
+        with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+            return model(x)
+
+    def same_as_fresh(model):
+        fresh = _small_model()
+        fresh.load_state_dict(model.state_dict())
+        for ours, expected in zip(run(model), run(fresh)):
+            assert torch.equal(ours, expected)
+
+    model = _small_model()
+    run(model)                                             # fills the caches
+    model.load_state_dict(_perturbed(model.state_dict(), 1))
+    same_as_fresh(model)
+    model.train()
+    loss = sum(out.square().mean() for out in model(x))
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.5).step()
+    model.eval()
+    same_as_fresh(model)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, mavit_module.DepthwiseResidualConv):
+                module.weight.mul_(1.5)
+            if isinstance(module, nn.LayerNorm):
+                module.weight.add_(0.25)
+    same_as_fresh(model)
+    model.double()
+    model.float()
+    same_as_fresh(model)
+
+
+def test_inference_mode_built_or_only_run():
+    """Caches keyed on version counters step aside for inference tensors (a
+    model built inside ``torch.inference_mode``, which keep none): same outputs
+    as under ``no_grad``, call after call."""
+    x = torch.randn(1, 3, 64, 64)
+    with torch.inference_mode():
+        built_inside = _small_model()
+        first, second = built_inside(x), built_inside(x)
+    model = _small_model()
+    with torch.no_grad():
+        expected = model(x)
+    with torch.inference_mode():
+        run_inside = [model(x) for _ in range(2)]
+    for outputs in (first, second, *run_inside):
+        for ours, reference in zip(outputs, expected):
+            assert torch.equal(ours, reference)
+
+
+def test_bf16_forward_matches_fp32_forward():
+    """The lean bf16 forward (half norms, bf16 residual stream, cached folded
+    kernels) stays close to the fp32 one, with gradients and without."""
+    model = _small_model()
+    x = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(x)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad), torch.autocast('cpu', dtype=torch.bfloat16):
+            outputs = model(x)
+        for ours, reference in zip(outputs, expected):
+            assert ours.dtype == torch.bfloat16
+            assert relative_error(ours.float(), reference) < 0.05
+
+
 def test_softmax_stages_use_sdpa(monkeypatch):
     calls = []
     original = mavit_module.F.scaled_dot_product_attention

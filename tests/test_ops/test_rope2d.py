@@ -8,17 +8,14 @@ from mavit_mm.models import MAViT
 from mavit_mm.ops import attention
 from mavit_mm.ops.mala import mala_attention
 from mavit_mm.ops.rope2d import RoPE2d, RotaryTables, apply_rope, rope_angles
+from mavit_mm.tooling.mala_inputs import mala_inputs
 
 HEIGHT, WIDTH = 6, 10
 
 
 def channel_contiguous_heads(batch=2, heads=2, head_dim=32, dtype=torch.float32, seed=0):
     """(B, heads, N, d) views of a channels_last map, as the backbone makes them."""
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, HEIGHT, WIDTH, 3 * heads * head_dim, generator=generator, dtype=dtype)
-    x = x.permute(0, 3, 1, 2)                              # channels_last (B, 3C, H, W)
-    return [t.reshape(batch, heads, head_dim, HEIGHT * WIDTH).transpose(-1, -2)
-            for t in x.chunk(3, dim=1)]
+    return mala_inputs(batch, heads, HEIGHT, WIDTH, head_dim, dtype=dtype, seed=seed)
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])

@@ -1,5 +1,6 @@
 """Inference speed (images/s) and peak memory of models at high resolution,
-several configs side by side, optionally swept over input sizes.
+several configs side by side, optionally swept over input sizes and run
+several ways (eager, CUDA graph, torch.compile).
 
 The paper's high-resolution figure is UperNet at 512x2048, batch 1, on an A100.
 This times each model's tensor-mode forward (``model(inputs, samples,
@@ -8,6 +9,26 @@ warm-up, synchronising the GPU around every run. Peak memory is the extra
 memory a forward takes: on CUDA from the allocator's peak, on a CPU from the
 process's peak resident memory (Linux). Results are printed as one table and
 written as JSON with the device, library versions and settings.
+
+``--modes`` (any of these, timed side by side in one table and one JSON;
+default eager):
+  eager       the forward as it is, every kernel launched from Python.
+  cuda-graph  the forward captured once in a ``torch.cuda.CUDAGraph`` after
+              warm-up on a side stream, then ``graph.replay()`` timed on the
+              same static inputs. CUDA only: asked for on a CPU, the tool
+              stops before building a model. Peak memory is the capture's
+              (the graph's pool, which every replay reuses).
+  compile     ``torch.compile(forward, mode='reduce-overhead')`` (inductor:
+              on CUDA with CUDA graphs, on a CPU its C++ kernels). Its first
+              two calls (compilation; on CUDA the graph's recording) are
+              timed on their own as ``compile_s``, not in the per-image time.
+A mode that fails for a model (a capture meets a host synchronisation, as a
+detector's NMS does) is reported as failed in its row (``error``), the rest
+still runs, and the tool exits with status 1 at the end.
+
+With two configs, the table and the JSON (``fps_ratios``) give the first's
+images/s over the second's, per mode and size (MAViT over Swin below); with
+more, the first over each of the others.
 
 With ``--shapes``, every config is timed at every size, and a PNG plots latency
 and memory against the number of pixels: MAViT's linear attention against
@@ -18,6 +39,10 @@ Examples:
   python tools/analysis_tools/benchmark_fps.py configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py \\
       configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py
   python tools/analysis_tools/benchmark_fps.py CONFIG --dtype bf16 --mala-impl triton --iters 100
+  # the same two eager, as a CUDA graph and compiled, in bf16
+  python tools/analysis_tools/benchmark_fps.py configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py \\
+      configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py \\
+      --modes eager cuda-graph compile --dtype bf16 --shape 512 2048 --out fps.json
   # resolution sweep of the backbones, latency and memory against pixels as a PNG
   python tools/analysis_tools/benchmark_fps.py CONFIG_A CONFIG_B --backbone-only \\
       --shapes 256x256 512x512 512x1024 1024x1024 1024x2048 --plot sweep.png
@@ -39,6 +64,9 @@ sys.path.insert(0, str(REPO_ROOT))
 from mmengine.config import DictAction  # noqa: E402
 
 DTYPES = {'fp32': 'float32', 'fp16': 'float16', 'bf16': 'bfloat16'}
+MODES = ('eager', 'cuda-graph', 'compile')
+CAPTURE_WARMUP = 3  # side-stream runs before a capture, at least (the CUDA-graph recipe)
+COMPILE_CALLS = 2   # compilation; reduce-overhead records its CUDA graph on the next call
 
 
 def parse_size(text: str):
@@ -72,6 +100,10 @@ def parse_args(argv=None):
     parser.add_argument('--mala-impl', choices=['auto', 'torch', 'triton'], default=None,
                         help="override the MAViT backbones' MALA implementation")
     parser.add_argument('--backbone-only', action='store_true', help='time the backbones alone')
+    parser.add_argument('--modes', nargs='+', choices=MODES, default=['eager'], metavar='MODE',
+                        help='how the forward runs, timed side by side (default: eager): eager; '
+                             'cuda-graph (captured once, replayed; CUDA only); compile '
+                             "(torch.compile, mode='reduce-overhead'; compile time on its own)")
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
                         help='override config entries of every config, key=value')
     parser.add_argument('--out', metavar='FILE',
@@ -83,6 +115,7 @@ def parse_args(argv=None):
     for config in args.configs:
         if not Path(config).is_file():
             parser.error(f'config not found: {config}')
+    args.modes = list(dict.fromkeys(args.modes))
     return args
 
 
@@ -124,45 +157,130 @@ def label_of(config: str, cfg) -> str:
     return f'{Path(config).stem} ({backbone.type}{impl})'
 
 
-def time_model(model, inputs, samples, args, device, autocast, progress) -> dict:
+def forward_of(model, inputs, samples, backbone_only: bool):
+    """The call every mode times, on static inputs: the tensor-mode forward, or the backbone's."""
+    if backbone_only:
+        return lambda: model.backbone(inputs)
+    return lambda: model(inputs, samples, mode='tensor')
+
+
+def timed(call, device) -> float:
     import torch
-    if args.backbone_only:
-        def run():
-            return model.backbone(inputs)
-    else:
-        def run():
-            return model(inputs, samples, mode='tensor')
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    call()
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
 
-    def synchronize():
-        if device.type == 'cuda':
-            torch.cuda.synchronize(device)
 
-    times = []
+def capture_cuda_graph(forward, device, warmup: int):
+    """``forward`` captured in a CUDA graph after warm-up on a side stream (the
+    recipe of PyTorch's CUDA-graph docs); returns the graph's replay and the
+    extra memory the capture took: the graph's pool, which every replay reuses."""
+    import torch
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            forward()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+
+    def capture():
+        with torch.cuda.graph(graph):
+            forward()
+    return graph.replay, peak_extra_mib(capture, device)
+
+
+def time_model(forward, mode: str, args, device, progress, pixels: int) -> dict:
+    """``forward`` (no arguments) run as ``mode``, after warm-up: img/s,
+    latency, peak memory and, for ``compile``, the time to compile."""
+    import torch
+    # A capture must not keep casts cached outside its graph: autocast's cache off.
+    autocast = torch.autocast(device.type, dtype=getattr(torch, DTYPES[args.dtype]),
+                              enabled=args.dtype != 'fp32', cache_enabled=mode != 'cuda-graph')
+    compile_s = memory = None
     with torch.no_grad(), autocast:
-        for i in range(args.warmup + args.iters):
-            synchronize()
+        if mode == 'cuda-graph':
+            run, memory = capture_cuda_graph(forward, device, max(CAPTURE_WARMUP, args.warmup))
+        elif mode == 'compile':
+            # A cold compile per model and size, never near dynamo's recompile limit.
+            torch._dynamo.reset()
+            run = torch.compile(forward, mode='reduce-overhead', dynamic=False)
+
+            def first_calls():
+                for _ in range(COMPILE_CALLS):
+                    run()
+            # On CUDA the recording takes the graph's pool; on a CPU the compiler's
+            # own memory would count in the process's peak, so a later run is measured.
             start = time.perf_counter()
-            run()
-            synchronize()
+            memory = peak_extra_mib(first_calls, device) if device.type == 'cuda' else first_calls()
+            compile_s = time.perf_counter() - start
+        else:
+            run = forward
+        times = []
+        for i in range(args.warmup + args.iters):
+            elapsed = timed(run, device)
             if i >= args.warmup:
-                times.append(time.perf_counter() - start)
-            progress(inputs.shape[-2] * inputs.shape[-1])
-        memory = peak_extra_mib(run, device)
+                times.append(elapsed)
+            progress(pixels)
+        if memory is None:
+            memory = peak_extra_mib(run, device)
+    if mode == 'compile':
+        torch._dynamo.reset()  # frees the compiled graphs (and their CUDA-graph pools)
     times.sort()
     median = times[len(times) // 2]
-    return dict(fps_mean=args.batch_size * len(times) / sum(times),
+    return dict(fps=args.batch_size / median, ms_per_image=median * 1e3 / args.batch_size,
+                fps_mean=args.batch_size * len(times) / sum(times),
                 fps_median=args.batch_size / median, latency_ms_median=median * 1e3,
-                peak_memory_mib=memory)
+                peak_memory_mib=memory, compile_s=compile_s, error=None)
+
+
+def failed(error: Exception) -> dict:
+    first_line = (str(error).strip().splitlines() or [''])[0]
+    return dict(fps=None, ms_per_image=None, fps_mean=None, fps_median=None,
+                latency_ms_median=None, peak_memory_mib=None, compile_s=None,
+                error=f'{type(error).__name__}: {first_line}')
+
+
+def fps_ratios(results, per_config: int) -> list[dict]:
+    """img/s of the first config over each other one, per mode and size (rows
+    are in the same order of sizes and modes for every config)."""
+    first, *others = (results[i:i + per_config] for i in range(0, len(results), per_config))
+    return [dict(config=a['config'], relative_to=b['config'], mode=a['mode'], shape=a['shape'],
+                 height=a['height'], width=a['width'],
+                 fps_ratio=a['fps'] / b['fps'] if a['fps'] and b['fps'] else None)
+            for rows in others for a, b in zip(first, rows)]
 
 
 def format_table(results) -> str:
-    header = f"{'model':62} {'size':>9} {'img/s':>8} {'ms':>9} {'peak MiB':>9}"
+    header = (f"{'model':62} {'mode':10} {'size':>9} {'img/s':>8} {'ms':>9} {'peak MiB':>9} "
+              f"{'compile s':>9}")
     lines = [header, '-' * len(header)]
     for r in results:
-        memory = 'n/a' if r['peak_memory_mib'] is None else f"{r['peak_memory_mib']:.0f}"
         size = f"{r['shape'][0]}x{r['shape'][1]}"
-        lines.append(f"{r['label'][:62]:62} {size:>9} {r['fps_median']:>8.2f} "
-                     f"{r['latency_ms_median']:>9.1f} {memory:>9}")
+        row = f"{r['label'][:62]:62} {r['mode']:10} {size:>9} "
+        if r['error']:
+            lines.append(row + f"failed: {r['error']}"[:120])
+            continue
+        memory = 'n/a' if r['peak_memory_mib'] is None else f"{r['peak_memory_mib']:.0f}"
+        compile_s = '-' if r['compile_s'] is None else f"{r['compile_s']:.1f}"
+        lines.append(row + f"{r['fps_median']:>8.2f} {r['latency_ms_median']:>9.1f} {memory:>9} "
+                           f'{compile_s:>9}')
+    return '\n'.join(lines)
+
+
+def format_ratios(ratios) -> str:
+    lines = []
+    for pair in dict.fromkeys((r['config'], r['relative_to']) for r in ratios):
+        lines += [f'img/s ratio, {Path(pair[0]).stem} over {Path(pair[1]).stem}:',
+                  f"{'mode':10} {'size':>9} {'ratio':>7}"]
+        for r in (r for r in ratios if (r['config'], r['relative_to']) == pair):
+            ratio = 'n/a' if r['fps_ratio'] is None else f"{r['fps_ratio']:.2f}"
+            size = f"{r['height']}x{r['width']}"
+            lines.append(f"{r['mode']:10} {size:>9} {ratio:>7}")
     return '\n'.join(lines)
 
 
@@ -172,12 +290,15 @@ def plot(results, path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_time, ax_memory) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for label in dict.fromkeys(r['label'] for r in results):
-        rows = sorted((r for r in results if r['label'] == label), key=lambda r: r['pixels'])
+    several_modes = len({r['mode'] for r in results}) > 1
+    for label, mode in dict.fromkeys((r['label'], r['mode']) for r in results):
+        rows = sorted((r for r in results if (r['label'], r['mode']) == (label, mode)
+                       and not r['error']), key=lambda r: r['pixels'])
+        name = f'{label}, {mode}' if several_modes else label
         pixels = [r['pixels'] / 1e6 for r in rows]
-        ax_time.plot(pixels, [r['latency_ms_median'] for r in rows], 'o-', label=label)
+        ax_time.plot(pixels, [r['latency_ms_median'] for r in rows], 'o-', label=name)
         if all(r['peak_memory_mib'] is not None for r in rows):
-            ax_memory.plot(pixels, [r['peak_memory_mib'] for r in rows], 'o-', label=label)
+            ax_memory.plot(pixels, [r['peak_memory_mib'] for r in rows], 'o-', label=name)
     ax_time.set(xlabel='input pixels (millions)', ylabel='median latency (ms)',
                 title='latency')
     ax_memory.set(xlabel='input pixels (millions)', ylabel='peak extra memory (MiB)',
@@ -196,17 +317,19 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     import torch
 
+    device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+    if 'cuda-graph' in args.modes and device.type != 'cuda':
+        raise SystemExit(f'--modes cuda-graph needs a CUDA device (got {device}): a CUDA graph '
+                         'replays CUDA kernels; time eager or compile here')
+    if args.dtype != 'fp32' and device.type != 'cuda':
+        raise SystemExit(f'--dtype {args.dtype} needs a CUDA device (got {device})')
+
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.device import device_name
     from mavit_mm.tooling.model_builder import build_model, dummy_forward_inputs
 
-    device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
-    if args.dtype != 'fp32' and device.type != 'cuda':
-        raise SystemExit(f'--dtype {args.dtype} needs a CUDA device (got {device})')
     shapes = args.shapes or [tuple(args.shape)]
-    autocast = torch.autocast(device.type, dtype=getattr(torch, DTYPES[args.dtype]),
-                              enabled=args.dtype != 'fp32')
-    runs_per_shape = args.warmup + args.iters
+    runs_per_shape = len(args.modes) * (args.warmup + args.iters)
     total_runs = len(args.configs) * len(shapes) * runs_per_shape
     # The time left is estimated from the pixels still to process: a run costs
     # roughly in proportion to its input size.
@@ -223,6 +346,7 @@ def main(argv=None) -> dict:
             print(f"[{done['runs']}/{total_runs} runs] {elapsed:.0f} s so far, "
                   f'about {left:.0f} s left', flush=True)
 
+    name = device_name(device)
     results = []
     for config in args.configs:
         cfg_options = dict(args.cfg_options)
@@ -234,14 +358,30 @@ def main(argv=None) -> dict:
         for height, width in shapes:
             inputs, samples = dummy_forward_inputs(cfg, height, width, args.batch_size,
                                                    str(device))
-            timing = time_model(model, inputs, samples, args, device, autocast, progress)
-            results.append(dict(config=config, label=label, shape=[height, width],
-                                pixels=height * width, **timing))
-            print(f'{label}: {height}x{width}: {timing["fps_median"]:.2f} img/s, '
-                  f'{timing["latency_ms_median"]:.1f} ms', flush=True)
-        del model
+            forward = forward_of(model, inputs, samples, args.backbone_only)
+            for mode in args.modes:
+                try:
+                    timing = time_model(forward, mode, args, device, progress, height * width)
+                except Exception as error:  # eager must work; the others may not, for a model
+                    if mode == 'eager':
+                        raise
+                    timing = failed(error)
+                results.append(dict(config=config, label=label, mode=mode, shape=[height, width],
+                                    height=height, width=width, pixels=height * width,
+                                    batch_size=args.batch_size, dtype=args.dtype, device=name,
+                                    **timing))
+                if timing['error']:
+                    print(f"{label}: {mode}: {height}x{width}: failed: {timing['error']}",
+                          flush=True)
+                    continue
+                compiled = '' if timing['compile_s'] is None else (
+                    f", compiled in {timing['compile_s']:.1f} s")
+                print(f'{label}: {mode}: {height}x{width}: {timing["fps_median"]:.2f} img/s, '
+                      f'{timing["latency_ms_median"]:.1f} ms{compiled}', flush=True)
+        del model, forward
         if device.type == 'cuda':
             torch.cuda.empty_cache()
+    ratios = fps_ratios(results, len(shapes) * len(args.modes)) if len(args.configs) > 1 else []
 
     versions = dict(python=platform.python_version(), torch=torch.__version__)
     try:
@@ -249,19 +389,21 @@ def main(argv=None) -> dict:
         versions['triton'] = triton.__version__
     except ImportError:
         pass
-    report = dict(device=device_name(device), device_type=device.type,
+    report = dict(device=name, device_type=device.type,
                   cuda=torch.version.cuda if device.type == 'cuda' else None,
                   batch_size=args.batch_size, backbone_only=args.backbone_only,
-                  dtype=args.dtype, mala_impl_override=args.mala_impl, iters=args.iters,
-                  warmup=args.warmup, cpu_threads=torch.get_num_threads(), versions=versions,
-                  date=datetime.now(UTC).isoformat(timespec='seconds'),
-                  results=results)
+                  dtype=args.dtype, mala_impl_override=args.mala_impl, modes=args.modes,
+                  iters=args.iters, warmup=args.warmup, cpu_threads=torch.get_num_threads(),
+                  versions=versions, date=datetime.now(UTC).isoformat(timespec='seconds'),
+                  results=results, fps_ratios=ratios)
     out = Path(args.out) if args.out else (
         REPO_ROOT / 'benchmarks' / 'results' /
         f'fps-{device.type}-{datetime.now():%Y%m%d-%H%M%S}.json')
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + '\n')
     print(format_table(results))
+    if ratios:
+        print(format_ratios(ratios))
     print(f'on {report["device"]}, batch {args.batch_size}, {args.dtype}'
           f'{", backbones only" if args.backbone_only else ""}; JSON written to {out}')
     if args.plot or args.shapes:
@@ -269,6 +411,9 @@ def main(argv=None) -> dict:
         plot(results, png, f'{report["device"]}, batch {args.batch_size}, {args.dtype}'
                            f'{", backbones" if args.backbone_only else ""}')
         print(f'plot of latency and memory against pixels: {png}')
+    failures = [r for r in results if r['error']]
+    if failures:
+        raise SystemExit(f'{len(failures)} of {len(results)} runs failed (their rows in {out})')
     return report
 
 

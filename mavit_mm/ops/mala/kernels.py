@@ -175,19 +175,50 @@ def _matrix_base(ptr, index, rows, head_dim):
 
 
 @triton.jit
-def _load_pairs(base, tokens, pairs, stride_n, stride_d, mask):
-    """Even- and odd-channel tiles (tokens x pairs) in fp32, zero outside ``mask``."""
-    offsets = tokens[:, None] * stride_n + (2 * pairs)[None, :] * stride_d
-    even = tl.load(base + offsets, mask=mask, other=0.0).to(tl.float32)
-    odd = tl.load(base + offsets + stride_d, mask=mask, other=0.0).to(tl.float32)
-    return even, odd
+def _load_pairs(base, tokens, pairs, stride_n, stride_d, token_ok, pair_ok, head_dim,
+                WHOLE_PAIRS: tl.constexpr):
+    """Even- and odd-channel tiles (tokens x pairs) in fp32, zero outside the
+    valid tokens and pairs.
+
+    ``WHOLE_PAIRS`` (channel stride 1: the model's channels_last heads, dense
+    heads): the two channels of a pair are neighbours in memory, so the
+    (tokens x 2 * pairs) tile is read whole, in vector loads along the
+    channels, and split into its even and odd channels in registers. Its mask
+    is built from the channel index itself (not from the pair mask), so that
+    the compiler sees it constant over a vector. Otherwise (token-contiguous
+    heads of an NCHW map) each parity is a tile of its own, read in vector
+    loads along the tokens.
+    """
+    if WHOLE_PAIRS:
+        channels = tl.arange(0, 2 * pairs.shape[0])
+        offsets = tokens[:, None] * stride_n + channels[None, :]
+        tile = tl.load(base + offsets, mask=token_ok[:, None] & (channels < head_dim)[None, :],
+                       other=0.0)
+        even, odd = tl.split(tl.reshape(tile, (tokens.shape[0], pairs.shape[0], 2)))
+    else:
+        offsets = tokens[:, None] * stride_n + (2 * pairs)[None, :] * stride_d
+        mask = token_ok[:, None] & pair_ok[None, :]
+        even = tl.load(base + offsets, mask=mask, other=0.0)
+        odd = tl.load(base + offsets + stride_d, mask=mask, other=0.0)
+    return even.to(tl.float32), odd.to(tl.float32)
 
 
 @triton.jit
-def _store_pairs(base, tokens, pairs, stride_n, stride_d, mask, even, odd):
-    offsets = tokens[:, None] * stride_n + (2 * pairs)[None, :] * stride_d
-    tl.store(base + offsets, even.to(base.dtype.element_ty), mask=mask)
-    tl.store(base + offsets + stride_d, odd.to(base.dtype.element_ty), mask=mask)
+def _store_pairs(base, tokens, pairs, stride_n, stride_d, token_ok, pair_ok, head_dim,
+                 even, odd, WHOLE_PAIRS: tl.constexpr):
+    """The inverse of ``_load_pairs``: with ``WHOLE_PAIRS`` the parities are
+    interleaved in registers and stored as one tile."""
+    if WHOLE_PAIRS:
+        channels = tl.arange(0, 2 * pairs.shape[0])
+        offsets = tokens[:, None] * stride_n + channels[None, :]
+        tile = tl.reshape(tl.join(even, odd), (tokens.shape[0], 2 * pairs.shape[0]))
+        tl.store(base + offsets, tile.to(base.dtype.element_ty),
+                 mask=token_ok[:, None] & (channels < head_dim)[None, :])
+    else:
+        offsets = tokens[:, None] * stride_n + (2 * pairs)[None, :] * stride_d
+        mask = token_ok[:, None] & pair_ok[None, :]
+        tl.store(base + offsets, even.to(base.dtype.element_ty), mask=mask)
+        tl.store(base + offsets + stride_d, odd.to(base.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -236,11 +267,12 @@ def _store_vector_pairs(vector_ptr, pairs, mask, even, odd):
 # --------------------------------------------------------------------------
 @triton.jit
 def _key_value_block(k_base, v_base, tokens, pairs, channels, token_ok, pair_ok, channel_ok,
-                     angle, is_row_pair, width,
-                     stride_kn, stride_kd, stride_vn, stride_vd):
+                     head_dim, angle, is_row_pair, width,
+                     stride_kn, stride_kd, stride_vn, stride_vd, WHOLE_PAIRS: tl.constexpr):
     """ka (pairs), kr (pairs) and v of one block, exactly zero outside the masks."""
     pair_mask = token_ok[:, None] & pair_ok[None, :]
-    k_even, k_odd = _load_pairs(k_base, tokens, pairs, stride_kn, stride_kd, pair_mask)
+    k_even, k_odd = _load_pairs(k_base, tokens, pairs, stride_kn, stride_kd, token_ok, pair_ok,
+                                head_dim, WHOLE_PAIRS)
     ka_even, ka_odd = _activate_pairs(k_even, k_odd, pair_mask)
     cos, sin = _token_rotation(tokens, angle, is_row_pair, width)
     kr_even, kr_odd = _rotate(ka_even, ka_odd, cos, sin)
@@ -279,7 +311,7 @@ def _forward_partials_kernel(
         stride_vb, stride_vh, stride_vn, stride_vd,
         num_heads, num_tokens, width, head_dim, tokens_per_chunk,
         BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
-        DOT_PRECISION: tl.constexpr):
+        DOT_PRECISION: tl.constexpr, WHOLE_PAIRS: tl.constexpr):
     """Shifted k / v sums of one chunk of tokens (see the module docstring)."""
     chunk = tl.program_id(0)
     bh = tl.program_id(1)
@@ -300,7 +332,7 @@ def _forward_partials_kernel(
     first_ok = first_tokens < chunk_end
     _, _, first_kr_even, first_kr_odd, first_v = _key_value_block(
         k_base, v_base, first_tokens, pairs, channels, first_ok, pair_ok, channel_ok,
-        angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd)
+        head_dim, angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd, WHOLE_PAIRS)
     first_count = tl.sum(first_ok.to(tl.float32), axis=0)
     kr_shift_even = tl.sum(first_kr_even, axis=0) / first_count
     kr_shift_odd = tl.sum(first_kr_odd, axis=0) / first_count
@@ -318,7 +350,7 @@ def _forward_partials_kernel(
         token_ok = tokens < chunk_end
         ka_even, ka_odd, kr_even, kr_odd, v = _key_value_block(
             k_base, v_base, tokens, pairs, channels, token_ok, pair_ok, channel_ok,
-            angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd)
+            head_dim, angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd, WHOLE_PAIRS)
         pair_mask = token_ok[:, None] & pair_ok[None, :]
         kr_even = tl.where(pair_mask, kr_even - kr_shift_even[None, :], 0.0)
         kr_odd = tl.where(pair_mask, kr_odd - kr_shift_odd[None, :], 0.0)
@@ -467,7 +499,7 @@ def _forward_output_kernel(
         stride_ob, stride_oh, stride_on, stride_od,
         num_heads, num_tokens, width, head_dim, scale, tokens_per_program,
         BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
-        DOT_PRECISION: tl.constexpr):
+        DOT_PRECISION: tl.constexpr, WHOLE_PAIRS: tl.constexpr):
     """out for ``tokens_per_program`` tokens: the (d, d) stats are loaded once
     per program, not once per tile (they come from L2 and outweigh a tile of q)."""
     program = tl.program_id(0)
@@ -488,7 +520,8 @@ def _forward_output_kernel(
         tokens = block_start + tl.arange(0, BLOCK_N)
         token_ok = tokens < last
         pair_mask = token_ok[:, None] & pair_ok[None, :]
-        q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, pair_mask)
+        q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, token_ok,
+                                    pair_ok, head_dim, WHOLE_PAIRS)
         _, _, qr_even, qr_odd, _, _, _, _, _, gain, coef = _query_terms(
             q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
             km_even, km_odd, krm_even, krm_odd, scale)
@@ -510,7 +543,7 @@ def _backward_query_kernel(
         stride_dqb, stride_dqh, stride_dqn, stride_dqd,
         num_heads, num_tokens, width, head_dim, tokens_per_chunk, scale,
         BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
-        DOT_PRECISION: tl.constexpr):
+        DOT_PRECISION: tl.constexpr, WHOLE_PAIRS: tl.constexpr):
     """dq, and the per-chunk reductions the key side needs.
 
     With w = dout . vm, u = dout . (qr KVc) and qr KV = qr KVc + s a vm:
@@ -545,7 +578,8 @@ def _backward_query_kernel(
         tokens = block_start + tl.arange(0, BLOCK_N)
         token_ok = tokens < chunk_end
         pair_mask = token_ok[:, None] & pair_ok[None, :]
-        q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, pair_mask)
+        q_even, q_odd = _load_pairs(q_base, tokens, pairs, stride_qn, stride_qd, token_ok,
+                                    pair_ok, head_dim, WHOLE_PAIRS)
         qa_even, qa_odd, qr_even, qr_odd, cos, sin, z, a, inv, gain, coef = _query_terms(
             q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
             km_even, km_odd, krm_even, krm_odd, scale)
@@ -566,8 +600,8 @@ def _backward_query_kernel(
         dqa_even, dqa_odd = _rotate_back(dqr_even, dqr_odd, cos, sin)
         dqa_even += scale * dz[:, None] * km_even[None, :]
         dqa_odd += scale * dz[:, None] * km_odd[None, :]
-        _store_pairs(dq_base, tokens, pairs, stride_dqn, stride_dqd, pair_mask,
-                     dqa_even * _elu_grad(q_even), dqa_odd * _elu_grad(q_odd))
+        _store_pairs(dq_base, tokens, pairs, stride_dqn, stride_dqd, token_ok, pair_ok, head_dim,
+                     dqa_even * _elu_grad(q_even), dqa_odd * _elu_grad(q_odd), WHOLE_PAIRS)
 
         gqr_even = gain[:, None] * qr_even
         gqr_odd = gain[:, None] * qr_odd
@@ -601,7 +635,7 @@ def _backward_key_kernel(
         stride_dvb, stride_dvh, stride_dvn, stride_dvd,
         num_heads, num_tokens, width, head_dim, tokens_per_program,
         BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
-        DOT_PRECISION: tl.constexpr):
+        DOT_PRECISION: tl.constexpr, WHOLE_PAIRS: tl.constexpr):
     """dk and dv of ``tokens_per_program`` tokens, centred like the forward
     (dKVs = (s/N) dKV); the small per-head sums are loaded once per program:
 
@@ -636,7 +670,8 @@ def _backward_key_kernel(
         token_ok = tokens < last
         pair_mask = token_ok[:, None] & pair_ok[None, :]
         channel_mask = token_ok[:, None] & channel_ok[None, :]
-        k_even, k_odd = _load_pairs(k_base, tokens, pairs, stride_kn, stride_kd, pair_mask)
+        k_even, k_odd = _load_pairs(k_base, tokens, pairs, stride_kn, stride_kd, token_ok,
+                                    pair_ok, head_dim, WHOLE_PAIRS)
         ka_even, ka_odd = _activate_pairs(k_even, k_odd, pair_mask)
         cos, sin = _token_rotation(tokens, angle, is_row_pair, width)
         kr_even, kr_odd = _rotate(ka_even, ka_odd, cos, sin)
@@ -648,9 +683,9 @@ def _backward_key_kernel(
         dkr_odd = (tl.dot(v_centred, tl.trans(dkv_odd), input_precision=DOT_PRECISION)
                    + qvec_odd[None, :])
         dka_even, dka_odd = _rotate_back(dkr_even, dkr_odd, cos, sin)
-        _store_pairs(dk_base, tokens, pairs, stride_dkn, stride_dkd, pair_mask,
+        _store_pairs(dk_base, tokens, pairs, stride_dkn, stride_dkd, token_ok, pair_ok, head_dim,
                      (dka_even + dkm_even[None, :]) * _elu_grad(k_even),
-                     (dka_odd + dkm_odd[None, :]) * _elu_grad(k_odd))
+                     (dka_odd + dkm_odd[None, :]) * _elu_grad(k_odd), WHOLE_PAIRS)
 
         kr_centred_even = tl.where(pair_mask, kr_even - krm_even[None, :], 0.0)
         kr_centred_odd = tl.where(pair_mask, kr_odd - krm_odd[None, :], 0.0)

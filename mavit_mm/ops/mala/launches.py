@@ -106,10 +106,18 @@ def _dense_strides(shape: tuple, strides: tuple) -> tuple:
 FP_FUSION = True
 
 
-def _tile_meta(plan: LaunchPlan, tile: KernelTile) -> dict:
+def _tile_meta(plan: LaunchPlan, tile: KernelTile, whole_pairs: bool) -> dict:
     return dict(BLOCK_N=tile.block_n, BLOCK_P=plan.block_p, BLOCK_D=plan.block_d,
-                DOT_PRECISION=plan.dot_precision, num_warps=tile.num_warps,
-                num_stages=tile.num_stages, enable_fp_fusion=FP_FUSION)
+                DOT_PRECISION=plan.dot_precision, WHOLE_PAIRS=whole_pairs,
+                num_warps=tile.num_warps, num_stages=tile.num_stages,
+                enable_fp_fusion=FP_FUSION)
+
+
+def whole_pairs(t: torch.Tensor) -> bool:
+    """Whether the kernels read (and write) ``t``'s RoPE channel pairs as whole
+    tiles: its channels are contiguous (``kernels._load_pairs``). The model's
+    channels_last heads are; token-contiguous heads (NCHW maps) are not."""
+    return t.stride(-1) == 1
 
 
 def _floor_power_of_2(n: int) -> int:
@@ -136,15 +144,21 @@ def _combine_meta(plan: LaunchPlan) -> dict:
                 enable_fp_fusion=FP_FUSION)
 
 
-def launch_table(plan: LaunchPlan) -> dict[str, tuple[object, dict]]:
+def launch_table(plan: LaunchPlan, whole_q_pairs: bool = True,
+                 whole_k_pairs: bool = True) -> dict[str, tuple[object, dict]]:
     """Every kernel of a plan with its compile-time meta-parameters, by name:
     the one table the launches below, the plan's occupancy check and the
-    benchmarks' compile reports use."""
-    return dict(partials=(kernels._forward_partials_kernel, _tile_meta(plan, plan.partials)),
+    benchmarks' compile reports use. ``whole_q_pairs`` / ``whole_k_pairs``:
+    :func:`whole_pairs` of q (read by 'output' and 'query', which also writes
+    dq in q's layout) and of k ('partials'; 'key', which writes dk in k's)."""
+    return dict(partials=(kernels._forward_partials_kernel,
+                          _tile_meta(plan, plan.partials, whole_k_pairs)),
                 combine=(kernels._forward_combine_kernel, _combine_meta(plan)),
-                output=(kernels._forward_output_kernel, _tile_meta(plan, plan.output)),
-                query=(kernels._backward_query_kernel, _tile_meta(plan, plan.query)),
-                key=(kernels._backward_key_kernel, _tile_meta(plan, plan.key)))
+                output=(kernels._forward_output_kernel,
+                        _tile_meta(plan, plan.output, whole_q_pairs)),
+                query=(kernels._backward_query_kernel,
+                       _tile_meta(plan, plan.query, whole_q_pairs)),
+                key=(kernels._backward_key_kernel, _tile_meta(plan, plan.key, whole_k_pairs)))
 
 
 def _buffer(shape, dtype, device, allocate: bool) -> torch.Tensor:
@@ -274,7 +288,7 @@ class ForwardLaunches(_Launches):
         batch, heads, num_tokens, head_dim = q.shape
         self.q, self.k, self.v, self.angle, self.width, self.plan = q, k, v, angle, width, plan
         self.compiled = compiled
-        self.table = launch_table(plan)
+        self.table = launch_table(plan, whole_pairs(q), whole_pairs(k))
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
         self.batch_heads = batch * heads
         self.scale = head_dim ** -0.5
@@ -330,7 +344,7 @@ class BackwardLaunches(_Launches):
         self.dout, self.q, self.k, self.v = dout, q, k, v
         self.compiled = compiled
         self.angle, self.stats, self.width, self.plan = angle, stats, width, plan
-        self.table = launch_table(plan)
+        self.table = launch_table(plan, whole_pairs(q), whole_pairs(k))
         self.heads, self.num_tokens, self.head_dim = heads, num_tokens, head_dim
         self.batch_heads = batch * heads
         self.scale = head_dim ** -0.5

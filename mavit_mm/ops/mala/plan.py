@@ -41,7 +41,8 @@ MIN_TOKENS_PER_CHUNK = 512
 # asked (the CPU interpreter; plans made for reports). On a GPU the count comes
 # from the compiled kernel itself (registers, shared memory: resident_blocks).
 # The value is what resident_blocks gives for the sm_90 compile of the d = 64
-# partials kernel (124 registers x 256 threads: 2 fit 64K registers); a test
+# partials kernel on the model's channels_last layout (99 registers x 256
+# threads: 2 fit 64K registers); a test
 # recompiles it to keep the two in step. Whole waves of 2 per SM are whole
 # waves of 1 per SM too (d = 96 and the query kernel: 255 registers, 1 fits).
 RESIDENT_PROGRAMS_PER_SM = 2
@@ -55,16 +56,21 @@ MAX_TILES_PER_PROGRAM = 16
 # (tokens per tile, warps, software-pipeline stages) per kernel, for heads up
 # to 64 channels and wider ones; 'combine' is (rows of KVc per program, warps,
 # stages). The narrow table is tuned on an H100 with benchmarks/tune_mala.py
-# (bf16, N = 65536, d = 64, B*heads 16 and 1): per kernel, the candidate with
-# the smallest sum of its slowdowns against the best of each case; most of the
-# gain is the query kernel's 16-token tiles. The wide table (d = 96 padded to
+# (bf16, N = 65536, d = 64, B*heads 16 and 1) on token-contiguous (nchw)
+# inputs: per kernel, the candidate with the smallest sum of its slowdowns
+# against the best of each case; most of the gain is the query kernel's
+# 16-token tiles. The model passes channels_last heads, which the kernels read
+# in whole channel rows (kernels._load_pairs); for those the 32-token partials
+# tile compiles to 141 registers on sm_90 (one program of 8 warps per SM) and
+# the 16-token one to 99 (two, as RESIDENT_PROGRAMS_PER_SM assumes), hence 16.
+# Retuning on the model's layout needs a GPU (tune_mala.py). The wide table (d = 96 padded to
 # 128, 1.78x the dot work) is not timed: it comes from ahead-of-time
 # sm_80/sm_90 compiles (registers, spills, shared memory:
 # ``bench_mala.py --compile-report``). 'combine' sums a block of chunks per step
 # (tl.sum over the block); two rows per program (narrow) beat four at B*heads 1
 # and 128 chunks and cost nothing at 16.
 KERNEL_TILES = {
-    'narrow': dict(output=(64, 4, 1), partials=(32, 8, 3), query=(16, 4, 3), key=(64, 4, 3),
+    'narrow': dict(output=(64, 4, 1), partials=(16, 8, 3), query=(16, 4, 3), key=(64, 4, 3),
                    combine=(2, 4, 1)),
     'wide': dict(output=(32, 8, 3), partials=(16, 8, 3), query=(16, 8, 3), key=(16, 8, 3),
                  combine=(4, 4, 1)),
@@ -455,15 +461,19 @@ def _compiled_shortfall(q, k, v, width: int, backward: bool) -> str | None:
     angle = torch.empty(1, device='meta')
     name = 'partials'
     try:
+        # Planned past the plan cache: these plans launch nothing (the
+        # backward's incoming gradient is a stand-in laid out like q), so they
+        # must not become cases with compiled kernels of their own.
         with _on_device(q.device):
-            forward = ForwardLaunches(q, k, v, angle, width, plan_for(q, k, v, angle, width),
+            forward = ForwardLaunches(q, k, v, angle, width,
+                                      _plan_for(q, k, v, angle, width, 0, 0, 0, None, None),
                                       allocate=False)
             passes = [forward]
             if backward:
                 name = 'query'
                 passes.append(BackwardLaunches(
                     q, q, k, v, angle, forward.stats, width,
-                    plan_for(q, k, v, angle, width, dout=q, stats=forward.stats),
+                    _plan_for(q, k, v, angle, width, 0, 0, 0, q, forward.stats),
                     allocate=False))
             for launches in passes:
                 for name in launches.KERNELS:

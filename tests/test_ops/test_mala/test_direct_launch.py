@@ -90,10 +90,10 @@ def test_one_plan_cache_entry_is_one_triton_specialisation(probe):
     for launch in probe['cases']:
         if launch['kernel'] == 'partials':
             by_variant[launch['variant']].add(launch['specialization'])
-    assert by_variant['offset 1 element (2 bytes)'] != by_variant['backbone layout']
-    assert by_variant['offset 8 elements (16 bytes)'] == by_variant['backbone layout']
+    assert by_variant['offset 1 element (2 bytes)'] != by_variant['channels_last layout']
+    assert by_variant['offset 8 elements (16 bytes)'] == by_variant['channels_last layout']
     shared = [sorted(names) for names in variants.values() if len(names) > 1]
-    assert ['backbone layout', 'backbone layout, new tensors',
+    assert ['channels_last layout', 'channels_last layout, new tensors',
             'offset 8 elements (16 bytes)'] in shared
     assert ['offset 1 element (2 bytes)', 'offset 3 elements (6 bytes)'] in shared
 

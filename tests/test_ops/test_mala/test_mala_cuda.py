@@ -18,6 +18,7 @@ from mavit_mm.ops.mala import launches as mala_launches  # noqa: E402
 from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
 from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
+from mavit_mm.tooling.mala_inputs import MALA_LAYOUTS, mala_inputs  # noqa: E402
 
 DEVICE = torch.device('cuda')
 DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
@@ -35,22 +36,11 @@ PLANS = {
 
 
 def make_qkv(batch, heads, size, head_dim, dtype, layout, seed=0):
-    """q, k, v as (B, heads, N, d): 'backbone' views of a channels_last
-    (B, 3C, H, W) conv output as GatedAttention passes them ((B, N, heads, d)
-    memory, token stride 3C), 'nchw' views of an NCHW one (token-contiguous),
-    or 'contiguous'."""
-    generator = torch.Generator().manual_seed(seed)
+    """q, k, v on the GPU from the one factory (``mavit_mm.tooling.mala_inputs``):
+    'channels_last' (what the model passes), 'nchw' or 'contiguous'."""
     height, width = size
-    num_tokens = height * width
-    if layout in ('backbone', 'nchw'):
-        memory_format = torch.channels_last if layout == 'backbone' else torch.contiguous_format
-        x = torch.randn(batch, 3 * heads * head_dim, height, width, generator=generator,
-                        dtype=torch.float64).to(DEVICE, dtype, memory_format=memory_format)
-        return [t.reshape(batch, heads, head_dim, num_tokens).transpose(-1, -2)
-                for t in x.requires_grad_().chunk(3, dim=1)]
-    return [torch.randn(batch, heads, num_tokens, head_dim, generator=generator,
-                        dtype=torch.float64).to(DEVICE, dtype).requires_grad_()
-            for _ in range(3)]
+    return mala_inputs(batch, heads, height, width, head_dim, layout=layout, dtype=dtype,
+                       device=DEVICE, requires_grad=True, seed=seed)
 
 
 def dense_in_order_of(t: torch.Tensor, like: torch.Tensor) -> bool:
@@ -86,7 +76,7 @@ def compare_with_reference(q, k, v, size, dtype_name, **overrides):
 
 
 @pytest.mark.parametrize('plan', sorted(PLANS))
-@pytest.mark.parametrize('layout', ['backbone', 'nchw', 'contiguous'])
+@pytest.mark.parametrize('layout', MALA_LAYOUTS)
 @pytest.mark.parametrize('dtype_name', sorted(DTYPES))
 @pytest.mark.parametrize('head_dim', HEAD_DIMS)
 def test_matches_fp64_reference(head_dim, dtype_name, layout, plan):
@@ -103,14 +93,14 @@ def test_matches_fp64_reference(head_dim, dtype_name, layout, plan):
 @pytest.mark.parametrize('size', [(64, 64), (37, 53)], ids=['aligned', 'odd'])
 @pytest.mark.parametrize('dtype_name', ['bf16', 'fp32'])
 def test_batch_heads_from_1_to_64(batch, heads, size, dtype_name):
-    q, k, v = make_qkv(batch, heads, size, 64, DTYPES[dtype_name], 'backbone', seed=batch)
+    q, k, v = make_qkv(batch, heads, size, 64, DTYPES[dtype_name], 'channels_last', seed=batch)
     compare_with_reference(q, k, v, size, dtype_name)
 
 
 @pytest.mark.parametrize('head_dim', [64, 96])
 def test_stage_one_resolution_bf16(head_dim):
     """N = 65536 (stage 1 at 512x2048) with one head: the most chunks per head."""
-    q, k, v = make_qkv(1, 1, (128, 512), head_dim, torch.bfloat16, 'backbone')
+    q, k, v = make_qkv(1, 1, (128, 512), head_dim, torch.bfloat16, 'channels_last')
     compare_with_reference(q, k, v, (128, 512), 'bf16')
 
 
@@ -122,7 +112,7 @@ def test_dispatch_auto_takes_the_kernels_on_cuda(monkeypatch):
         calls.append(args[0].dtype)
         return fused(*args, **kwargs)
     monkeypatch.setattr(mala_function, 'fused_mala', counting)
-    q, k, v = make_qkv(1, 2, (16, 16), 64, torch.bfloat16, 'backbone')
+    q, k, v = make_qkv(1, 2, (16, 16), 64, torch.bfloat16, 'channels_last')
     rope = RoPE2d(64).to(DEVICE)(16, 16)
     mala_attention(q, k, v, rope, impl='auto')
     assert calls == [torch.bfloat16]
@@ -133,7 +123,7 @@ def test_split_grid_from_the_compiled_kernels_occupancy(head_dim):
     """On a GPU the split-N grid fills whole waves by what the compiled
     partials / query kernels leave room for, read from their own metadata."""
     size, batch_heads = (128, 512), 16
-    q, k, v = make_qkv(1, batch_heads, size, head_dim, torch.bfloat16, 'backbone')
+    q, k, v = make_qkv(1, batch_heads, size, head_dim, torch.bfloat16, 'channels_last')
     angle = RoPE2d(head_dim).angle.to(DEVICE)
     width = size[1]
     sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
@@ -197,7 +187,7 @@ def test_direct_launches_match_tritons_path(monkeypatch):
     (CompiledLaunches): on this Triton release the direct path is taken for all
     five kernels and gives bit-identical results to Triton's launch path."""
     monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
-    q, k, v = make_qkv(1, 4, (32, 48), 64, torch.bfloat16, 'backbone')
+    q, k, v = make_qkv(1, 4, (32, 48), 64, torch.bfloat16, 'channels_last')
     rope = RoPE2d(64).to(DEVICE)(32, 48)
     dout = torch.randn(q.shape, device=DEVICE, dtype=q.dtype)
 

@@ -15,12 +15,13 @@ from mavit_mm.ops.mala import (
 )
 from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
+from mavit_mm.tooling.mala_inputs import mala_inputs  # noqa: E402
 
 HEIGHT, WIDTH = 5, 7
 
 
 def qkv(head_dim=32):
-    return [torch.randn(1, 2, HEIGHT * WIDTH, head_dim) for _ in range(3)]
+    return mala_inputs(1, 2, HEIGHT, WIDTH, head_dim, layout='contiguous')
 
 
 @pytest.fixture

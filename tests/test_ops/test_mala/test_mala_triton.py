@@ -27,6 +27,7 @@ from mavit_mm.ops.mala import (  # noqa: E402
 )
 from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d, RotaryTables  # noqa: E402
+from mavit_mm.tooling.mala_inputs import mala_inputs  # noqa: E402
 
 DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 HEIGHT, WIDTH = 5, 7          # odd N = 35, not a multiple of any block
@@ -38,28 +39,14 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual.double() - expected).abs().max() / expected.abs().max()).item()
 
 
-def qkv_views(x: torch.Tensor, heads: int, head_dim: int):
-    """(B, heads, N, d) views of the q, k, v channel blocks of a (B, 3C, H, W)
-    map, split as GatedAttention splits its qkvo map (``split_heads``)."""
-    batch, _, height, width = x.shape
-    return [t.reshape(batch, heads, head_dim, height * width).transpose(-1, -2)
-            for t in x.chunk(3, dim=1)]
-
-
-def backbone_qkv(batch, heads, head_dim, dtype=torch.float32, qk_scale=1.0, v_scale=1.0,
-                 seed=0, layout='channels_last'):
-    """q, k, v as GatedAttention passes them. The backbone keeps channels_last
-    maps ('channels_last': (B, N, heads, d) memory, channel stride 1, token
-    stride 3C); 'nchw' gives the token-contiguous views of an NCHW map
-    ((B, heads, d, N) memory), which the op accepts as well."""
-    generator = torch.Generator().manual_seed(seed)
-    channels = heads * head_dim
-    x = torch.randn(batch, 3 * channels, HEIGHT, WIDTH, generator=generator, dtype=torch.float64)
-    x[:, :2 * channels] *= qk_scale
-    x[:, 2 * channels:] *= v_scale
-    memory_format = torch.channels_last if layout == 'channels_last' else torch.contiguous_format
-    x = x.to(device=DEVICE, dtype=dtype, memory_format=memory_format).requires_grad_()
-    return qkv_views(x, heads, head_dim)
+def make_qkv(batch, heads, head_dim, dtype=torch.float32, qk_scale=1.0, v_scale=1.0,
+             seed=0, layout='channels_last', height=HEIGHT, width=WIDTH):
+    """q, k, v requiring grad on DEVICE, from the one factory
+    (``mavit_mm.tooling.mala_inputs``): 'channels_last' (the model's, (B, N,
+    heads, d) memory), 'nchw' (token-contiguous) or 'contiguous'."""
+    return mala_inputs(batch, heads, height, width, head_dim, layout=layout, dtype=dtype,
+                       device=DEVICE, requires_grad=True, seed=seed, qk_scale=qk_scale,
+                       v_scale=v_scale)
 
 
 def token_major(t: torch.Tensor) -> bool:
@@ -108,7 +95,7 @@ def check_against_reference(q, k, v, rope, tolerance, dout_scale=1.0, **plan):
 @pytest.mark.parametrize('head_dim,layout', [(16, 'channels_last'), (48, 'nchw'),
                                              (64, 'channels_last'), (96, 'channels_last')])
 def test_fp32_matches_reference_on_backbone_layouts(head_dim, layout):
-    q, k, v = backbone_qkv(batch=2, heads=2, head_dim=head_dim, layout=layout)
+    q, k, v = make_qkv(batch=2, heads=2, head_dim=head_dim, layout=layout)
     rope = RoPE2d(head_dim)(HEIGHT, WIDTH)
     out, grads = check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
     # Results and gradients are dense in the inputs' order of dimensions, so
@@ -128,7 +115,7 @@ def test_fp32_matches_reference_on_contiguous_layout_with_default_plan():
 
 @pytest.mark.parametrize('head_dim', [48, 64])
 def test_fp16_matches_reference(head_dim):
-    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=head_dim, dtype=torch.float16)
+    q, k, v = make_qkv(batch=1, heads=2, head_dim=head_dim, dtype=torch.float16)
     rope = RoPE2d(head_dim)(HEIGHT, WIDTH)
     check_against_reference(q, k, v, rope, tolerance=1e-2, **SMALL_BLOCKS)
 
@@ -136,7 +123,7 @@ def test_fp16_matches_reference(head_dim):
 def test_bf16_matches_reference():
     # Triton 3.9's interpreter handles bf16 (its fp32 -> bf16 cast truncates,
     # hence the tolerance of a couple of bf16 ulps).
-    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=64, dtype=torch.bfloat16)
+    q, k, v = make_qkv(batch=1, heads=2, head_dim=64, dtype=torch.bfloat16)
     rope = RoPE2d(64)(HEIGHT, WIDTH)
     check_against_reference(q, k, v, rope, tolerance=2e-2, **SMALL_BLOCKS)
 
@@ -144,7 +131,7 @@ def test_bf16_matches_reference():
 def test_fp16_large_activations_stay_finite():
     # q, k ~ 1e3: z ~ 1e6 and KV ~ 1e3 overflow fp16 if kept in half. v and
     # dout are small so that the exact results themselves fit in fp16.
-    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=64, dtype=torch.float16,
+    q, k, v = make_qkv(batch=1, heads=2, head_dim=64, dtype=torch.float16,
                            qk_scale=1e3, v_scale=1e-2)
     rope = RoPE2d(64)(HEIGHT, WIDTH)
     dout = random_like(q, 1e-2)
@@ -290,33 +277,20 @@ def test_mavit_with_triton_mala_matches_published_outputs(parity_data, monkeypat
 # The default plans that real feature maps get (several chunks, several tiles
 # per program), as a GPU would choose them: the SM count is what decides.
 # --------------------------------------------------------------------------
-def feature_map_qkv(batch, heads, head_dim, height, width, layout, dtype, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    channels = heads * head_dim
-    if layout == 'backbone':   # channels_last map, as GatedAttention passes it
-        x = torch.randn(batch, 3 * channels, height, width, generator=generator,
-                        dtype=torch.float64).to(device=DEVICE, dtype=dtype,
-                                                memory_format=torch.channels_last)
-        return qkv_views(x.requires_grad_(), heads, head_dim)
-    return [torch.randn(batch, heads, height * width, head_dim, generator=generator,
-                        dtype=torch.float64).to(device=DEVICE, dtype=dtype).requires_grad_()
-            for _ in range(3)]
-
-
 FP32, BF16 = (torch.float32, 1e-4), (torch.bfloat16, 2e-2)
 
 
 # Each map size, dtype and layout twice; the interpreter needs ~40 s a case.
 @pytest.mark.parametrize('height,width,head_dim,dtype,tolerance,layout', [
-    (64, 64, 32, *FP32, 'backbone'), (64, 64, 32, *BF16, 'contiguous'),
-    (48, 80, 64, *FP32, 'contiguous'), (48, 80, 64, *BF16, 'backbone')])
+    (64, 64, 32, *FP32, 'channels_last'), (64, 64, 32, *BF16, 'contiguous'),
+    (48, 80, 64, *FP32, 'contiguous'), (48, 80, 64, *BF16, 'channels_last')])
 def test_default_plan_with_chunks_and_token_loops_matches_reference(
         monkeypatch, height, width, head_dim, dtype, tolerance, layout):
     # 8 SMs: the default plan splits N into several chunks and has each output /
     # key program loop over several tiles, the paths full-size maps take on a GPU.
     if DEVICE.type == 'cpu':
         monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 8)
-    q, k, v = feature_map_qkv(1, 3, head_dim, height, width, layout, dtype)
+    q, k, v = make_qkv(1, 3, head_dim, dtype, layout=layout, height=height, width=width)
     plan = mala_plan.make_launch_plan(height * width, 3, head_dim, dtype, DEVICE)
     if DEVICE.type == 'cpu':
         assert plan.num_chunks > 1
@@ -346,7 +320,7 @@ def test_split_n_grid_fills_whole_waves(monkeypatch, sm_count, batch_heads, num_
 # The PyTorch operator: mavit_mm::mala, torch.compile, no host syncs
 # --------------------------------------------------------------------------
 def test_custom_op_passes_opcheck():
-    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
+    q, k, v = make_qkv(batch=1, heads=2, head_dim=32)
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     angle = RoPE2d(32).angle.to(DEVICE)
     args = (q, k, v, angle, WIDTH, 16, 16, 0)
@@ -508,12 +482,12 @@ def _launch_signature(launches, name):
                   for arg in args]
 
 
-@pytest.mark.parametrize('layout', ['backbone', 'contiguous'])
+@pytest.mark.parametrize('layout', ['channels_last', 'contiguous'])
 def test_stand_in_buffers_compile_what_the_launch_runs(layout):
     # compiled_resources compiles the kernels with stand-in buffers (no GPU
     # memory): every argument must specialise as the real launch's does, or the
     # GPU would compile and measure a different binary.
-    q, k, v = feature_map_qkv(2, 3, 32, 8, 12, layout, torch.bfloat16)
+    q, k, v = make_qkv(2, 3, 32, torch.bfloat16, layout=layout, height=8, width=12)
     angle = RoPE2d(32).angle.to(DEVICE)
     plan = mala_plan.make_launch_plan(96, 6, 32, torch.bfloat16, DEVICE, block_n=16,
                                           tokens_per_chunk=32)
@@ -535,8 +509,25 @@ def test_stand_in_buffers_compile_what_the_launch_runs(layout):
 
 
 def test_no_resource_check_off_cuda():
-    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
+    q, k, v = make_qkv(batch=1, heads=2, head_dim=32)
     assert mala_plan.resource_shortfall(q, k, v, WIDTH, backward=True) is None
+
+
+def test_resource_check_adds_no_cases_to_the_plan_cache(monkeypatch):
+    """The GPU check of whether the kernels fit plans a forward and a backward
+    whose incoming gradient is a stand-in laid out like q: those plans launch
+    nothing and must not become cached cases (on an H200 the direct-launch
+    test found a third case, the stand-in's backward). Run on the CPU with the
+    compile step stubbed."""
+    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
+    monkeypatch.setattr(mala_plan, '_shortfalls', mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
+    compiled = []
+    monkeypatch.setattr(mala_plan, 'compiled_resources',
+                        lambda launches, name: compiled.append(name))
+    q, k, v = make_qkv(batch=1, heads=2, head_dim=32)
+    assert mala_plan._compiled_shortfall(q, k, v, WIDTH, backward=True) is None
+    assert compiled == ['partials', 'combine', 'output', 'query', 'key']
+    assert len(mala_plan._plans) == 0
 
 
 @pytest.mark.skipif(DEVICE.type == 'cuda', reason='compiles for sm_90 ahead of time on a CPU')
@@ -561,7 +552,7 @@ def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
     # arguments and meta-parameters; the loaded kernel's registers, shared
     # memory and warps are read once per specialisation; internals a Triton
     # release lacks give None (plan defaults) rather than a failed forward.
-    q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32)
+    q, k, v = make_qkv(batch=1, heads=2, head_dim=32)
     angle = RoPE2d(32).angle.to(DEVICE)
     plan = mala_plan.make_launch_plan(HEIGHT * WIDTH, 2, 32, q.dtype, DEVICE)
     launches = mala_launches.ForwardLaunches(q, k, v, angle, WIDTH, plan, allocate=False)
@@ -631,7 +622,7 @@ def test_a_layer_plans_once_and_stays_exact(counted_plans):
     rope = RoPE2d(32)(HEIGHT, WIDTH)
     made = []
     for seed in range(3):
-        q, k, v = backbone_qkv(batch=1, heads=2, head_dim=32, seed=seed)
+        q, k, v = make_qkv(batch=1, heads=2, head_dim=32, seed=seed)
         check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
         made.append(len(counted_plans))
     assert made[0] >= 2 and made == [made[0]] * 3, made   # forward + backward, once
@@ -886,8 +877,8 @@ def test_combine_stats_match_float64(name):
     # so the centring must survive the blocked sums.
     height, width, head_dim, _, _ = COMBINE_CASES[name]
     plan = combine_case_plan(name)
-    q, k, v = (t.detach() for t in feature_map_qkv(1, 1, head_dim, height, width, 'backbone',
-                                                     torch.float32, seed=4))
+    q, k, v = (t.detach() for t in make_qkv(1, 1, head_dim, height=height, width=width,
+                                              seed=4))
     k, v = k + 3.0, v + 50.0
     rope = RoPE2d(head_dim)(height, width)
     _, stats = mala_launches.ForwardLaunches(q, k, v, rope.angle_on(DEVICE), width, plan).run()
@@ -905,7 +896,7 @@ def test_combine_blocks_give_reference_outputs_and_grads(name, combine_tile):
                                           block_n=16, tokens_per_chunk=tokens_per_chunk)
     assert (plan.num_chunks, *mala_launches.combine_chunk_blocks(plan)) == COMBINE_BLOCKS[name]
     # B * heads = 1, the case the blocked combine is for.
-    q, k, v = feature_map_qkv(1, 1, head_dim, height, width, 'backbone', torch.float32, seed=5)
+    q, k, v = make_qkv(1, 1, head_dim, height=height, width=width, seed=5)
     rope = RoPE2d(head_dim)(height, width)
     check_against_reference(q, k, v, rope, tolerance=1e-4, block_n=16,
                             tokens_per_chunk=tokens_per_chunk)

@@ -1,9 +1,12 @@
 """tools/analysis_tools/benchmark_fps.py: frames per second and latency of
-configs on a CPU, one shape or a sweep, written as JSON (and a plot)."""
+configs on a CPU, one shape or a sweep, eager or compiled, written as JSON
+(and a plot)."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import torch
 from helpers.paths import CONFIG_DIR, REPO_ROOT, TOOLS_DIR
 
@@ -23,6 +26,12 @@ def test_benchmark_fps_writes_json(tmp_path):
     assert report['versions']['torch'] == torch.__version__
     (record,) = report['results']
     assert record['shape'] == [64, 128] and record['fps_median'] > 0
+    # Eager by default, one config: no compile time, no ratio.
+    assert report['modes'] == ['eager'] and report['fps_ratios'] == []
+    assert (record['mode'], record['compile_s'], record['error']) == ('eager', None, None)
+    assert (record['height'], record['width'], record['batch_size'], record['dtype']) == (
+        64, 128, 1, 'fp32')
+    assert record['fps'] == record['fps_median']
     assert 'img/s' in result.stdout and not (tmp_path / 'fps.png').exists()
 
 
@@ -61,3 +70,84 @@ def test_benchmark_fps_rejects_bad_sizes_and_missing_configs():
         [sys.executable, str(BENCHMARK_FPS), 'configs/nope.py'],
         capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
     assert result.returncode == 2 and 'config not found: configs/nope.py' in result.stderr
+
+
+def table_rows(stdout: str) -> list[list[str]]:
+    """The printed results table's rows, split on whitespace."""
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines)
+                  if line.split()[:3] == ['model', 'mode', 'size'] and 'compile s' in line)
+    rows = []
+    for line in lines[header + 2:]:
+        if not line.startswith('upernet_'):
+            break
+        rows.append(line.split())
+    return rows
+
+
+# The demo's UperNet has the published MAViT-T backbone: its compilation is
+# mostly served from inductor's cache of the first one's (a cold compile of a
+# backbone takes most of a minute on two cores, in gcc).
+UPERNET_T_DEMO = 'configs/demo/upernet_mavit-t_demo-shapes.py'
+
+
+def test_benchmark_fps_times_eager_and_compile_side_by_side(tmp_path):
+    """Eager and torch.compile (inductor's C++ kernels on the CPU) of two
+    configs in one run: one JSON, one table, the compile time on its own,
+    the first config's img/s over the second's per mode."""
+    out, png = tmp_path / 'modes.json', tmp_path / 'modes.png'
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARK_FPS), UPERNET_T, UPERNET_T_DEMO, '--modes', 'eager', 'compile',
+         '--backbone-only', '--shape', '32', '32', '--iters', '1', '--warmup', '0',
+         '--device', 'cpu', '--out', str(out), '--plot', str(png),
+         # One block per stage: a smaller graph to compile.
+         '--cfg-options', 'model.backbone.depths=[1,1,1,1]'],
+        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report['modes'] == ['eager', 'compile']
+    rows = report['results']
+    assert [(r['config'], r['mode']) for r in rows] == [
+        (UPERNET_T, 'eager'), (UPERNET_T, 'compile'),
+        (UPERNET_T_DEMO, 'eager'), (UPERNET_T_DEMO, 'compile')]
+    for r in rows:
+        assert (r['height'], r['width'], r['batch_size'], r['dtype']) == (32, 32, 1, 'fp32')
+        assert r['error'] is None and r['fps'] > 0 and r['peak_memory_mib'] >= 0
+        assert r['ms_per_image'] == pytest.approx(1e3 / r['fps'])
+        # The compile time is its own field, not in the per-image time.
+        if r['mode'] == 'compile':
+            assert r['compile_s'] > 0 and r['compile_s'] * 1e3 > r['ms_per_image']
+        else:
+            assert r['compile_s'] is None
+    fps = {(r['config'], r['mode']): r['fps'] for r in rows}
+    ratios = report['fps_ratios']
+    assert [(q['config'], q['relative_to'], q['mode'], q['shape']) for q in ratios] == [
+        (UPERNET_T, UPERNET_T_DEMO, 'eager', [32, 32]),
+        (UPERNET_T, UPERNET_T_DEMO, 'compile', [32, 32])]
+    for q in ratios:
+        assert q['fps_ratio'] == pytest.approx(
+            fps[UPERNET_T, q['mode']] / fps[UPERNET_T_DEMO, q['mode']])
+
+    # The table names each row's mode, and the compile time where there is one.
+    table = table_rows(result.stdout)
+    assert [(row[0], row[-6]) for row in table] == [
+        (Path(r['config']).stem, r['mode']) for r in rows]
+    assert [row[-1] for row in table] == [
+        '-' if r['compile_s'] is None else f"{r['compile_s']:.1f}" for r in rows]
+    ratio_lines = result.stdout[result.stdout.index('img/s ratio'):].splitlines()
+    assert Path(UPERNET_T).stem in ratio_lines[0] and Path(UPERNET_T_DEMO).stem in ratio_lines[0]
+    assert [line.split() for line in ratio_lines[2:4]] == [
+        [q['mode'], '32x32', f"{q['fps_ratio']:.2f}"] for q in ratios]
+    # The plot draws a line per config and mode.
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b'\x89PNG'
+
+
+def test_benchmark_fps_refuses_cuda_graph_on_a_cpu(tmp_path):
+    """A CUDA graph needs CUDA: the tool says so before building any model."""
+    out = tmp_path / 'fps.json'
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARK_FPS), UPERNET_T, '--modes', 'eager', 'cuda-graph',
+         '--device', 'cpu', '--out', str(out)],
+        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert result.returncode != 0 and '--modes cuda-graph needs a CUDA device' in result.stderr
+    assert 'Traceback' not in result.stderr and not out.exists()
