@@ -16,8 +16,10 @@ lint: setup
 	.venv/bin/ruff check .
 	PYTHONPATH=$(CURDIR) .venv/bin/lint-imports
 
+# One pytest worker per core (pytest-xdist); tests sharing an expensive
+# fixture stay on one worker (--dist loadgroup, the xdist_group marks).
 test: lint
-	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest
+	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -n auto --dist loadgroup
 
 test-slow: setup
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -m slow

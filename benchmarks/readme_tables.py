@@ -130,6 +130,24 @@ def render_main_job(report: dict, source: str) -> str:
     return '\n'.join(lines)
 
 
+def render_newcomer(report: dict, source: str) -> str:
+    """The README's set-up and test commands on a fresh clone, empty caches."""
+    steps = report['steps']
+    minutes = {name: step['seconds'] / 60 for name, step in steps.items()}
+    failed = [name for name, step in steps.items() if step['returncode'] != 0]
+    return '\n'.join([
+        f"Timed by `benchmarks/newcomer_path.py` on {report['machine']}, commit "
+        f"{report['commit']}, {report['date'][:10]}: a fresh clone, every cache empty "
+        f'(the mmcv build, pip, Triton, inductor); raw: `{source}`.'
+        + (f" Failed: {', '.join(failed)}." if failed else ''),
+        '',
+        '| step | minutes |', '| --- | ---: |',
+        *(f'| `{name}` | {value:.1f} |' for name, value in minutes.items()),
+        f"| **both** | **{sum(minutes.values()):.1f}** |",
+        '',
+        f"Tests: {report['test_summary']}."])
+
+
 def render_demo_train_step(report: dict, source: str) -> str:
     """The demo Mask R-CNN's training step, MAViT-T against ResNet-18."""
     medians = report['median_ms']

@@ -2,7 +2,8 @@
 # Creates (or refreshes) the project's virtual environment at .venv.
 #
 #   torch 2.13.0 first (or the torch already in .venv, e.g. a CUDA build: kept),
-#   then mmengine 0.10.7, mmcv 2.1.0 with C++ ops (built from source once; the
+#   then mmengine 0.10.7, mmcv 2.1.0 with C++ ops (built from source once, in
+#   the background while the other requirements download and install; the
 #   wheel is cached under $MAVIT_CACHE_DIR, default ~/.cache/mavit-mm), mmdet
 #   3.3.0, mmsegmentation 1.2.2, triton, pycocotools, mmdeploy 1.3.1 with onnx and
 #   onnxruntime (requirements/deploy.txt), and mavit_mm (editable).
@@ -32,7 +33,7 @@ fingerprint() {
 
 stack_imports() {
     "$PY" - <<'PY' 2>/dev/null
-import pkg_resources, torch, mmengine, mmcv, mmcv.ops, mmdet, mmseg, pycocotools, triton, pytest, importlinter, onnx, onnxruntime, onnxscript, mmdeploy.apis, mavit_mm
+import pkg_resources, torch, mmengine, mmcv, mmcv.ops, mmdet, mmseg, pycocotools, triton, pytest, xdist, filelock, importlinter, onnx, onnxruntime, onnxscript, mmdeploy.apis, mavit_mm
 PY
 }
 
@@ -68,11 +69,6 @@ else
 fi
 TORCH_VERSION="$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
-log "installing runtime requirements"
-pip_c -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
-    -r "$ROOT/requirements/deploy.txt"
-# A CUDA torch brings its own matching triton; only the CPU build needs one.
-"$PY" -c "import triton" 2>/dev/null || pip_c triton
 "$PY" -c "import pkg_resources" 2>/dev/null || {
     log "setuptools $("$PY" -c 'import setuptools; print(setuptools.__version__)') has no pkg_resources"
     exit 1
@@ -101,6 +97,11 @@ watch_build() {
     done
 }
 
+# mmcv with its C++ ops: the cached wheel, or a build from source that runs in
+# the background while the other requirements download and install (the
+# build needs only torch, setuptools and ninja, installed above; numpy
+# first, so that the build's torch import never meets a half-installed one).
+BUILD_PID="" WATCH_PID=""
 if "$PY" -c "import mmcv.ops" 2>/dev/null; then
     log "mmcv $MMCV_VERSION with ops already installed"
 else
@@ -108,6 +109,7 @@ else
     WHEEL_DIR="$CACHE_DIR/wheels/mmcv-$MMCV_VERSION-torch$TORCH_VERSION-$PY_TAG"
     mkdir -p "$WHEEL_DIR"
     if ! ls "$WHEEL_DIR"/mmcv-*.whl >/dev/null 2>&1; then
+        pip_c "numpy<2"
         JOBS="${MAX_JOBS:-$(nproc)}"
         log "building mmcv $MMCV_VERSION with C++ ops from source ($JOBS jobs; about 11 minutes on 2 cores)"
         log "  log: $WHEEL_DIR/build.log; the wheel is cached for later set-ups"
@@ -119,15 +121,32 @@ else
             --no-build-isolation -c "$CONSTRAINTS" -w "$BUILD_TMP" "mmcv==$MMCV_VERSION" \
             > "$WHEEL_DIR/build.log" 2>&1 ) &
         BUILD_PID=$!
-        watch_build "$BUILD_PID" "$WHEEL_DIR/build.log"
-        if ! wait "$BUILD_PID"; then
-            tail -n 30 "$WHEEL_DIR/build.log"
-            log "mmcv build failed; full log: $WHEEL_DIR/build.log"
-            exit 1
-        fi
-        mv "$BUILD_TMP"/mmcv-*.whl "$WHEEL_DIR"/
-        rm -rf "$BUILD_TMP"
+        watch_build "$BUILD_PID" "$WHEEL_DIR/build.log" &
+        WATCH_PID=$!
+        trap '[[ -z "$BUILD_PID" ]] || kill "$BUILD_PID" "$WATCH_PID" 2>/dev/null || true' EXIT
     fi
+fi
+
+log "installing runtime requirements${BUILD_PID:+ (while mmcv builds)}"
+pip_c -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
+    -r "$ROOT/requirements/deploy.txt"
+# A CUDA torch brings its own matching triton; only the CPU build needs one.
+"$PY" -c "import triton" 2>/dev/null || pip_c triton
+
+if [[ -n "$BUILD_PID" ]]; then
+    [[ -z "$(jobs -rp | grep -x "$BUILD_PID")" ]] || log "requirements installed; waiting for the mmcv build"
+    if ! wait "$BUILD_PID"; then
+        BUILD_PID=""
+        tail -n 30 "$WHEEL_DIR/build.log"
+        log "mmcv build failed; full log: $WHEEL_DIR/build.log"
+        exit 1
+    fi
+    BUILD_PID=""
+    kill "$WATCH_PID" 2>/dev/null || true
+    mv "$BUILD_TMP"/mmcv-*.whl "$WHEEL_DIR"/
+    rm -rf "$BUILD_TMP"
+fi
+if ! "$PY" -c "import mmcv.ops" 2>/dev/null; then
     log "installing cached $(basename "$WHEEL_DIR"/mmcv-*.whl)"
     pip_c --no-deps "$WHEEL_DIR"/mmcv-*.whl
 fi

@@ -25,6 +25,18 @@ SDPA_MATH = 'aten::_scaled_dot_product_attention_math'
 SDPA_FLASH_CPU = 'aten::_scaled_dot_product_flash_attention_for_cpu'
 
 
+@pytest.fixture(scope='module', autouse=True)
+def onednn_convolutions():
+    """The contract is oneDNN's: with one thread PyTorch sends 1x1
+    convolutions to its THNN path, which reads NCHW only (a copy in, an NCHW
+    result out: 67 feature-map copies a forward instead of 19). Under
+    ``make test`` a worker has one thread, so this module takes two."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(2, threads))
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny_model(attn_type: str = 'softmax', **kwargs) -> MAViT:
     """MAViT-T's published depths, every stage with ``attn_type`` (default:
     the published MALA / softmax stages when None)."""

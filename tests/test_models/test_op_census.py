@@ -9,6 +9,12 @@ op, as one launch on CUDA), at 128x256, batch 1.
 Per forward means the steady state, a forward after the first: the first one
 also fills the caches the later ones reuse (RoPE tables per size, the folded
 depthwise kernels per weight value), and both counts are checked.
+
+A count reads no values: in the counted forwards the fused op's kernel
+launches are skipped (its pass returns zeroed buffers of the real layout), so
+the interpreter does not spend a minute on numbers nobody looks at. The
+custom op is dispatched all the same, and counted once a call; its numerics
+are the op tests', and the compile test below runs the real kernels.
 """
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from mavit_mm.models.mavit import MAViTBlock, MAViTStage
 from mavit_mm.tooling.op_census import OpCensus, forward_census
 
 pytest.importorskip('triton')
+
+from mavit_mm.ops.mala import function as mala_function  # noqa: E402
 
 HEIGHT, WIDTH = 128, 256
 MAX_ACTIVATION_CASTS = 12
@@ -37,11 +45,20 @@ def mavit_t():
     return MAViT('tiny', mala_impl='triton').eval()
 
 
+def _launchless_forward(q, k, v, angle, width, plan, compiled=None):
+    """The fused forward's outputs, laid out as the kernels write them, unlaunched."""
+    from mavit_mm.ops.mala.launches import ForwardLaunches
+    launches = ForwardLaunches(q, k, v, angle, width, plan)
+    return launches.out.zero_(), launches.stats.zero_()
+
+
 @pytest.fixture(scope='module')
 def censuses(mavit_t, one_torch_thread):
     """The first forward's census and a later one's."""
     x = image()
-    return forward_census(mavit_t, x), forward_census(mavit_t, x)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mala_function, 'mala_forward', _launchless_forward)
+        return forward_census(mavit_t, x), forward_census(mavit_t, x)
 
 
 def test_only_the_image_is_cast(censuses):
@@ -62,10 +79,11 @@ def test_ops_per_forward(censuses):
     assert first.total - steady.total <= 2 * 24 + 2 * 15, (first.summary(), steady.summary())
 
 
-@pytest.mark.parametrize('mala_impl', ['torch', 'triton'])
-def test_blocks_and_stages_return_bf16(mala_impl, one_torch_thread):
+def test_blocks_and_stages_return_bf16(one_torch_thread):
+    """(The PyTorch MALA path here; the compile test below runs the fused op's
+    kernels and checks its stage outputs' dtype.)"""
     torch.manual_seed(0)
-    model = MAViT('tiny', mala_impl=mala_impl).eval()
+    model = MAViT('tiny', mala_impl='torch').eval()
     dtypes = {}
 
     def record(name):

@@ -7,22 +7,23 @@ RPN still learned (it is all convs), so only the head's loss and accuracy show
 it: it sat at "background for everything" (acc 75 %, the background share of
 its RoI sample; loss_cls about 1) for 1200 iterations.
 
-One real run of tools/train.py on the demo-sized data (64 images of 160 px),
-with the demo config's own schedule, cut at ITERS iterations.
+The first ITERS iterations of one real run of tools/train.py on the
+demo-sized data (64 images of 160 px), with the demo config's own schedule:
+the session's shared Mask R-CNN run (tests/helpers/shared_runs.py), which the
+deployment tests export once it is done.
 """
 import statistics
 
 import pytest
-from helpers.paths import REPO_ROOT
-from helpers.tools import explain, retarget_data_root, run_tool
+from helpers.shared_runs import MASK_RCNN_GROUP, MASK_RCNN_ITERS, demo_mask_rcnn_run
 
-from mavit_mm.tooling.config import load_config
 from mavit_mm.tooling.json_logs import run_dirs, training_records
 
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for Mask R-CNN')
 pytest.importorskip('mmdet.models')
 
-CONFIG = 'configs/demo/mask-rcnn_mavit-t_fpn_demo-shapes.py'
+pytestmark = pytest.mark.xdist_group(MASK_RCNN_GROUP)
+
 ITERS = 40
 LAST = 10  # the iterations whose mean is judged
 # Predicting the class prior (75 % background, 4 x 6.25 % objects) costs
@@ -33,29 +34,10 @@ BACKGROUND_ACC = 75.0
 
 @pytest.fixture(scope='module')
 def rcnn_records(tmp_path_factory):
-
-    from mavit_mm.data.synthetic import make_coco_dataset
-
-    root = tmp_path_factory.mktemp('learns')
-    data = make_coco_dataset(root / 'coco', num_train=64, num_val=16, image_size=(160, 160),
-                             max_objects=3, seed=0)
-    cfg = load_config(REPO_ROOT / CONFIG)
-    retarget_data_root(cfg, str(data['root']))
-    # The demo schedule as it is (warm-up included), stopped early; no validation.
-    cfg.train_cfg.max_iters = ITERS
-    cfg.train_cfg.val_interval = ITERS + 1
-    cfg.default_hooks.logger.interval = 1
-    cfg.default_hooks.checkpoint.interval = ITERS + 1
-    cfg.default_hooks.checkpoint.save_last = False
-    cfg.randomness = dict(seed=0)
-    config = root / 'mask_rcnn_learns.py'
-    cfg.dump(str(config))
-    work_dir = root / 'work'
-    result = run_tool('train.py', config, '--work-dir', work_dir, cwd=root, timeout=1800)
-    assert result.returncode == 0, explain(result)
+    _, work_dir = demo_mask_rcnn_run(tmp_path_factory)
     records = [r for r in training_records(run_dirs(work_dir)[-1]) if 'loss_cls' in r]
-    assert len(records) == ITERS, f'expected {ITERS} training records, got {len(records)}'
-    return records
+    assert len(records) == MASK_RCNN_ITERS >= ITERS, f'{len(records)} training records'
+    return records[:ITERS]
 
 
 def test_rcnn_head_leaves_the_background_plateau(rcnn_records):

@@ -85,7 +85,15 @@ def _check_training(work_dir, kind, metric_names):
     _check_metrics(validation_metrics_by_step(work_dir).get(MAX_ITERS), metric_names, kind)
 
 
-@pytest.mark.parametrize('name', list(DEMO_JOBS))
+def on_the_worker_that_trains(name: str):
+    """The xdist group of the tests that use pipeline ``name``'s run: under
+    ``make test`` they share one worker, which trains it once (``trained`` is
+    per worker), and the pipelines spread over the workers."""
+    return pytest.mark.xdist_group(f'e2e-{name}')
+
+
+@pytest.mark.parametrize('name', [pytest.param(name, marks=on_the_worker_that_trains(name))
+                                  for name in DEMO_JOBS])
 def test_train_then_test(trained, name, tmp_path):
     _, kind, metric_names = DEMO_JOBS[name]
     extra = ('--amp',) if name == 'retinanet' else ()
@@ -121,6 +129,7 @@ def test_train_then_test(trained, name, tmp_path):
     assert len(painted) == 2, painted
 
 
+@on_the_worker_that_trains('mask_rcnn')
 def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
     """--resume CKPT: weights, optimizer and iteration come from the checkpoint."""
     work_dir, _ = trained.get('mask_rcnn')
@@ -134,6 +143,7 @@ def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
     assert (resumed_dir / 'iter_2.pth').is_file() and not (resumed_dir / 'iter_1.pth').exists()
 
 
+@on_the_worker_that_trains('upernet')
 def test_auto_resume_from_the_work_dir(trained, tmp_path):
     """--resume without a value: the latest checkpoint of the work dir."""
     import shutil
@@ -150,6 +160,7 @@ def test_auto_resume_from_the_work_dir(trained, tmp_path):
     assert (copy / f'iter_{MAX_ITERS + 1}.pth').is_file()
 
 
+@on_the_worker_that_trains('mask_rcnn')
 def test_our_checkpoints_feed_load_from_and_pretrained(trained, tmp_path):
     """A saved Mask R-CNN checkpoint as load_from of Cascade Mask R-CNN (shared
     backbone/neck/RPN) and as init_cfg=Pretrained of a segmentor's backbone:

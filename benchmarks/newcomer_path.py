@@ -1,0 +1,162 @@
+"""The newcomer's path, timed: a fresh clone, empty caches, then the README's
+two set-up-and-test steps (``make setup``, ``make test``), as a new user or a
+CI machine runs them.
+
+The clone is of this checkout's HEAD (commit first), in a temporary folder
+with no ``../shared`` beside it. Every cache starts empty: the set-up's
+(``MAVIT_CACHE_DIR``: the mmcv build), pip's (``PIP_CACHE_DIR``), and those
+the tests fill on their first run (``HOME``: Triton's kernel cache,
+matplotlib's; ``TORCHINDUCTOR_CACHE_DIR``). ``make test`` runs with
+``PYTEST_ADDOPTS=--durations=N``, so its command stays the README's while
+pytest reports its slowest tests.
+
+Writes JSON (machine, commit, each step's exit status and seconds, the test
+summary line, the slowest tests with what each trains or builds) and a
+Markdown table beside it; ``benchmarks/readme_tables.py`` puts the times into
+the README.
+
+Example (about 25 minutes on 2 cores):
+  python benchmarks/newcomer_path.py --out benchmarks/results/newcomer-cpu-2026-11-26.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# What the slowest tests spend their time on, by node id (first match).
+WHAT_IT_DOES = [
+    ('test_deploy.py::test_detector_matches_onnxruntime[retinanet',
+     'trains the demo RetinaNet (tools/train.py), exports it with mmdeploy, '
+     'ONNX Runtime against PyTorch'),
+    ('test_deploy.py::test_detector_matches_onnxruntime[mask_rcnn',
+     "the session's shared demo Mask R-CNN run (trained once), exported with mmdeploy, "
+     'ONNX Runtime against PyTorch'),
+    ('test_deploy.py::test_segmentation', 'builds a segmentor, exports it with mmdeploy, '
+                                          'ONNX Runtime against PyTorch (labels, mIoU)'),
+    ('test_deploy.py', 'ONNX export (mmdeploy or torch.onnx)'),
+    ('test_detector_learns.py', "the session's shared demo Mask R-CNN run (trained once, "
+                                '60 iterations): the first 40 judged'),
+    ('test_e2e.py', 'tools/train.py and tools/test.py as subprocesses on tiny data'),
+    ('test_openmmlab_tools.py', "mmdet's / mmseg's own tools as subprocesses"),
+    ('test_distributed_launch.py', 'two-process data-parallel runs (gloo)'),
+    ('test_benchmark_fps.py', 'benchmark_fps.py, torch.compile (inductor C++ kernels)'),
+    ('test_direct_launch.py', 'compiles the fused kernels for sm_90 (ptxas), stub CUDA driver'),
+    ('test_mala_triton.py', "the fused kernels in Triton's CPU interpreter"),
+    ('test_op_census.py', 'counts a bf16 forward; torch.compile (aot_eager)'),
+    ('test_main_job.py', 'the main job on tiny data'),
+    ('test_inferencers.py', "mmdet's / mmseg's inferencers on tiny checkpoints"),
+    ('test_get_flops.py', 'FLOP counts of whole models'),
+    ('test_benchmarks.py', 'benchmark scripts on the CPU (GPU check dry run and steps)'),
+    ('test_configs.py', 'builds every published config, a loss and backward'),
+]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--out', type=Path, required=True, help='JSON to write (and .md)')
+    parser.add_argument('--durations', type=int, default=40,
+                        help='slowest tests to record (default 40)')
+    parser.add_argument('--keep', action='store_true', help='keep the clone and its caches')
+    return parser.parse_args(argv)
+
+
+def what_it_does(nodeid: str) -> str:
+    return next((what for key, what in WHAT_IT_DOES if key in nodeid), '')
+
+
+def run_step(name: str, command: list[str], cwd: Path, env: dict, log: Path) -> dict:
+    print(f'[newcomer] {name}: {" ".join(command)} (log: {log})', flush=True)
+    start = time.monotonic()
+    with log.open('w') as out:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT)
+        while process.poll() is None:   # a progress line a minute
+            time.sleep(5)
+            elapsed = time.monotonic() - start
+            if int(elapsed) % 60 < 5:
+                last = (log.read_text(errors='replace').strip().splitlines() or [''])[-1]
+                print(f'[newcomer]   {name}: {elapsed / 60:.0f} min so far; {last[-100:]}',
+                      flush=True)
+    seconds = time.monotonic() - start
+    print(f'[newcomer] {name}: exit {process.returncode} after {seconds / 60:.1f} min', flush=True)
+    return dict(command=' '.join(command), returncode=process.returncode,
+                seconds=round(seconds, 1))
+
+
+def slowest_tests(output: str) -> list[dict]:
+    rows = re.findall(r'^\s*([\d.]+)s (call|setup|teardown)\s+(\S+)', output, re.MULTILINE)
+    return [dict(seconds=float(seconds), phase=phase, test=nodeid.split('@', 1)[0],
+                 what=what_it_does(nodeid)) for seconds, phase, nodeid in rows]
+
+
+def markdown(report: dict) -> str:
+    steps = report['steps']
+    lines = [f"# The newcomer's path, {report['date'][:10]}", '',
+             f"`benchmarks/newcomer_path.py` on {report['machine']}, commit {report['commit']}: "
+             'a fresh clone, empty caches.', '',
+             '| step | exit | minutes |', '| --- | ---: | ---: |']
+    lines += [f"| `{name}` | {step['returncode']} | {step['seconds'] / 60:.1f} |"
+              for name, step in steps.items()]
+    lines += ['', f"Tests: {report['test_summary']}", '',
+              '| test | phase | seconds | what it trains or builds |', '| --- | --- | ---: | --- |']
+    lines += [f"| `{row['test']}` | {row['phase']} | {row['seconds']:.1f} | {row['what']} |"
+              for row in report['slowest_tests']]
+    return '\n'.join(lines) + '\n'
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    sys.path.insert(0, str(REPO_ROOT))
+    from mavit_mm.tooling.device import cpu_model, git_commit
+    commit = git_commit()
+    if commit is None or commit.endswith('+changes'):
+        print('note: uncommitted changes are not in the clone; HEAD is timed', flush=True)
+    work = Path(tempfile.mkdtemp(prefix='newcomer-'))
+    clone = work / 'clone' / 'mavit-mm'
+    subprocess.run(['git', 'clone', '-q', str(REPO_ROOT), str(clone)], check=True)
+    caches = {name: work / 'caches' / name for name in ('home', 'mavit', 'pip', 'inductor')}
+    for folder in caches.values():
+        folder.mkdir(parents=True)
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(('PYTEST', 'TRITON_', 'TORCHINDUCTOR_', 'VIRTUAL_ENV'))}
+    env.update(HOME=str(caches['home']), MAVIT_CACHE_DIR=str(caches['mavit']),
+               PIP_CACHE_DIR=str(caches['pip']), TORCHINDUCTOR_CACHE_DIR=str(caches['inductor']),
+               PYTEST_ADDOPTS=f'--durations={args.durations}', PYTHONUNBUFFERED='1')
+    steps = {'make setup': run_step('make setup', ['make', 'setup'], clone, env,
+                                    work / 'setup.log')}
+    if steps['make setup']['returncode'] == 0:
+        steps['make test'] = run_step('make test', ['make', 'test'], clone, env,
+                                      work / 'test.log')
+    output = (work / 'test.log').read_text(errors='replace') if 'make test' in steps else ''
+    summary = re.findall(r'^=+ (.*(?:passed|failed).*) =+$', output, re.MULTILINE)
+    report = dict(benchmark='newcomer_path', commit=commit,
+                  machine=f'{cpu_model()}, {os.cpu_count()} cores',
+                  python=platform.python_version(),
+                  date=datetime.now(UTC).isoformat(timespec='seconds'),
+                  steps=steps, total_minutes=round(sum(s['seconds'] for s in steps.values())
+                                                   / 60, 1),
+                  test_summary=summary[-1] if summary else None,
+                  slowest_tests=slowest_tests(output), work_dir=str(work) if args.keep else None)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + '\n')
+    args.out.with_suffix('.md').write_text(markdown(report))
+    print(f'wrote {args.out} and {args.out.with_suffix(".md")}')
+    if not args.keep:
+        subprocess.run(['rm', '-rf', str(work)], check=False)
+    return report
+
+
+if __name__ == '__main__':
+    main()

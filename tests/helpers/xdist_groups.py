@@ -1,0 +1,35 @@
+"""Which tests ``make test``'s workers (pytest-xdist, ``--dist loadgroup``)
+must run together: tests that share a fixture their module builds once."""
+from __future__ import annotations
+
+import pytest
+
+SHARED_SCOPES = ('module', 'package', 'session')
+
+
+def group_tests_sharing_module_fixtures(items) -> None:
+    """Mark ``xdist_group(<module>)`` on every test that uses a module-,
+    package- or session-scoped fixture defined in its own module (a trained
+    model, an exported graph, a compiled probe), so that one worker builds it
+    once. A test with its own ``xdist_group`` mark keeps it (finer groups:
+    tests/test_deploy/test_deploy.py); conftest fixtures (cheap: a thread
+    setting, the golden data) group nothing."""
+    for item in items:
+        if item.get_closest_marker('xdist_group'):
+            continue
+        module = item.nodeid.split('::', 1)[0]
+        info = getattr(item, '_fixtureinfo', None)
+        if info is None:
+            continue
+        if any(fixturedef.scope in SHARED_SCOPES and fixturedef.baseid == module
+               for name in item.fixturenames for fixturedef in info.name2fixturedefs.get(name, ())):
+            item.add_marker(pytest.mark.xdist_group(module))
+
+
+def groups_first(items) -> None:
+    """Grouped tests (work units xdist cannot split, mostly the heavy ones:
+    a trained model, an export) before the single tests, which then fill the
+    workers' gaps at the end instead of leaving one worker a long unit while
+    the other idles. Stable: a module's grouped tests stay in order, and so do
+    its single ones (which use no fixture of the module's own)."""
+    items.sort(key=lambda item: item.get_closest_marker('xdist_group') is None)
