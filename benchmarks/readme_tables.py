@@ -7,6 +7,7 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
 
   speed-table       README.md          speed-vs-swin-*.json (CPU) make bench
   main-job          README.md          main-job-*.json            tools/main_job.py --record
+  newcomer          README.md          newcomer-*.json            benchmarks/newcomer_path.py
   model-zoo         README.md          model-complexity-*.json    benchmarks/model_complexity.py
   backbone-sizes    docs/backbone.md   model-complexity-*.json    benchmarks/model_complexity.py
   flops             docs/speed.md      model-complexity-*.json    benchmarks/model_complexity.py
@@ -406,6 +407,7 @@ def _metric(value) -> str:
 BLOCKS: dict[str, Block] = {
     'speed-table': Block('speed-vs-swin-*.json', render_speed, device_type='cpu'),
     'main-job': Block('main-job-*.json', render_main_job),
+    'newcomer': Block('newcomer-*.json', render_newcomer),
     'model-zoo': Block('model-complexity-*.json', render_model_zoo),
     'backbone-sizes': Block('model-complexity-*.json', render_backbone_sizes,
                             target='docs/backbone.md'),
