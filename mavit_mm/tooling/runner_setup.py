@@ -15,7 +15,7 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from ..engine import amp, cpu_distributed
-from .config import ConfigCheckError
+from .config import ConfigCheckError, FormattedOnceConfig
 
 # Keys only AmpOptimWrapper accepts; dropped when it becomes an OptimWrapper.
 _AMP_ONLY_KEYS = ('loss_scale', 'dtype', 'use_fsdp')
@@ -179,6 +179,7 @@ def build_runner(cfg: Config):
     mmengine's ``init_dist`` would call ``torch.cuda.set_device``."""
     if cfg.get('launcher', 'none') != 'none' and not cuda_available():
         cpu_distributed.init_process_group(cfg)
+    cfg = FormattedOnceConfig.of(cfg)   # yapf once, not at every log, dump and checkpoint
     if 'runner_type' in cfg:
         from mmengine.registry import RUNNERS
         return RUNNERS.build(cfg)

@@ -10,7 +10,7 @@ from helpers.tools import load_tool, make_tiny_data, run_tool, write_tiny_config
 from mmengine.config import Config
 
 from mavit_mm.tooling import runner_setup
-from mavit_mm.tooling.config import ConfigCheckError, load_config
+from mavit_mm.tooling.config import ConfigCheckError, FormattedOnceConfig, load_config
 
 
 @pytest.fixture(scope='module')
@@ -170,6 +170,39 @@ def test_help_lists_the_flags():
     test_help = run_tool('test.py', '--help').stdout
     for flag in ('--work-dir', '--out', '--show-dir', '--cfg-options', '--launcher'):
         assert flag in test_help
+
+
+# -- the config a run is built from ---------------------------------------------
+
+def test_config_is_formatted_once_per_content(monkeypatch, tmp_path):
+    """mmengine formats the config with yapf at every log, dump and checkpoint;
+    ours formats each content once and gives exactly mmengine's text."""
+    import copy
+
+    from mmengine.config import config as mmengine_config
+    formatted = []
+    format_code = mmengine_config.FormatCode
+    monkeypatch.setattr(mmengine_config, 'FormatCode',
+                        lambda text, **kwargs: (formatted.append(text), format_code(text, **kwargs))[1])
+    monkeypatch.setattr(FormattedOnceConfig, '_formatted', type(FormattedOnceConfig._formatted)())
+    path = REPO_ROOT / 'configs/demo/fpn_mavit-t_demo-shapes.py'
+    expected = Config.fromfile(str(path)).pretty_text
+    assert len(formatted) == 1
+
+    cfg = load_config(path)
+    assert isinstance(cfg, FormattedOnceConfig) and FormattedOnceConfig.of(cfg) is cfg
+    runner_copy = copy.deepcopy(cfg)    # what the Runner keeps
+    assert type(runner_copy) is FormattedOnceConfig
+    texts = [cfg.pretty_text, runner_copy.pretty_text, cfg.pretty_text]
+    cfg.dump(str(tmp_path / 'dumped.py'))
+    assert texts == [expected] * 3
+    assert (tmp_path / 'dumped.py').read_text() == expected
+    assert len(formatted) == 2            # mmengine's once, ours once
+
+    runner_copy.train_cfg.max_iters = 7   # a changed config is formatted anew
+    changed = runner_copy.pretty_text
+    assert len(formatted) == 3 and changed != expected and 'max_iters=7' in changed
+    assert cfg.pretty_text == expected and len(formatted) == 3
 
 
 # -- options applied to the config ---------------------------------------------
