@@ -25,6 +25,7 @@ from ..ops.attention_variants import (
     check_attn_type,
     check_kernel_function,
 )
+from ..ops.graph_capture import recording_graph
 from ..ops.mala import check_mala_impl
 from ..ops.rope2d import RoPE2d, RotaryTables
 
@@ -83,8 +84,7 @@ def _takes_no_gradient(*tensors: torch.Tensor) -> bool:
     be written in place."""
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return False
-    return not (torch.jit.is_tracing() or torch.compiler.is_compiling()
-                or torch.onnx.is_in_onnx_export())
+    return not recording_graph()
 
 
 class DerivedWeights:
@@ -327,6 +327,19 @@ def channel_split(x: torch.Tensor, sizes: Sequence[int]):
     return x.split(tuple(sizes), dim=1)
 
 
+def split_heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(B, n * C, H, W) -> (B, n * C / head_dim, N, head_dim), a view (no
+    copy): the heads of q, k or v, or of q and k together.
+
+    Of a channels_last map the view has channel stride 1, the layout SDPA's
+    flash kernels need and the fused MALA op reads in whole channel rows
+    (``channels_last`` in ``mavit_mm.tooling.mala_inputs``, which cuts its
+    inputs with this function).
+    """
+    batch, _, height, width = t.shape
+    return t.reshape(batch, -1, head_dim, height * width).transpose(-1, -2)
+
+
 class GatedAttention(nn.Module):
     """MAViT token mixer: ``proj(o * (attention(q, k, v) + lepe(v)))``.
 
@@ -363,15 +376,8 @@ class GatedAttention(nn.Module):
             nn.Conv2d(dim, 9 * dim, 1, groups=num_heads)) if inline_residual else None
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
-        """(B, n * C, H, W) -> (B, n * heads, N, d), a view (no copy): the
-        heads of q, k or v (n = 1), or of q and k together (n = 2).
-
-        Of a channels_last map the view has channel stride 1, the layout
-        SDPA's flash kernels need and the fused MALA op reads in whole
-        channel rows (``channels_last`` in ``mavit_mm.tooling.mala_inputs``).
-        """
-        batch, _, height, width = t.shape
-        return t.reshape(batch, -1, self.head_dim, height * width).transpose(-1, -2)
+        """(B, n * C, H, W) -> (B, n * heads, N, d): :func:`split_heads`."""
+        return split_heads(t, self.head_dim)
 
     def merge_heads(self, t: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """(B, heads, N, d) -> channels_last (B, C, H, W): a view when ``t`` is

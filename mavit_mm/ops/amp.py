@@ -11,12 +11,16 @@ import torch
 _AUTOCAST_DEVICE_TYPES = ('cuda', 'cpu')
 
 
+def _autocast_on(device_type: str) -> bool:
+    available = (device_type in _AUTOCAST_DEVICE_TYPES
+                 or torch.amp.is_autocast_available(device_type))
+    return available and torch.is_autocast_enabled(device_type)
+
+
 def autocast_disabled(device_type: str) -> contextlib.AbstractContextManager:
     """Autocast off on ``device_type`` where it is on; a no-op elsewhere,
     including device types that have no autocast (``meta``)."""
-    available = (device_type in _AUTOCAST_DEVICE_TYPES
-                 or torch.amp.is_autocast_available(device_type))
-    if available and torch.is_autocast_enabled(device_type):
+    if _autocast_on(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()
 
@@ -24,8 +28,4 @@ def autocast_disabled(device_type: str) -> contextlib.AbstractContextManager:
 def autocast_dtype(device_type: str) -> torch.dtype | None:
     """The dtype autocast computes in on ``device_type`` where it is on, else
     ``None`` (also for device types that have no autocast, such as ``meta``)."""
-    available = (device_type in _AUTOCAST_DEVICE_TYPES
-                 or torch.amp.is_autocast_available(device_type))
-    if available and torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return None
+    return torch.get_autocast_dtype(device_type) if _autocast_on(device_type) else None

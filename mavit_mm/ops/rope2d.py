@@ -12,6 +12,8 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from .graph_capture import recording_graph
+
 
 def rope_angles(head_dim: int, base: float = 10000.0) -> torch.Tensor:
     """The published angle table: ``head_dim // 2`` values, each frequency twice."""
@@ -89,7 +91,7 @@ class RotaryTables:
         contiguous heads stay channel-contiguous. Traced, compiled or exported
         graphs (ONNX has no complex type) and half inputs take :func:`apply_rope`.
         """
-        if not _tracing() and x.dtype in _COMPLEX_OF and self.paired and _pairs_adjacent(x):
+        if not recording_graph() and x.dtype in _COMPLEX_OF and self.paired and _pairs_adjacent(x):
             angle = self.angle_on(x.device)
             key = (x.dtype, angle.device)
             if key not in self._rotations:
@@ -119,11 +121,6 @@ def _pairs_adjacent(x: torch.Tensor) -> bool:
     return (x.shape[-1] % 2 == 0 and x.stride(-1) == 1 and x.storage_offset() % 2 == 0
             and all(stride % 2 == 0 for size, stride in zip(x.shape[:-1], x.stride()[:-1])
                     if size > 1))
-
-
-def _tracing() -> bool:
-    return (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
-            or torch.compiler.is_compiling())
 
 
 def _angles_theta(angle: torch.Tensor, height: int, width: int) -> torch.Tensor:
@@ -213,7 +210,7 @@ class RoPE2d(nn.Module):
         # A traced graph computes its tables (no Python-side state); an
         # inference tensor (a module made inside inference_mode) keeps no
         # version counter to tell an edit by.
-        if _tracing() or self.angle.is_inference():
+        if recording_graph() or self.angle.is_inference():
             return RotaryTables(self.angle, height, width, paired=self.angles_paired)
         key = (height, width)
         # A tensor's version counts its in-place edits.

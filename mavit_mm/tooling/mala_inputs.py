@@ -5,8 +5,9 @@ benchmarks, tuning, profiling and the GPU check.
 
 ``channels_last`` (the default: what the model passes)
     q, k, v are head views of the first three channel blocks of a
-    channels_last ``(B, 4C, H, W)`` qkvo map, as ``GatedAttention.split_heads``
-    cuts them: ``(B, N, heads, d)`` memory, channel stride 1, token stride 4C.
+    channels_last ``(B, 4C, H, W)`` qkvo map, cut by the model's own
+    ``models.mavit.split_heads``: ``(B, N, heads, d)`` memory, channel stride 1,
+    token stride 4C.
 ``nchw``
     the same views of an NCHW map: ``(B, heads, d, N)`` memory, tokens
     contiguous (token stride 1, channel stride N).
@@ -19,6 +20,8 @@ files and assertions.
 from __future__ import annotations
 
 import torch
+
+from ..models.mavit import split_heads
 
 MALA_LAYOUTS = ('channels_last', 'nchw', 'contiguous')
 DEFAULT_LAYOUT = 'channels_last'
@@ -63,21 +66,19 @@ def mala_inputs(batch: int, heads: int, height: int, width: int, head_dim: int, 
     qkvo[:, 2 * channels:3 * channels] *= v_scale
     if layout == 'contiguous':
         return [view.contiguous().requires_grad_(requires_grad)
-                for view in _head_views(qkvo, heads, head_dim)]
+                for view in _head_views(qkvo, head_dim)]
     memory_format = torch.channels_last if layout == 'channels_last' else torch.contiguous_format
     strides = torch.empty((1,) * 4, device='meta').expand(shape).contiguous(
         memory_format=memory_format).stride()
     storage = torch.empty(qkvo.numel() + storage_offset, dtype=dtype, device=device)
     placed = storage.as_strided(shape, strides, storage_offset)
     placed.copy_(qkvo)
-    return _head_views(placed.requires_grad_(requires_grad), heads, head_dim)
+    return _head_views(placed.requires_grad_(requires_grad), head_dim)
 
 
-def _head_views(qkvo: torch.Tensor, heads: int, head_dim: int) -> list[torch.Tensor]:
-    """q, k, v as ``GatedAttention.split_heads`` cuts them out of the map."""
-    batch, _, height, width = qkvo.shape
-    return [t.reshape(batch, heads, head_dim, height * width).transpose(-1, -2)
-            for t in qkvo.chunk(_QKVO_BLOCKS, dim=1)[:3]]
+def _head_views(qkvo: torch.Tensor, head_dim: int) -> list[torch.Tensor]:
+    """q, k, v cut out of the map as the model cuts them (``split_heads``)."""
+    return [split_heads(t, head_dim) for t in qkvo.chunk(_QKVO_BLOCKS, dim=1)[:3]]
 
 
 def layout_of(t: torch.Tensor) -> str:

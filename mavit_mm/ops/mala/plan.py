@@ -408,8 +408,8 @@ def plan_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle, width: in
                         dout, stats).plan
 
 
-def _plan_for(q, k, v, angle, width: int, block_n: int, tokens_per_chunk: int,
-              tokens_per_program: int, dout, stats) -> LaunchPlan:
+def _plan_for(q, k, v, angle, width: int, block_n: int = 0, tokens_per_chunk: int = 0,
+              tokens_per_program: int = 0, dout=None, stats=None) -> LaunchPlan:
     """:func:`plan_for` past its cache."""
     batch, heads, num_tokens, head_dim = q.shape
 
@@ -466,14 +466,14 @@ def _compiled_shortfall(q, k, v, width: int, backward: bool) -> str | None:
         # must not become cases with compiled kernels of their own.
         with _on_device(q.device):
             forward = ForwardLaunches(q, k, v, angle, width,
-                                      _plan_for(q, k, v, angle, width, 0, 0, 0, None, None),
+                                      _plan_for(q, k, v, angle, width),
                                       allocate=False)
             passes = [forward]
             if backward:
                 name = 'query'
                 passes.append(BackwardLaunches(
                     q, q, k, v, angle, forward.stats, width,
-                    _plan_for(q, k, v, angle, width, 0, 0, 0, q, forward.stats),
+                    _plan_for(q, k, v, angle, width, dout=q, stats=forward.stats),
                     allocate=False))
             for launches in passes:
                 for name in launches.KERNELS:
