@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import re
 import statistics
@@ -56,6 +55,7 @@ from mavit_mm.tooling.mala_inputs import (  # noqa: E402
     MALA_LAYOUTS,
     mala_inputs,
 )
+from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # Nominal HBM bandwidth in TB/s, matched against torch.cuda.get_device_name();
@@ -322,19 +322,20 @@ _FLOAT_ARGS = {'scale', 'kv_scale'}
 _TRITON_TYPES = {'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16'}
 
 
-def _kernel_launches(plan, layout: str, pair_loads: str = 'auto'):
+def _kernel_launches(plan, layout: str, pair_loads: str):
     """(kernel, its compile-time meta) for every kernel of a plan, with q, k
     (and the gradients) in ``layout``; ``pair_loads`` 'auto' reads RoPE pairs
     as the launches do (whole tiles where channels are contiguous:
     ``launches.whole_pairs``), 'strided' one tile per parity whatever the
     layout (the kernels before whole-tile loads)."""
-    from mavit_mm.ops.mala.launches import launch_table
-    whole = layout != 'nchw' and pair_loads == 'auto'
+    from mavit_mm.ops.mala.launches import launch_table, whole_pairs
+    from mavit_mm.tooling.mala_inputs import mala_inputs
+    q = mala_inputs(1, 2, 2, 2, 2, layout=layout, device='meta')[0]   # its strides only
+    whole = pair_loads == 'auto' and whole_pairs(q)
     return list(launch_table(plan, whole_q_pairs=whole, whole_k_pairs=whole).values())
 
 
-def _compile_for(kernel, meta: dict, io_type: str, capability: int,
-                 layout: str = DEFAULT_LAYOUT) -> dict:
+def _compile_for(kernel, meta: dict, io_type: str, capability: int, layout: str) -> dict:
     import os
     import subprocess
     import tempfile
@@ -446,9 +447,7 @@ def main(argv=None) -> int:
                                  for key, value in vars(args).items()},
                       impls_timed=impls, complete=complete,
                       results=results)
-        partial = output.with_name(output.name + '.partial')
-        partial.write_text(json.dumps(report, indent=2) + '\n')
-        partial.replace(output)
+        write_json(output, report)
 
     for dtype_name in args.dtypes:
         for batch_heads in args.batch_heads:

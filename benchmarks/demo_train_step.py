@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import sys
 import time
@@ -77,6 +76,7 @@ def main(argv=None) -> dict:
     )
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.device import device_name, git_commit, library_versions
+    from mavit_mm.tooling.results_file import write_json
     root = Path(DEMO_DATA_ROOT) / 'coco'
     if not dataset_complete(root, 'coco', **DEMO_DATA_SETTINGS):
         print(f'writing the demo data to {root} ...', flush=True)
@@ -120,8 +120,7 @@ def main(argv=None) -> dict:
         ratio_mavit_over_resnet18=round(medians['MAViT-T'] / medians['ResNet-18'], 3))
     out = args.out or (REPO_ROOT / 'benchmarks' / 'results' /
                        f'demo-train-step-cpu-{time.strftime("%Y-%m-%d")}.json')
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + '\n')
+    write_json(out, report)
     print(f'median train step: MAViT-T {medians["MAViT-T"]:.0f} ms, ResNet-18 '
           f'{medians["ResNet-18"]:.0f} ms, ratio {report["ratio_mavit_over_resnet18"]:.2f}; '
           f'wrote {out}')

@@ -118,6 +118,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
+from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
 # Time budget per step in minutes (enforced), each at most STEP_LIMIT_MIN: a
 # quarter or more over the step's time on an H100
@@ -367,7 +368,8 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
             step = _backbone_step(model.to(device), images, precision, pass_name, device.type,
                                   optimizer=pass_name == 'train step')
             if cuda_graphs:
-                step = _cuda_graph_replay(step)
+                from tools.analysis_tools.benchmark_fps import capture_cuda_graph
+                step, _ = capture_cuda_graph(step, device, warmup=3)
             row.update(_time_backbone_step(step, batch, device, warmup=25, rep=rep))
         except Exception as exc:   # e.g. out of memory, a size Swin cannot tile: record it
             row.update(error=f'{type(exc).__name__}: {str(exc)[:300]}')
@@ -390,21 +392,6 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
     _write(out / f'{name}.json', report)
     return {'rows': len(rows) + len(report['training']), 'complete': report['complete'],
             'errors_recorded': sum('error' in row for row in rows + report['training'])}
-
-
-def _cuda_graph_replay(step: Callable) -> Callable:
-    """``step`` captured once in a CUDA graph (after warm-up calls on a side
-    stream, as torch's docs do it); returns the graph's replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return graph.replay
 
 
 def _add_ratios(rows: list[dict]) -> None:
@@ -573,8 +560,9 @@ def gpu_time_by_category(kernels: Iterable[tuple[str, float, int]], top: int = 2
     kernels = list(kernels)
     total_us = sum(us for _, us, _ in kernels)
     categories = {name: dict(time_us=0.0, kernels=0, share=0.0) for name in CATEGORY_ORDER}
+    category_of = {name: kernel_category(name) for name, _, _ in kernels}
     for name, us, count in kernels:
-        entry = categories[kernel_category(name)]
+        entry = categories[category_of[name]]
         entry['time_us'] += us
         entry['kernels'] += count
     for entry in categories.values():
@@ -583,7 +571,7 @@ def gpu_time_by_category(kernels: Iterable[tuple[str, float, int]], top: int = 2
     ranked = sorted(kernels, key=lambda row: -row[1])[:top]
     return dict(gpu_time_us=round(total_us, 2), kernel_count=sum(c for _, _, c in kernels),
                 categories=categories,
-                top_kernels=[dict(name=name[:300], category=kernel_category(name),
+                top_kernels=[dict(name=name[:300], category=category_of[name],
                                   time_us=round(us, 2), launches=count)
                              for name, us, count in ranked])
 
@@ -626,13 +614,8 @@ def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
             model = build().to(device)
             images = torch.randn(1, 3, *size, device=device)
             forward = _backbone_step(model, images, 'bf16', 'fwd', device.type)
-            times_ms = []
-            for _ in range(warmup):
-                _synchronize(device)
-                started = time.perf_counter()
-                forward()
-                _synchronize(device)
-                times_ms.append((time.perf_counter() - started) * 1e3)
+            from tools.analysis_tools.benchmark_fps import timed
+            times_ms = [timed(forward, device) * 1e3 for _ in range(warmup)]
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
             with profile(activities=activities) as prof:
                 forward()
@@ -705,25 +688,25 @@ def step_upernet_fps(out: Path, budget_s: float) -> dict:
         _write(path, report)
         return {'rows': 0, 'complete': False, 'failed': 1, 'error': report['error']}
     deadline = time.time() + budget_s
-    scratch = Path(tempfile.mkdtemp())
-    for index, run in enumerate(upernet_fps_runs()):
-        left = deadline - time.time()
-        if left < FPS_MIN_RUN_S:
-            runs.append(dict(run, skipped='time budget spent'))
-            continue
-        child_json = scratch / f'run{index}.json'
-        child = _run_child([sys.executable, *fps_command(run, child_json)], left, out / LOG_NAME)
-        runs.append(dict(run, **{k: v for k, v in child.items() if k not in ('output', 'log')}))
-        if child_json.exists():
-            results = json.loads(child_json.read_text())
-            rows.extend(dict(row, dtype=row.get('dtype', run['dtype'])) for row in
-                        results.get('results', []))
-        _add_fps_ratios(rows)
-        _write(path, report)
-        print(f'  {"+".join(run["modes"]):16} {run["dtype"]} {run["height"]}x{run["width"]} '
-              f'{" ".join(Path(config).stem for config in run["configs"])}: '
-              f'{"killed at the budget" if child["timed_out"] else "exit " + str(child["returncode"])}'
-              f' after {child["seconds"]:.0f} s', flush=True)
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        for index, run in enumerate(upernet_fps_runs()):
+            left = deadline - time.time()
+            if left < FPS_MIN_RUN_S:
+                runs.append(dict(run, skipped='time budget spent'))
+                continue
+            child_json = scratch / f'run{index}.json'
+            child = _run_child([sys.executable, *fps_command(run, child_json)], left, out / LOG_NAME)
+            runs.append(dict(run, **{k: v for k, v in child.items() if k not in ('output', 'log')}))
+            if child_json.exists():
+                results = json.loads(child_json.read_text())
+                rows.extend(results.get('results', []))
+            _add_fps_ratios(rows)
+            _write(path, report)
+            print(f'  {"+".join(run["modes"]):16} {run["dtype"]} {run["height"]}x{run["width"]} '
+                  f'{" ".join(Path(config).stem for config in run["configs"])}: '
+                  f'{"killed at the budget" if child["timed_out"] else "exit " + str(child["returncode"])}'
+                  f' after {child["seconds"]:.0f} s', flush=True)
     report['complete'] = all(run.get('returncode') == 0 for run in runs)
     _write(path, report)
     return {'rows': len(rows), 'complete': report['complete'],
@@ -944,7 +927,7 @@ def _command_output(command: list[str]) -> str | None:
 
 
 def _write(path: Path, data) -> None:
-    path.write_text(json.dumps(data, indent=1, default=str) + '\n')
+    write_json(path, data, default=str)
 
 
 def dry_run(args) -> int:
@@ -964,11 +947,7 @@ def dry_run(args) -> int:
                 (tune_mala.parse_args, tune_command('tune-bh16', out / 'tune.json', 60,
                                                     args.layout))]
     try:
-        import importlib.util
-        spec = importlib.util.spec_from_file_location(
-            'benchmark_fps', REPO_ROOT / 'tools' / 'analysis_tools' / 'benchmark_fps.py')
-        benchmark_fps = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(benchmark_fps)
+        from tools.analysis_tools import benchmark_fps
         children += [(benchmark_fps.parse_args, fps_command(run, out / 'fps.json'))
                      for run in upernet_fps_runs()]
     except Exception as exc:

@@ -72,6 +72,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
+from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
+from mavit_mm.tooling.results_file import write_json  # noqa: E402
+
 # (heads, stride, depth) of the MALA stages of MAViT-T (head dim 64).
 TINY_STAGES = ((1, 4, 2), (2, 8, 2), (4, 16, 6), (8, 32, 2))
 HEAD_DIM = 64
@@ -91,8 +94,7 @@ def parse_args(argv=None):
                         metavar=('H', 'W'), help='input image size (default 512 512)')
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='bf16',
                         help='q, k, v dtype (default bf16)')
-    parser.add_argument('--layout', choices=('channels_last', 'nchw', 'contiguous'),
-                        default='channels_last',
+    parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
                         help="q, k, v memory layout (mavit_mm/tooling/mala_inputs.py; default "
                              "channels_last, what the model passes)")
     parser.add_argument('--modes', nargs='+', choices=('forward', 'train', 'plan'),
@@ -329,8 +331,7 @@ def main(argv=None):
                   f"us/call -> {results[mode]['mean_us_per_call']:7.1f} us/call "
                   f'({speedup:.2f}x)')
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + '\n')
+        write_json(args.output, report)
         print(f'wrote {args.output}')
     return report
 

@@ -15,7 +15,6 @@ Default output: ``benchmarks/results/model-complexity-<date>.json``;
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -111,7 +110,8 @@ def main(argv=None) -> int:
     report['seconds'] = round(time.time() - started, 1)
     out = args.out or (REPO_ROOT / 'benchmarks' / 'results' /
                        f'model-complexity-{time.strftime("%Y-%m-%d")}.json')
-    out.write_text(json.dumps(report, indent=1) + '\n')
+    from mavit_mm.tooling.results_file import write_json
+    write_json(out, report)
     print(f'wrote {out}')
     return 0
 

@@ -2,8 +2,9 @@
 two set-up-and-test steps (``make setup``, ``make test``), as a new user or a
 CI machine runs them.
 
-The clone is of this checkout's HEAD (commit first), in a temporary folder
-with no ``../shared`` beside it. Every cache starts empty: the set-up's
+The clone is of this checkout's HEAD (commit first), alone in a new
+temporary folder, as on a user's machine: nothing of this workspace beside
+it. Every cache starts empty: the set-up's
 (``MAVIT_CACHE_DIR``: the mmcv build), pip's (``PIP_CACHE_DIR``), and those
 the tests fill on their first run (``HOME``: Triton's kernel cache,
 matplotlib's; ``TORCHINDUCTOR_CACHE_DIR``). ``make test`` runs with
@@ -21,10 +22,10 @@ Example (about 25 minutes on 2 cores):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     sys.path.insert(0, str(REPO_ROOT))
     from mavit_mm.tooling.device import cpu_model, git_commit
+    from mavit_mm.tooling.results_file import write_json
     commit = git_commit()
     if commit is None or commit.endswith('+changes'):
         print('note: uncommitted changes are not in the clone; HEAD is timed', flush=True)
@@ -149,12 +151,11 @@ def main(argv=None) -> dict:
                                                    / 60, 1),
                   test_summary=summary[-1] if summary else None,
                   slowest_tests=slowest_tests(output), work_dir=str(work) if args.keep else None)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + '\n')
+    write_json(args.out, report)
     args.out.with_suffix('.md').write_text(markdown(report))
     print(f'wrote {args.out} and {args.out.with_suffix(".md")}')
     if not args.keep:
-        subprocess.run(['rm', '-rf', str(work)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
     return report
 
 

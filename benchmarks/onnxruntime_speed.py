@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import sys
 import tempfile
@@ -123,8 +122,8 @@ def main(argv=None) -> dict:
                   results=rows)
     path = args.out or (REPO_ROOT / 'benchmarks' / 'results' /
                         f'onnxruntime-speed-cpu-{time.strftime("%Y-%m-%d")}.json')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1) + '\n')
+    from mavit_mm.tooling.results_file import write_json
+    write_json(path, report)
     for row in rows:
         print(f"{row['shape'][0]}x{row['shape'][1]}: PyTorch {row['median_ms']['PyTorch']:.0f} ms, "
               f"ONNX Runtime {row['median_ms']['ONNX Runtime']:.0f} ms, "

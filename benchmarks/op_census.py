@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from datetime import UTC, datetime
@@ -75,8 +74,8 @@ def main(argv=None) -> dict:
                   torch=torch.__version__, commit=git_commit(),
                   date=datetime.now(UTC).isoformat(timespec='seconds'), results=results)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + '\n')
+        from mavit_mm.tooling.results_file import write_json
+        write_json(args.out, report)
         print(f'wrote {args.out}')
     return report
 

@@ -27,7 +27,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -226,8 +225,8 @@ def main(argv=None) -> dict:
     out = Path(args.out) if args.out else (
         REPO_ROOT / 'benchmarks' / 'results' /
         f"speed-vs-swin-{report['device_type']}-{datetime.now():%Y-%m-%d-%H%M}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + '\n')
+    from mavit_mm.tooling.results_file import write_json
+    write_json(out, report)
     png = Path(args.plot) if args.plot else out.with_suffix('.png')
     plot(report, png)
     for row in report['results']:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.bench_mala import DTYPES, environment, mala_case_inputs  # noqa: E402
 from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
+from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
 TOKEN_KERNELS = ('partials', 'output', 'query', 'key')
 BLOCK_NS = (16, 32, 64, 128)
@@ -165,10 +165,7 @@ class Results:
         if self.path is None:
             return
         self.document['complete'] = complete
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(self.path.name + '.partial')
-        partial.write_text(json.dumps(self.document, indent=1) + '\n')
-        partial.replace(self.path)
+        write_json(self.path, self.document)
 
 
 def tune_shape(case: Case, kernels: list[str], rep: int, record: dict,

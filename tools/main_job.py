@@ -25,7 +25,6 @@ every headline metric and reaches the absolute bars of ``BARS``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -45,6 +44,7 @@ from mavit_mm.data.synthetic import (  # noqa: E402
 from mavit_mm.tooling.config import load_config, set_iterations  # noqa: E402
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS  # noqa: E402
 from mavit_mm.tooling.json_logs import latest_test_metrics, validation_metrics_by_step  # noqa: E402
+from mavit_mm.tooling.results_file import write_json  # noqa: E402
 from mavit_mm.tooling.run_script import run_script  # noqa: E402
 
 # The demo models the main job trains (their configs, data and headline
@@ -321,10 +321,9 @@ def main(argv=None) -> int:
                    passed=verdict['passed'],
                    data=dict(root=DEMO_DATA_ROOT, **DEMO_DATA_SETTINGS))
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    (args.work_dir / 'summary.json').write_text(json.dumps(summary, indent=2) + '\n')
+    write_json(args.work_dir / 'summary.json', summary)
     if args.record:
-        args.record.parent.mkdir(parents=True, exist_ok=True)
-        args.record.write_text(json.dumps(job_record(summary), indent=1) + '\n')
+        write_json(args.record, job_record(summary))
         log(f'record written to {args.record}')
     print('\nMAViT-T on the synthetic shapes data (validation split): untrained (freshly '
           'initialised) vs trained from scratch\n' + table)

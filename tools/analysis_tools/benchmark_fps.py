@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import platform
 import sys
 import time
@@ -399,8 +398,8 @@ def main(argv=None) -> dict:
     out = Path(args.out) if args.out else (
         REPO_ROOT / 'benchmarks' / 'results' /
         f'fps-{device.type}-{datetime.now():%Y%m%d-%H%M%S}.json')
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + '\n')
+    from mavit_mm.tooling.results_file import write_json
+    write_json(out, report)
     print(format_table(results))
     if ratios:
         print(format_ratios(ratios))

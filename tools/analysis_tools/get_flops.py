@@ -13,7 +13,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mmengine.config import DictAction  # noqa: E402
 
 from mavit_mm.tooling.complexity import count_complexity  # noqa: E402
+from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -87,7 +87,7 @@ def main(argv=None) -> dict:
     print('layer GMACs: convolutions and linear layers (the paper\'s convention); '
           'attention GMACs: the attention products those counters leave out.')
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
+        write_json(args.json, figures)
     return figures
 
 

@@ -37,7 +37,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -259,6 +258,7 @@ def image_mode(args) -> dict:
     from mavit_mm.ops import ATTN_TYPES
     from mavit_mm.ops.attention_variants import check_attn_type, check_kernel_function
     from mavit_mm.tooling.config import load_config
+    from mavit_mm.tooling.results_file import write_json
 
     if not Path(args.image).is_file():
         raise FileNotFoundError(f'no image at {args.image}')
@@ -290,7 +290,7 @@ def image_mode(args) -> dict:
                    kernel_function=kernel_function,
                    scores={name: describe(values) for name, values in maps.items()},
                    grid_png=grid, variant_pngs=files)
-    (out_dir / 'summary.json').write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / 'summary.json', summary)
     for name, info in summary['scores'].items():
         print(f'{name:>14}: max {info["max"]:.4g}  min {info["min"]:.4g}  sum {info["sum"]:.4g}')
     print(f'wrote {grid} and {len(files)} per-variant PNGs to {out_dir}')
@@ -352,7 +352,8 @@ def fig2_mode(args) -> dict:
     png = out_dir / 'fig2_query_scaling.png'
     fig.savefig(png, dpi=100)
     plt.close(fig)
-    (out_dir / 'fig2_summary.json').write_text(json.dumps(summary, indent=2))
+    from mavit_mm.tooling.results_file import write_json
+    write_json(out_dir / 'fig2_summary.json', summary)
     for attn_type, per_scale in summary.items():
         line = '  '.join(f'a={a}: max {i["max"]:.4f}' for a, i in per_scale.items())
         print(f'{attn_type:>8}: {line}')
