@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.paths import REFERENCE_DIR
+from helpers.threads import torch_threads
 from helpers.xdist_groups import group_tests_sharing_module_fixtures, groups_first
 
 if not torch.cuda.is_available():
@@ -39,10 +40,8 @@ if WORKER_THREADS is not None:
 def one_torch_thread():
     """PyTorch on one thread for a module: small models run faster so, and a
     shared 2-core machine does not oversubscribe."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope='session')

@@ -2,9 +2,10 @@
 the others wait for it and reuse it (pytest-xdist's recipe for session
 fixtures: a folder the session's workers share, and a file lock).
 
-``demo_mask_rcnn_run`` is the one such run: the demo Mask R-CNN trained with
-tools/train.py on the demo-sized synthetic data, which the detector-learns
-test reads the first iterations of and the deployment tests export.
+``demo_detector_run`` is such a run: a demo detector trained with
+tools/train.py on the demo-sized synthetic data. The demo Mask R-CNN's
+(``demo_mask_rcnn_run``) serves two modules: the detector-learns test reads
+its first iterations and the deployment tests export it.
 """
 from __future__ import annotations
 
@@ -63,26 +64,33 @@ def demo_coco_data(tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, 'demo_coco', build) / 'coco'
 
 
-def demo_mask_rcnn_run(tmp_path_factory) -> tuple[Path, Path]:
-    """(config, work dir) of the demo Mask R-CNN trained MASK_RCNN_ITERS
-    iterations on ``demo_coco_data`` with the demo config's own schedule
-    (warm-up included, stopped early), seed 0, a log record every iteration,
-    no validation, the last checkpoint kept."""
+def demo_detector_run(tmp_path_factory, config: str, iters: int) -> tuple[Path, Path]:
+    """(config, work dir) of the demo detector ``config`` trained ``iters``
+    iterations on ``demo_coco_data`` with the config's own schedule (warm-up
+    included, stopped early), seed 0, a log record every iteration, no
+    validation, the last checkpoint kept; once per session."""
     data_root = demo_coco_data(tmp_path_factory)
+    name = Path(config).stem
 
     def build(root: Path) -> None:
         from mavit_mm.tooling.config import load_config
-        cfg = load_config(REPO_ROOT / MASK_RCNN_CONFIG)
+        cfg = load_config(REPO_ROOT / config)
         retarget_data_root(cfg, str(data_root))
-        cfg.train_cfg.max_iters = MASK_RCNN_ITERS
-        cfg.train_cfg.val_interval = MASK_RCNN_ITERS + 1
+        cfg.train_cfg.max_iters = iters
+        cfg.train_cfg.val_interval = iters + 1
         cfg.default_hooks.logger.interval = 1
-        cfg.default_hooks.checkpoint.interval = MASK_RCNN_ITERS
+        cfg.default_hooks.checkpoint.interval = iters
         cfg.randomness = dict(seed=0)
-        cfg.dump(str(root / 'mask_rcnn.py'))
-        result = run_tool('train.py', root / 'mask_rcnn.py', '--work-dir', root / 'work',
+        cfg.dump(str(root / f'{name}.py'))
+        result = run_tool('train.py', root / f'{name}.py', '--work-dir', root / 'work',
                           cwd=root, timeout=1800)
         assert result.returncode == 0, explain(result)
 
-    root = built_once(tmp_path_factory, 'demo_mask_rcnn', build)
-    return root / 'mask_rcnn.py', root / 'work'
+    root = built_once(tmp_path_factory, f'{name}_{iters}_iters', build)
+    return root / f'{name}.py', root / 'work'
+
+
+def demo_mask_rcnn_run(tmp_path_factory) -> tuple[Path, Path]:
+    """The demo Mask R-CNN's run (``demo_detector_run``), MASK_RCNN_ITERS
+    iterations."""
+    return demo_detector_run(tmp_path_factory, MASK_RCNN_CONFIG, MASK_RCNN_ITERS)

@@ -12,6 +12,9 @@ import torch
 from helpers.models import build_model, det_batch, load_config, needs_downstream, seg_batch
 from helpers.paths import CONFIG_DIR, REPO_ROOT
 
+# One torch thread for the module (tests/conftest.py: small models run faster so).
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
+
 ABLATION_DIR = CONFIG_DIR / 'ablations'
 PARENTS = {
     'fpn': 'sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py',
@@ -81,11 +84,6 @@ def parent_backbone_keys(pipe: str):
     torch.manual_seed(0)
     model = build_model(load_config(PARENTS[pipe]))
     return [(k, tuple(v.shape)) for k, v in model.backbone.state_dict().items()]
-
-
-@pytest.fixture(scope='module', autouse=True)
-def _one_thread(one_torch_thread):
-    pass
 
 
 @needs_downstream

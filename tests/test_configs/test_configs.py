@@ -24,6 +24,9 @@ from helpers.paths import CONFIG_DIR
 
 from mavit_mm.models import resolve_arch
 
+# One torch thread for the module (tests/conftest.py: small models run faster so).
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
+
 SIZES = ('t', 's', 'b', 'l')
 ARCH = dict(t='tiny', s='small', b='base', l='large')
 # Published sizes (reference README): embed_dims and det/seg drop_path_rate.
@@ -311,11 +314,6 @@ def test_data_pipelines_run(pipe):
 
 
 # -- models --------------------------------------------------------------------
-@pytest.fixture(scope='module', autouse=True)
-def _one_thread(one_torch_thread):
-    pass
-
-
 @pytest.fixture(scope='module', params=CONFIGS, ids=config_id)
 def built(request):
     """(pipeline, size, config, model), built once per config; the tests below

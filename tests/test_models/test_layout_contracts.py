@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 import torch
+from helpers.threads import torch_threads
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
@@ -31,10 +32,8 @@ def onednn_convolutions():
     convolutions to its THNN path, which reads NCHW only (a copy in, an NCHW
     result out: 67 feature-map copies a forward instead of 19). Under
     ``make test`` a worker has one thread, so this module takes two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(2, threads))
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(max(2, torch.get_num_threads())):
+        yield
 
 
 def tiny_model(attn_type: str = 'softmax', **kwargs) -> MAViT:

@@ -25,6 +25,9 @@ from mavit_mm.ops import attention_variants as attention_module
 from mavit_mm.ops.rope2d import RoPE2d, apply_rope
 from mavit_mm.tooling.complexity import count_complexity
 
+# One torch thread for the module (tests/conftest.py: small models run faster so).
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
+
 F64 = torch.float64
 HEIGHT, WIDTH, HEAD_DIM = 3, 4, 8
 TOKENS = HEIGHT * WIDTH
@@ -32,11 +35,6 @@ EPS = 1e-6
 # (attn_type, kernel_function) pairs that differ: softmax variants have no kernel.
 CASES = ([(t, kf) for t in LINEAR_ATTN_TYPES for kf in KERNEL_FUNCTIONS]
          + [(t, 'elu') for t in SOFTMAX_ATTN_TYPES])
-
-
-@pytest.fixture(scope='module', autouse=True)
-def _one_thread(one_torch_thread):
-    pass
 
 
 def case_id(case) -> str:

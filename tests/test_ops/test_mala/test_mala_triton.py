@@ -105,9 +105,8 @@ def test_fp32_matches_reference_on_backbone_layouts(head_dim, layout):
 
 
 def test_fp32_matches_reference_on_contiguous_layout_with_default_plan():
-    generator = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(1, 3, HEIGHT * WIDTH, 32, generator=generator)
-               .to(DEVICE).requires_grad_() for _ in range(3))
+    q, k, v = mala_inputs(1, 3, HEIGHT, WIDTH, 32, layout='contiguous', device=DEVICE,
+                          requires_grad=True, seed=3)
     rope = RoPE2d(32)(HEIGHT, WIDTH)
     out, _ = check_against_reference(q, k, v, rope, tolerance=1e-4)
     assert out.is_contiguous()
@@ -154,8 +153,8 @@ def fresh_fallback_warnings(monkeypatch):
 
 
 def plain_qkv(head_dim, dtype=torch.float32, device=DEVICE):
-    return [torch.randn(1, 2, HEIGHT * WIDTH, head_dim, dtype=dtype, device=device)
-            for _ in range(3)]
+    return mala_inputs(1, 2, HEIGHT, WIDTH, head_dim, layout='contiguous', dtype=dtype,
+                       device=device)
 
 
 def rope_for(head_dim):

@@ -2,24 +2,24 @@
 configs on a CPU, one shape or a sweep, eager or compiled, written as JSON
 (and a plot)."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers.paths import CONFIG_DIR, REPO_ROOT, TOOLS_DIR
+from helpers.paths import CONFIG_DIR, REPO_ROOT
+from helpers.tools import run_tool
 
-BENCHMARK_FPS = TOOLS_DIR / 'analysis_tools' / 'benchmark_fps.py'
+BENCHMARK_FPS = 'analysis_tools/benchmark_fps.py'   # under tools/
 UPERNET_T = str(CONFIG_DIR / 'upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py')
 
 
 def test_benchmark_fps_writes_json(tmp_path):
     out = tmp_path / 'fps.json'
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARK_FPS), UPERNET_T,
-         '--shape', '64', '128', '--iters', '2', '--warmup', '1', '--device', 'cpu',
-         '--out', str(out)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    result = run_tool(
+        BENCHMARK_FPS, UPERNET_T,
+        '--shape', '64', '128', '--iters', '2', '--warmup', '1', '--device', 'cpu',
+        '--out', str(out),
+        timeout=600, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report['device_type'] == 'cpu' and report['iters'] == 2
@@ -40,11 +40,11 @@ SWIN_UPERNET = 'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py'
 
 def test_benchmark_fps_sweeps_configs_side_by_side_and_plots(tmp_path):
     out = tmp_path / 'sweep.json'
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARK_FPS), UPERNET_T, SWIN_UPERNET,
-         '--backbone-only', '--shapes', '64x64', '96x128', '--iters', '1', '--warmup', '0',
-         '--device', 'cpu', '--out', str(out)],
-        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    result = run_tool(
+        BENCHMARK_FPS, UPERNET_T, SWIN_UPERNET,
+        '--backbone-only', '--shapes', '64x64', '96x128', '--iters', '1', '--warmup', '0',
+        '--device', 'cpu', '--out', str(out),
+        timeout=600, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = report['results']
@@ -62,13 +62,10 @@ def test_benchmark_fps_sweeps_configs_side_by_side_and_plots(tmp_path):
 
 
 def test_benchmark_fps_rejects_bad_sizes_and_missing_configs():
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARK_FPS), UPERNET_T,
-         '--shapes', '512by512'], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    result = run_tool(BENCHMARK_FPS, UPERNET_T, '--shapes', '512by512', timeout=120,
+                      cwd=REPO_ROOT)
     assert result.returncode == 2 and 'HEIGHTxWIDTH' in result.stderr
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARK_FPS), 'configs/nope.py'],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    result = run_tool(BENCHMARK_FPS, 'configs/nope.py', timeout=120, cwd=REPO_ROOT)
     assert result.returncode == 2 and 'config not found: configs/nope.py' in result.stderr
 
 
@@ -96,13 +93,13 @@ def test_benchmark_fps_times_eager_and_compile_side_by_side(tmp_path):
     configs in one run: one JSON, one table, the compile time on its own,
     the first config's img/s over the second's per mode."""
     out, png = tmp_path / 'modes.json', tmp_path / 'modes.png'
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARK_FPS), UPERNET_T, UPERNET_T_DEMO, '--modes', 'eager', 'compile',
-         '--backbone-only', '--shape', '32', '32', '--iters', '1', '--warmup', '0',
-         '--device', 'cpu', '--out', str(out), '--plot', str(png),
-         # One block per stage: a smaller graph to compile.
-         '--cfg-options', 'model.backbone.depths=[1,1,1,1]'],
-        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    result = run_tool(
+        BENCHMARK_FPS, UPERNET_T, UPERNET_T_DEMO, '--modes', 'eager', 'compile',
+        '--backbone-only', '--shape', '32', '32', '--iters', '1', '--warmup', '0',
+        '--device', 'cpu', '--out', str(out), '--plot', str(png),
+        # One block per stage: a smaller graph to compile.
+        '--cfg-options', 'model.backbone.depths=[1,1,1,1]',
+        timeout=600, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report['modes'] == ['eager', 'compile']
@@ -145,9 +142,9 @@ def test_benchmark_fps_times_eager_and_compile_side_by_side(tmp_path):
 def test_benchmark_fps_refuses_cuda_graph_on_a_cpu(tmp_path):
     """A CUDA graph needs CUDA: the tool says so before building any model."""
     out = tmp_path / 'fps.json'
-    result = subprocess.run(
-        [sys.executable, str(BENCHMARK_FPS), UPERNET_T, '--modes', 'eager', 'cuda-graph',
-         '--device', 'cpu', '--out', str(out)],
-        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    result = run_tool(
+        BENCHMARK_FPS, UPERNET_T, '--modes', 'eager', 'cuda-graph',
+        '--device', 'cpu', '--out', str(out),
+        timeout=60, cwd=REPO_ROOT)
     assert result.returncode != 0 and '--modes cuda-graph needs a CUDA device' in result.stderr
     assert 'Traceback' not in result.stderr and not out.exists()

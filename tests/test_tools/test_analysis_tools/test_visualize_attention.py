@@ -12,6 +12,9 @@ import torch
 from helpers.paths import REPO_ROOT
 from helpers.tools import explain, load_tool, run_tool
 
+# One torch thread for the module (tests/conftest.py: small models run faster so).
+pytestmark = pytest.mark.usefixtures('one_torch_thread')
+
 # Names pretrained/mavit_t_in1k.pth, which the tests never have.
 CONFIG = str(REPO_ROOT / 'configs/sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py')
 
@@ -19,11 +22,6 @@ CONFIG = str(REPO_ROOT / 'configs/sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py
 @pytest.fixture(scope='module')
 def tool():
     return load_tool('analysis_tools/visualize_attention')
-
-
-@pytest.fixture(scope='module', autouse=True)
-def _one_thread(one_torch_thread):
-    pass
 
 
 @pytest.fixture
