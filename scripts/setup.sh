@@ -101,8 +101,9 @@ watch_build() {
 # the background while the other requirements download and install (the
 # build needs only torch, setuptools and ninja, installed above; numpy
 # first, so that the build's torch import never meets a half-installed one).
-BUILD_PID="" WATCH_PID=""
+BUILD_PID="" WATCH_PID="" MMCV_INSTALLED=""
 if "$PY" -c "import mmcv.ops" 2>/dev/null; then
+    MMCV_INSTALLED=1
     log "mmcv $MMCV_VERSION with ops already installed"
 else
     PY_TAG="$("$PY" -c 'import sys; print(f"cp{sys.version_info.major}{sys.version_info.minor}")')"
@@ -146,7 +147,7 @@ if [[ -n "$BUILD_PID" ]]; then
     mv "$BUILD_TMP"/mmcv-*.whl "$WHEEL_DIR"/
     rm -rf "$BUILD_TMP"
 fi
-if ! "$PY" -c "import mmcv.ops" 2>/dev/null; then
+if [[ -z "$MMCV_INSTALLED" ]]; then
     log "installing cached $(basename "$WHEEL_DIR"/mmcv-*.whl)"
     pip_c --no-deps "$WHEEL_DIR"/mmcv-*.whl
 fi
