@@ -184,8 +184,14 @@ def _triton_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
     return _function.fused_mala(q, k, v, rope.angle_on(q.device), rope.width)
 
 
+@torch.compiler.assume_constant_result
 def _triton_unavailable() -> str | None:
-    """Import the Triton modules once; the error text if that fails."""
+    """Import the Triton modules once; the error text if that fails.
+
+    A constant to Dynamo: a model compiled before its first eager call runs
+    the import when the graph is traced, instead of breaking the graph on an
+    import (which Dynamo refuses to trace).
+    """
     global _function, _plan, _triton_import_error, _triton_import_tried
     if not _triton_import_tried:
         _triton_import_tried = True
