@@ -25,9 +25,19 @@ from ..ops.attention_variants import (
     check_attn_type,
     check_kernel_function,
 )
+from ..ops.channel_split import channel_split
+from ..ops.derived_weights import DerivedWeights, compute_dtype, takes_no_gradient
+from ..ops.fast_paths import ALL_ON, FastPaths
 from ..ops.graph_capture import recording_graph
 from ..ops.mala import check_mala_impl
-from ..ops.rope2d import RoPE2d, RotaryTables
+from ..ops.residual import scaled_residual
+from ..ops.rope2d import (
+    RoPE2d,
+    RotaryTables,
+    rotary_pair_weights,
+    rotated_bias_table,
+    rotated_projection,
+)
 
 # Published sizes (reference README). drop_path_rate is the detection /
 # segmentation one.
@@ -78,58 +88,30 @@ def build_norm2d(norm_cfg: dict | None, num_features: int) -> nn.Module:
     return norm
 
 
-def _takes_no_gradient(*tensors: torch.Tensor) -> bool:
-    """No autograd graph will be built through ``tensors``, and the call is
-    not being traced or compiled: derived weights may be cached, results may
-    be written in place."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return not recording_graph()
-
-
-class DerivedWeights:
-    """Tensors computed from parameters (a cast, a folded kernel), kept while
-    no gradient flows: a forward in eval mode (inference, a benchmark, a CUDA
-    graph replay) pays for them once per parameter value, not per call.
-
-    An entry is rebuilt when the device or dtype asked for changes or when a
-    parameter it came from changes: a new storage (a move, a load into a new
-    tensor) or an in-place update (an optimizer step, ``load_state_dict``;
-    both advance the tensor's version counter). With gradients, under tracing
-    or compiling, nothing is cached: the caller's ``build`` runs each time.
-    """
-
-    def __init__(self):
-        self._entries: dict = {}
-
-    def get(self, name: str, sources: tuple[torch.Tensor, ...], dtype: torch.dtype,
-            device: torch.device, build):
-        if not _takes_no_gradient(*sources) or any(t.is_inference() for t in sources):
-            # (Inference tensors, e.g. a model moved inside inference_mode,
-            # keep no version counter to tell a change by.)
-            return build()
-        state = tuple((t.data_ptr(), t._version) for t in sources)
-        key = (name, dtype, device)
-        entry = self._entries.get(key)
-        if entry is None or entry[0] != state:
-            entry = self._entries[key] = (state, build())
-        return entry[1]
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-
-def _compute_dtype(x: torch.Tensor, param: torch.Tensor) -> torch.dtype:
-    """The dtype a layer computes in: autocast's where it is on for ``x``'s
-    device, else the parameters' own."""
-    dtype = autocast_dtype(x.device.type)
-    return param.dtype if dtype is None else dtype
-
-
 # Devices whose layer norm kernels take half inputs with fp32 weight and bias
 # (computing in fp32, writing the input's dtype). CUDA's read the weight in the
 # input's dtype, so there it is cast (once, while no gradient flows).
 _MIXED_LAYER_NORM_DEVICES = ('cpu',)
+
+
+class Conv2d(nn.Conv2d):
+    """``nn.Conv2d`` (same parameters, keys and result) whose weight and bias
+    meet the input in the dtype the layer computes in: under autocast, half
+    copies kept per weight value while no gradient flows
+    (:class:`~mavit_mm.ops.derived_weights.DerivedWeights`, switch
+    ``cached_weights``), instead of autocast's casts at every call."""
+
+    def __init__(self, *args, cached_weights: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.derived = DerivedWeights(cached_weights)
+
+    def weights_for(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(weight, bias)`` in the dtype the layer computes ``x`` in."""
+        return self.derived.cast('compute', (self.weight, self.bias),
+                                 compute_dtype(x, self.weight))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._conv_forward(x, *self.weights_for(x))
 
 
 class LayerNorm2d(nn.Module):
@@ -146,10 +128,10 @@ class LayerNorm2d(nn.Module):
     where one will do, and an fp32 map for the next convolution to cast).
     """
 
-    def __init__(self, num_channels: int, eps: float = LN_EPS):
+    def __init__(self, num_channels: int, eps: float = LN_EPS, cached_weights: bool = True):
         super().__init__()
         self.norm = nn.LayerNorm(num_channels, eps=eps)
-        self.derived = DerivedWeights()
+        self.derived = DerivedWeights(cached_weights)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         nhwc = x.permute(0, 2, 3, 1)
@@ -157,9 +139,7 @@ class LayerNorm2d(nn.Module):
             return self.norm(nhwc).permute(0, 3, 1, 2)
         weight, bias = self.norm.weight, self.norm.bias
         if x.device.type not in _MIXED_LAYER_NORM_DEVICES:
-            weight, bias = self.derived.get(
-                'affine', (weight, bias), x.dtype, x.device,
-                lambda: (self.norm.weight.to(x.dtype), self.norm.bias.to(x.dtype)))
+            weight, bias = self.derived.cast('affine', (weight, bias), x.dtype)
         with autocast_disabled(x.device.type):
             out = F.layer_norm(nhwc, self.norm.normalized_shape, weight, bias, self.norm.eps)
         return out.permute(0, 3, 1, 2)
@@ -186,47 +166,40 @@ class DropPath(nn.Module):
         return x if keep is None else x * keep
 
     def residual(self, x: torch.Tensor, branch: torch.Tensor,
-                 scale: torch.Tensor | None = None) -> torch.Tensor:
-        """``x + self(scale * branch)`` in one pass over the map: the layer
-        scale and the per-sample keep mask are folded into one small
-        ``(B or 1, C, 1, 1)`` factor of ``addcmul``.
-
-        The sum has ``x``'s dtype: an fp32 layer scale does not promote a half
-        residual stream (autocast) to fp32. Without gradients the sum is
-        written into ``x`` (a map the block made itself), computed in fp32
-        with the fp32 scale; with gradients the scale is cast to ``x``'s dtype.
-        """
+                 scale: torch.Tensor | None = None, in_place: bool = True) -> torch.Tensor:
+        """``x + self(scale * branch)`` in one pass over the map
+        (:func:`~mavit_mm.ops.residual.scaled_residual`): the layer scale (in
+        ``x``'s dtype) and the per-sample keep mask are one small factor.
+        Written into ``x`` (a map the block made itself) where ``in_place``
+        allows it and no gradient flows."""
         keep = self._keep_scale(x)
         if keep is not None:
             scale = keep if scale is None else scale * keep
-        in_place = _takes_no_gradient(x, branch, *(() if scale is None else (scale,)))
-        if scale is None:
-            return x.add_(branch) if in_place else x + branch
-        if in_place:
-            return x.addcmul_(branch, scale)
-        return torch.addcmul(x, branch, scale.to(x.dtype))
+        tensors = (x, branch) if scale is None else (x, branch, scale)
+        return scaled_residual(x, branch, scale, in_place=in_place and takes_no_gradient(*tensors))
 
     def extra_repr(self) -> str:
         return f'drop_prob={self.drop_prob}'
 
 
-class DepthwiseResidualConv(nn.Conv2d):
+class DepthwiseResidualConv(Conv2d):
     """``x + conv(x)`` of a depthwise 'same' convolution, as one convolution.
 
     The identity is folded into the centre tap of the kernel, which saves a
-    full pass over the map for the add. The folded kernel is built in the
-    compute dtype (autocast's where it is on), and, while no gradient flows,
-    once per weight value (:class:`DerivedWeights`). Parameters and keys are
-    those of the plain ``nn.Conv2d`` (the identity is a non-persistent buffer).
+    full pass over the map for the add (switch ``folded_residual_conv``; off:
+    the convolution, then the add). The folded kernel is built in the compute
+    dtype (autocast's where it is on), and, while no gradient flows, once per
+    weight value. Parameters and keys are those of the plain ``nn.Conv2d``
+    (the identity is a non-persistent buffer).
     """
 
-    def __init__(self, channels: int, kernel_size: int):
+    def __init__(self, channels: int, kernel_size: int, fast_paths: FastPaths = ALL_ON):
         super().__init__(channels, channels, kernel_size, padding=kernel_size // 2,
-                         groups=channels)
+                         groups=channels, cached_weights=fast_paths.cached_weights)
+        self.folded = fast_paths.folded_residual_conv
         identity = torch.zeros_like(self.weight)
         identity[:, :, kernel_size // 2, kernel_size // 2] = 1.0
         self.register_buffer('identity', identity, persistent=False)
-        self.derived = DerivedWeights()
 
     def folded_weight(self, dtype: torch.dtype) -> torch.Tensor:
         """The kernel of ``x + conv(x)`` in ``dtype`` (summed in the weight's
@@ -236,24 +209,29 @@ class DepthwiseResidualConv(nn.Conv2d):
                                 lambda: (self.weight + self.identity).to(dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._conv_forward(x, self.folded_weight(_compute_dtype(x, self.weight)),
-                                  self.bias)
+        if not self.folded:
+            return x + super().forward(x)
+        dtype = compute_dtype(x, self.weight)
+        (bias,) = self.derived.cast('bias', (self.bias,), dtype)
+        return self._conv_forward(x, self.folded_weight(dtype), bias)
 
 
 class ConvStem(nn.Module):
     """Four 3x3 convs (strides 2, 1, 1, 2), norm + GELU between them: stride 4."""
 
-    def __init__(self, in_channels: int, embed_dim: int, norm_cfg: dict | None):
+    def __init__(self, in_channels: int, embed_dim: int, norm_cfg: dict | None,
+                 fast_paths: FastPaths = ALL_ON):
         super().__init__()
         hidden = embed_dim // 2
+        cached = fast_paths.cached_weights
         self.proj = nn.Sequential(
-            nn.Conv2d(in_channels, hidden, 3, stride=2, padding=1),
+            Conv2d(in_channels, hidden, 3, stride=2, padding=1, cached_weights=cached),
             build_norm2d(norm_cfg, hidden), nn.GELU(),
-            nn.Conv2d(hidden, hidden, 3, stride=1, padding=1),
+            Conv2d(hidden, hidden, 3, stride=1, padding=1, cached_weights=cached),
             build_norm2d(norm_cfg, hidden), nn.GELU(),
-            nn.Conv2d(hidden, hidden, 3, stride=1, padding=1),
+            Conv2d(hidden, hidden, 3, stride=1, padding=1, cached_weights=cached),
             build_norm2d(norm_cfg, hidden), nn.GELU(),
-            nn.Conv2d(hidden, embed_dim, 3, stride=2, padding=1),
+            Conv2d(hidden, embed_dim, 3, stride=2, padding=1, cached_weights=cached),
             build_norm2d(norm_cfg, embed_dim),
         )
 
@@ -264,9 +242,11 @@ class ConvStem(nn.Module):
 class Downsample(nn.Module):
     """3x3 stride-2 conv then norm, between stages."""
 
-    def __init__(self, in_dim: int, out_dim: int, norm_cfg: dict | None):
+    def __init__(self, in_dim: int, out_dim: int, norm_cfg: dict | None,
+                 fast_paths: FastPaths = ALL_ON):
         super().__init__()
-        self.reduction = nn.Conv2d(in_dim, out_dim, 3, stride=2, padding=1)
+        self.reduction = Conv2d(in_dim, out_dim, 3, stride=2, padding=1,
+                                cached_weights=fast_paths.cached_weights)
         self.norm = build_norm2d(norm_cfg, out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -276,55 +256,17 @@ class Downsample(nn.Module):
 class ConvFFN(nn.Module):
     """1x1 conv up, GELU, residual 3x3 depthwise conv (``x + dwconv(x)``), 1x1 conv down."""
 
-    def __init__(self, dim: int, hidden_dim: int):
+    def __init__(self, dim: int, hidden_dim: int, fast_paths: FastPaths = ALL_ON):
         super().__init__()
+        cached = fast_paths.cached_weights
         # Registration order gives the published state-dict order.
-        self.fc1 = nn.Conv2d(dim, hidden_dim, 1)
+        self.fc1 = Conv2d(dim, hidden_dim, 1, cached_weights=cached)
         self.act = nn.GELU()
-        self.fc2 = nn.Conv2d(hidden_dim, dim, 1)
-        self.dwconv = DepthwiseResidualConv(hidden_dim, 3)   # x + dwconv(x)
+        self.fc2 = Conv2d(hidden_dim, dim, 1, cached_weights=cached)
+        self.dwconv = DepthwiseResidualConv(hidden_dim, 3, fast_paths)   # x + dwconv(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.dwconv(self.act(self.fc1(x))))
-
-
-class _ChannelSplit(torch.autograd.Function):
-    """``x.split(sizes, dim=1)`` whose backward writes the parts' gradients
-    straight into one buffer in ``x``'s memory format.
-
-    Autograd's own split backward concatenates them into a contiguous NCHW
-    tensor, which the channels_last convolution before it then copies again:
-    two passes over the whole ``(B, 4C, H, W)`` gradient where one will do.
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, sizes: tuple[int, ...]):
-        ctx.sizes = sizes
-        ctx.shape = x.shape
-        ctx.memory_format = (torch.channels_last
-                             if x.is_contiguous(memory_format=torch.channels_last)
-                             else torch.contiguous_format)
-        return x.split(sizes, dim=1)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        like = next(g for g in grads if g is not None)
-        grad = torch.empty(ctx.shape, dtype=like.dtype, device=like.device,
-                           memory_format=ctx.memory_format)
-        for part, part_grad in zip(grad.split(ctx.sizes, dim=1), grads):
-            if part_grad is None:
-                part.zero_()
-            else:
-                part.copy_(part_grad)
-        return grad, None
-
-
-def channel_split(x: torch.Tensor, sizes: Sequence[int]):
-    """``x.split(sizes, dim=1)``; under autograd with one gradient write
-    (:class:`_ChannelSplit`)."""
-    if torch.is_grad_enabled() and x.requires_grad:
-        return _ChannelSplit.apply(x, tuple(sizes))
-    return x.split(tuple(sizes), dim=1)
 
 
 def split_heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -358,7 +300,7 @@ class GatedAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, attn_type: str = 'mala',
                  mala_impl: str = 'auto', kernel_function: str = 'elu',
-                 inline_residual: bool = False):
+                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
@@ -366,14 +308,21 @@ class GatedAttention(nn.Module):
         self.attn_type = check_attn_type(attn_type)
         self.mala_impl = mala_impl
         self.kernel_function = check_kernel_function(kernel_function)
+        self.fast_paths = fast_paths
+        # The softmax stages rotate q and k in the projection, together
+        # (switch joint_qk_rotation); elsewhere the attention rotates them.
+        self.rotates_qk = attn_type == 'softmax' and fast_paths.joint_qk_rotation
         if inline_residual and attn_type != 'inline':
             raise ValueError(f"inline_residual is InLine's; attn_type is {attn_type!r}")
-        self.qkvo = nn.Conv2d(dim, 4 * dim, 1)
-        self.lepe = nn.Conv2d(dim, dim, 5, padding=2, groups=dim)
-        self.proj = nn.Conv2d(dim, dim, 1)
+        cached = fast_paths.cached_weights
+        self.qkvo = Conv2d(dim, 4 * dim, 1, cached_weights=cached)
+        self.lepe = Conv2d(dim, dim, 5, padding=2, groups=dim, cached_weights=cached)
+        self.proj = Conv2d(dim, dim, 1, cached_weights=cached)
         self.residual = nn.Sequential(
-            nn.Conv2d(dim, dim, 1, groups=num_heads), nn.GELU(),
-            nn.Conv2d(dim, 9 * dim, 1, groups=num_heads)) if inline_residual else None
+            Conv2d(dim, dim, 1, groups=num_heads, cached_weights=cached), nn.GELU(),
+            Conv2d(dim, 9 * dim, 1, groups=num_heads, cached_weights=cached),
+        ) if inline_residual else None
+        self.derived = DerivedWeights(cached)
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         """(B, n * C, H, W) -> (B, n * heads, N, d): :func:`split_heads`."""
@@ -397,19 +346,51 @@ class GatedAttention(nn.Module):
         # channels_last in, so that q, k, v are channel-contiguous head views
         # (free inside the backbone, which is channels_last already).
         x = x.contiguous(memory_format=torch.channels_last)
-        qk, v, o = channel_split(self.qkvo(x), (2 * self.dim, self.dim, self.dim))
+        q, k, v, o = self.project(x, rope)
         lepe = self.lepe(v)
-        qk_heads = self.split_heads(qk)          # q's heads, then k's
-        if self.attn_type == 'softmax':
-            # One rotation of q and k together: half the passes of two.
-            qk_heads, rope = rope.rotate(qk_heads), None
-        q, k = qk_heads[:, :self.num_heads], qk_heads[:, self.num_heads:]
-        out = attention(q, k, self.split_heads(v), self.attn_type, rope, self.kernel_function,
+        out = attention(q, k, self.split_heads(v), self.attn_type,
+                        None if self.rotates_qk else rope, self.kernel_function,
                         impl=self.mala_impl)
         out = self.merge_heads(out, height, width)
         if self.residual is not None:
             out = out + self._local_residual(x, v)
         return self.proj(o * (out + lepe))
+
+    def project(self, x: torch.Tensor, rope: RotaryTables):
+        """The qkvo convolution cut into q and k, as ``(B, heads, N, d)``
+        views, and v and o, as maps; q and k rotated where ``rotates_qk``."""
+        dim, split = self.dim, self.fast_paths.channel_split
+        if self.rotates_qk and self._dense_rope(x):
+            weight, bias = self.qkvo.weights_for(x)
+            v, o = channel_split(F.conv2d(x, weight[2 * dim:], bias[2 * dim:]), (dim, dim),
+                                 split)
+            qk = self.split_heads(self._rotated_qk(x, rope))
+        else:
+            qk, v, o = channel_split(self.qkvo(x), (2 * dim, dim, dim), split)
+            qk = self.split_heads(qk)                      # q's heads, then k's
+            if self.rotates_qk:
+                qk = rope.rotate(qk)                       # one rotation of both
+        return qk[:, :self.num_heads], qk[:, self.num_heads:], v, o
+
+    def _dense_rope(self, x: torch.Tensor) -> bool:
+        """Whether q and k are rotated by :func:`~mavit_mm.ops.rope2d.rotated_projection`
+        (switch ``dense_rope``): in half precision, where the plain rotation
+        flips pairs, and not while compiling, where inductor fuses the plain
+        formula into one kernel."""
+        return (self.fast_paths.dense_rope and not recording_graph()
+                and compute_dtype(x, self.qkvo.weight) in (torch.float16, torch.bfloat16))
+
+    def _rotated_qk(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
+        """``R(q), R(k)`` as one channels_last map, from dense operands."""
+        dtype, qk_channels = compute_dtype(x, self.qkvo.weight), 2 * self.dim
+        weight, bias = self.qkvo.weight[:qk_channels], self.qkvo.bias[:qk_channels]
+        pair_weights = self.derived.get('qk_pair_weights', (self.qkvo.weight,), dtype,
+                                        x.device, lambda: rotary_pair_weights(weight).to(dtype))
+        bias_table = self.derived.get('qk_bias_table', (self.qkvo.bias, rope.angle), dtype,
+                                      x.device, lambda: rotated_bias_table(bias, rope, dtype),
+                                      state=(rope.height, rope.width))
+        cos, signed_sin = rope.tables(dtype, x.device)
+        return rotated_projection(x, pair_weights, bias_table, cos, signed_sin)
 
     def _local_residual(self, x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """InLine's ``sum_j r_j v_j`` over 3x3 neighbourhoods: a depthwise 3x3
@@ -434,28 +415,39 @@ class MAViTBlock(nn.Module):
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, drop_path: float,
                  layerscale: bool, layer_init_value: float, attn_type: str,
                  mala_impl: str, with_cp: bool, kernel_function: str = 'elu',
-                 inline_residual: bool = False):
+                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON):
         super().__init__()
         self.with_cp = with_cp
         self.layerscale = layerscale
+        self.in_place_residual = fast_paths.in_place_residual
         if layerscale:
             self.gamma_1 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_init_value)))
             self.gamma_2 = nn.Parameter(torch.full((1, dim, 1, 1), float(layer_init_value)))
         # Registration order gives the published state-dict order.
-        self.norm1 = LayerNorm2d(dim)
+        cached = fast_paths.cached_weights
+        self.norm1 = LayerNorm2d(dim, cached_weights=cached)
         self.attn = GatedAttention(dim, num_heads, attn_type, mala_impl, kernel_function,
-                                   inline_residual)
-        self.norm2 = LayerNorm2d(dim)
-        self.ffn = ConvFFN(dim, int(mlp_ratio * dim))
-        self.pos = DepthwiseResidualConv(dim, 3)   # x + pos(x)
+                                   inline_residual, fast_paths)
+        self.norm2 = LayerNorm2d(dim, cached_weights=cached)
+        self.ffn = ConvFFN(dim, int(mlp_ratio * dim), fast_paths)
+        self.pos = DepthwiseResidualConv(dim, 3, fast_paths)   # x + pos(x)
         self.drop_path = DropPath(drop_path)
+        self.derived = DerivedWeights(cached)
 
     def _forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         x = self.pos(x)
-        x = self.drop_path.residual(x, self.attn(self.norm1(x), rope),
-                                    self.gamma_1 if self.layerscale else None)
-        return self.drop_path.residual(x, self.ffn(self.norm2(x)),
-                                       self.gamma_2 if self.layerscale else None)
+        x = self.drop_path.residual(x, self.attn(self.norm1(x), rope), self.layer_scale(1, x),
+                                    self.in_place_residual)
+        return self.drop_path.residual(x, self.ffn(self.norm2(x)), self.layer_scale(2, x),
+                                       self.in_place_residual)
+
+    def layer_scale(self, index: int, x: torch.Tensor) -> torch.Tensor | None:
+        """``gamma_<index>`` in ``x``'s dtype (the residual stream's), or ``None``
+        without layer scale."""
+        if not self.layerscale:
+            return None
+        name = f'gamma_{index}'
+        return self.derived.cast(name, (getattr(self, name),), x.dtype)[0]
 
     def forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         if self.with_cp and x.requires_grad:
@@ -470,15 +462,16 @@ class MAViTStage(nn.Module):
                  mlp_ratio: float, drop_paths: Sequence[float], layerscale: bool,
                  layer_init_value: float, attn_type: str, mala_impl: str,
                  norm_cfg: dict | None, with_cp: bool, kernel_function: str = 'elu',
-                 inline_residual: bool = False):
+                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON):
         super().__init__()
         self.RoPE = RoPE2d(dim // num_heads)
         self.blocks = nn.ModuleList([
             MAViTBlock(dim, num_heads, mlp_ratio, drop_paths[i], layerscale,
                        layer_init_value, attn_type, mala_impl, with_cp,
-                       kernel_function, inline_residual)
+                       kernel_function, inline_residual, fast_paths)
             for i in range(depth)])
-        self.downsample = Downsample(dim, out_dim, norm_cfg) if out_dim is not None else None
+        self.downsample = (Downsample(dim, out_dim, norm_cfg, fast_paths)
+                           if out_dim is not None else None)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (stage output, input of the next stage)."""
@@ -529,6 +522,9 @@ class MAViT(BaseModule):
         frozen_stages: Freeze the stem (0) and stages ``< frozen_stages``; -1: none.
         norm_eval: Keep the batch norms in eval mode while training.
         with_cp: Gradient checkpointing of every block.
+        fast_paths: Speed features to switch off, e.g. ``dict(dense_rope=False)``
+            (all on by default; each computes the same model:
+            :mod:`mavit_mm.ops.fast_paths`).
         pretrained: Deprecated shortcut for ``init_cfg=dict(type='Pretrained')``.
         init_cfg: mmengine init config; ``type='Pretrained'`` loads a published
             MAViT checkpoint (classification or dense prediction).
@@ -554,6 +550,7 @@ class MAViT(BaseModule):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
+                 fast_paths: dict | None = None,
                  pretrained: str | None = None,
                  init_cfg=None):
         if pretrained is not None:
@@ -585,12 +582,13 @@ class MAViT(BaseModule):
         self.kernel_function = check_kernel_function(kernel_function)
         self.inline_residual = bool(inline_residual)
         self.mala_impl = check_mala_impl(mala_impl)
+        self.fast_paths = FastPaths.resolve(fast_paths)
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
         self.in_channels = in_channels
         self._check_settings(num_stages)
 
-        self.patch_embed = ConvStem(in_channels, self.embed_dims[0], norm_cfg)
+        self.patch_embed = ConvStem(in_channels, self.embed_dims[0], norm_cfg, self.fast_paths)
         drop_paths = torch.linspace(0, self.drop_path_rate, sum(self.depths)).tolist()
         self.layers = nn.ModuleList()
         for i in range(num_stages):
@@ -604,11 +602,13 @@ class MAViT(BaseModule):
                 layerscale=self.layerscales[i], layer_init_value=self.layer_init_values[i],
                 attn_type=self.attn_types[i], mala_impl=self.mala_impl,
                 norm_cfg=norm_cfg, with_cp=with_cp, kernel_function=self.kernel_function,
-                inline_residual=self.inline_residual and self.attn_types[i] == 'inline'))
+                inline_residual=self.inline_residual and self.attn_types[i] == 'inline',
+                fast_paths=self.fast_paths))
         # Keyed by stage index ('extra_norms.2.norm.weight' as published), and
         # only for returned stages so no parameter goes unused under DDP.
         self.extra_norms = nn.ModuleDict(
-            {str(i): LayerNorm2d(self.embed_dims[i]) for i in self.out_indices})
+            {str(i): LayerNorm2d(self.embed_dims[i], cached_weights=self.fast_paths.cached_weights)
+             for i in self.out_indices})
         self._freeze_stages()
 
     def _check_settings(self, num_stages: int) -> None:
@@ -657,6 +657,13 @@ class MAViT(BaseModule):
 
     def train(self, mode: bool = True):
         super().train(mode)
+        # Edits through ``param.data`` (mmengine's EMAHook swaps its averaged
+        # weights in and out that way before and after each evaluation) leave
+        # no trace in the version counters the caches key on; a runner sets
+        # the mode after such a swap, so the caches start afresh here.
+        for module in self.modules():
+            if isinstance(getattr(module, 'derived', None), DerivedWeights):
+                module.derived.clear()
         self._freeze_stages()
         if mode and self.norm_eval:
             for module in self.modules():

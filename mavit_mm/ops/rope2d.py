@@ -159,6 +159,63 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     return x * cos + swapped * signed_sin
 
 
+def swap_pairs(t: torch.Tensor) -> torch.Tensor:
+    """``(t0, t1, t2, t3, ...) -> (t1, t0, t3, t2, ...)`` along the first
+    dimension: what :func:`apply_rope` does to the channels of a map, done to
+    the rows of a weight (or a bias) that makes them."""
+    return t.unflatten(0, (-1, 2)).flip(1).flatten(0, 1)
+
+
+def rotary_pair_weights(weight: torch.Tensor) -> torch.Tensor:
+    """``(2, C_in, C_out)``: a 1x1 convolution's ``(C_out, C_in, 1, 1)``
+    weight transposed, and the same with its output pairs swapped, stacked
+    for :func:`rotated_projection`."""
+    rows = weight.flatten(1)
+    return torch.stack((rows, swap_pairs(rows))).transpose(1, 2)
+
+
+def rotated_bias_table(bias: torch.Tensor, rope: RotaryTables, dtype: torch.dtype
+                       ) -> torch.Tensor:
+    """``R(b)`` at every position of ``rope``'s map, ``(N, C)``: a 1x1
+    convolution's bias of ``C / head_dim`` heads side by side, rotated in
+    fp32 (fp64 for an fp64 bias) and cast to ``dtype``."""
+    compute = torch.float64 if bias.dtype == torch.float64 else torch.float32
+    cos, signed_sin = rope.tables(compute, bias.device)
+    heads = bias.to(compute).unflatten(0, (-1, cos.shape[-1]))          # (heads, d)
+    rotated = heads * cos[:, None] + swap_pairs(heads.T).T * signed_sin[:, None]
+    return rotated.flatten(1).to(dtype)
+
+
+def rotated_projection(x: torch.Tensor, pair_weights: torch.Tensor, bias_table: torch.Tensor,
+                       cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """``R(conv1x1(x, W, b))`` of a channels_last map, on dense operands and
+    without a flip (switch ``dense_rope``). The plain formula::
+
+        t = conv1x1(x, W, b);  R(t) = t * cos + swap_pairs(t) * signed_sin
+
+    (:func:`apply_rope` on each head of the map). Here ``swap_pairs(t)``
+    comes from the weights instead of a flip of ``t``, and the bias from its
+    rotated table::
+
+        y0, y1 = x @ W^T, x @ swap_pairs(W)^T      (one matrix product, dense)
+        R(t)   = R(b) + y0 * cos + y1 * signed_sin  (two multiply-adds, dense)
+
+    ``pair_weights``: :func:`rotary_pair_weights` of ``W``; ``bias_table``:
+    :func:`rotated_bias_table` of ``b``; ``cos`` / ``signed_sin``: the
+    ``(N, head_dim)`` tables of :meth:`RotaryTables.tables`, shared by the
+    heads. Returns ``(B, C, H, W)`` channels_last.
+    """
+    batch, _, height, width = x.shape
+    head_dim = cos.shape[-1]
+    rows = x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])
+    y = torch.matmul(rows, pair_weights).unflatten(1, (batch, height * width))
+    y = y.unflatten(-1, (-1, head_dim))                                 # (2, B, N, heads, d)
+    cos, signed_sin = cos[:, None], signed_sin[:, None]                 # (N, 1, d)
+    out = torch.addcmul(bias_table.unflatten(-1, (-1, head_dim)), y[0], cos)
+    out = out.addcmul_(y[1], signed_sin)
+    return out.flatten(-2).unflatten(1, (height, width)).permute(0, 3, 1, 2)
+
+
 def _pairs(x: torch.Tensor) -> torch.Tensor:
     """(..., d) -> (..., d / 2, 2), a view. ``reshape`` rather than ``unflatten``:
     the TorchScript ONNX exporter has ``unflatten`` only from opset 13, and

@@ -7,7 +7,15 @@ import torch
 from mavit_mm.models import MAViT
 from mavit_mm.ops import attention
 from mavit_mm.ops.mala import mala_attention
-from mavit_mm.ops.rope2d import RoPE2d, RotaryTables, apply_rope, rope_angles
+from mavit_mm.ops.rope2d import (
+    RoPE2d,
+    RotaryTables,
+    apply_rope,
+    rope_angles,
+    rotary_pair_weights,
+    rotated_bias_table,
+    rotated_projection,
+)
 from mavit_mm.tooling.mala_inputs import mala_inputs
 
 HEIGHT, WIDTH = 6, 10
@@ -111,3 +119,80 @@ def test_cached_rotation_follows_in_place_angle_edits():
     for size in range(RoPE2d.CACHED_SIZES + 2):            # the cache stays small
         module(size + 1, size + 1)
     assert len(module._rotary) == RoPE2d.CACHED_SIZES
+
+
+# -- the rotated projection of the softmax stages (switch dense_rope) ------------
+
+def _plain_rotated_projection(x, weight, bias, rope):
+    """The plain formula: the 1x1 convolution, then apply_rope on its heads."""
+    t = torch.nn.functional.conv2d(x, weight, bias)
+    head_dim = rope.angle.numel() * 2
+    heads = t.flatten(2).unflatten(1, (-1, head_dim)).transpose(-1, -2)      # (B, h, N, d)
+    rotated = apply_rope(heads, *rope.tables(x.dtype))
+    return rotated.transpose(-1, -2).flatten(1, 2).unflatten(-1, t.shape[2:])
+
+
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize('batch, height, width', [(1, 6, 10), (3, 5, 7)])
+def test_rotated_projection_equals_the_plain_formula_with_gradients(dtype, batch, height,
+                                                                     width):
+    """Outputs and the gradients of x, W and b against the plain formula in fp64."""
+    generator = torch.Generator().manual_seed(0)
+    in_channels, head_dim, heads = 24, 16, 3
+    leaves64 = (torch.randn(batch, in_channels, height, width, generator=generator,
+                            dtype=torch.float64).contiguous(memory_format=torch.channels_last),
+                torch.randn(heads * head_dim, in_channels, 1, 1, generator=generator,
+                            dtype=torch.float64),
+                torch.randn(heads * head_dim, generator=generator, dtype=torch.float64))
+    x, weight, bias = (t.to(dtype).requires_grad_() for t in leaves64)
+    angle_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    rope = RoPE2d(head_dim).to(angle_dtype)(height, width)
+    out = rotated_projection(x, rotary_pair_weights(weight),
+                             rotated_bias_table(bias, rope, dtype), *rope.tables(dtype))
+    reference_leaves = [t.detach().clone().requires_grad_() for t in leaves64]
+    expected = _plain_rotated_projection(*reference_leaves,
+                                         RoPE2d(head_dim).double()(height, width))
+    assert out.shape == expected.shape and out.dtype == dtype
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    # Relative to the largest value: bf16 rounds the products and the sums.
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    scale = expected.abs().max()
+    torch.testing.assert_close(out.double() / scale, expected.detach() / scale, rtol=tol, atol=tol)
+
+    grad = torch.randn(out.shape, generator=generator, dtype=torch.float64)
+    out.backward(grad.to(dtype))
+    expected.backward(grad)
+    grad_tol = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    for ours, reference in zip((x, weight, bias), reference_leaves):
+        scale = reference.grad.abs().max()
+        torch.testing.assert_close(ours.grad.double() / scale, reference.grad / scale,
+                                   rtol=grad_tol, atol=grad_tol)
+
+
+def test_rotated_projection_runs_on_dense_operands_without_a_flip():
+    """What the switch is for: no flip, and every elementwise operand dense."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls.append((func.overloadpacket.__name__,
+                               [a for a in args if isinstance(a, torch.Tensor)]))
+            return func(*args, **(kwargs or {}))
+
+    rope = RoPE2d(16)(HEIGHT, WIDTH)
+    x = torch.randn(1, 24, HEIGHT, WIDTH).contiguous(memory_format=torch.channels_last)
+    weight, bias = torch.randn(48, 24, 1, 1), torch.randn(48)
+    tables = rope.tables(torch.float32)
+    pair_weights, bias_table = rotary_pair_weights(weight), rotated_bias_table(bias, rope,
+                                                                                torch.float32)
+    with Ops() as ops:
+        rotated_projection(x, pair_weights, bias_table, *tables)
+    names = [name for name, _ in ops.calls]
+    assert 'flip' not in names and names.count('addcmul') + names.count('addcmul_') == 2
+    for name, operands in ops.calls:
+        if name.startswith('addcmul'):
+            assert all(t.is_contiguous() for t in operands), (name, [t.stride() for t in operands])

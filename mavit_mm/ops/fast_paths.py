@@ -1,0 +1,96 @@
+"""The backbone's speed features, each behind a switch.
+
+``MAViT(fast_paths=dict(name=False))`` turns a feature off; every feature is
+on by default. Each one computes exactly the plain formula beside it (up to
+the rounding of the compute dtype), so any combination gives the same model:
+the switches exist so that one GPU run can measure what each feature is worth
+(``benchmarks/gpu_check.py``, step ``ablations``), and so that a suspected
+feature can be ruled out in a user's own run.
+
+=========================  ==========================================================  ===============
+switch                     what it does (plain formula when off)                       modes
+=========================  ==========================================================  ===============
+``cached_weights``         weights in the compute dtype (half copies of convolution    eager,
+                           weights and biases, layer scales, norm weights) and the     CUDA graph
+                           folded depthwise kernels are kept per parameter version
+                           while no gradient flows (:class:`DerivedWeights`); off:
+                           cast and folded at every call
+``folded_residual_conv``   ``x + dwconv(x)`` as one convolution, the identity folded   all
+                           into the kernel's centre tap; off: a convolution and an add
+``channel_split``          the qkvo split's backward writes one channels_last          all (training)
+                           gradient; off: autograd's split backward
+``joint_qk_rotation``      the softmax stages rotate q and k as one tensor; off: two    all
+                           rotations
+``dense_rope``             half-precision softmax stages, the joint rotation: q, k     eager,
+                           and their pair swaps from one matrix product, the qk bias   CUDA graph
+                           in a rotated table, rotated by two multiply-adds on dense
+                           maps (needs ``joint_qk_rotation``); off: the qkvo
+                           convolution's slice, rotated with a flip
+``in_place_residual``      without gradients, residual adds are written into the       eager,
+                           stream (a map the block made itself); off: a new map        CUDA graph
+=========================  ==========================================================  ===============
+
+"modes" says where a feature can act. Under ``torch.compile`` (and TorchScript
+tracing, ONNX export) Python-side caches and in-place shortcuts stand aside by
+design (:func:`~.graph_capture.recording_graph`), and inductor fuses the plain
+formula itself, so those features are ablated under CUDA graphs only.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class FastPaths:
+    """Which speed features the backbone uses (module docstring)."""
+
+    cached_weights: bool = True
+    folded_residual_conv: bool = True
+    channel_split: bool = True
+    joint_qk_rotation: bool = True
+    dense_rope: bool = True
+    in_place_residual: bool = True
+
+    @classmethod
+    def resolve(cls, value: FastPaths | Mapping[str, bool] | None) -> FastPaths:
+        """``None`` (all on), a ``FastPaths``, or a dict of switches to change."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError(f'fast_paths must be a dict of switches, got {value!r}')
+        unknown = sorted(set(value) - set(FAST_PATHS))
+        if unknown:
+            raise ValueError(f'unknown fast_paths switch(es) {unknown}; the switches are '
+                             f'{list(FAST_PATHS)}')
+        not_bool = {name: flag for name, flag in value.items() if not isinstance(flag, bool)}
+        if not_bool:
+            raise ValueError(f'fast_paths switches take True or False, got {not_bool}')
+        return cls(**value)
+
+    def without(self, *names: str) -> FastPaths:
+        """These switches off, the others as they are."""
+        return FastPaths.resolve({**self.as_dict(), **{name: False for name in names}})
+
+    def as_dict(self) -> dict[str, bool]:
+        return dataclasses.asdict(self)
+
+
+FAST_PATHS = tuple(field.name for field in dataclasses.fields(FastPaths))
+ALL_ON = FastPaths()   # the default (frozen, so one instance serves every module)
+# Where each switch can change what runs (module docstring, "modes").
+FAST_PATH_MODES = {
+    'cached_weights': ('eager', 'cuda-graph'),
+    'folded_residual_conv': ('eager', 'cuda-graph', 'compile'),
+    'channel_split': ('eager', 'cuda-graph', 'compile'),   # with gradients only
+    'joint_qk_rotation': ('eager', 'cuda-graph', 'compile'),
+    'dense_rope': ('eager', 'cuda-graph'),
+    'in_place_residual': ('eager', 'cuda-graph'),
+}
+
+# Switches that change only a training step (a backward), not a forward.
+TRAINING_ONLY = ('channel_split',)
+
+__all__ = ['FastPaths', 'ALL_ON', 'FAST_PATHS', 'FAST_PATH_MODES', 'TRAINING_ONLY']

@@ -1,0 +1,259 @@
+"""The backbone's speed features behind their switches (``mavit_mm.ops.fast_paths``).
+
+Each switch, turned off, must give the same model (outputs and gradients), and
+must change what runs: a switch that changes nothing measures nothing on a GPU.
+What runs is read op by op with a dispatch mode, without a clock.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mavit_mm.models import MAViT
+from mavit_mm.ops.fast_paths import FAST_PATHS, FastPaths
+from mavit_mm.tooling.op_census import first_and_steady, listing
+
+IMAGE = (2, 3, 64, 96)
+
+
+def image(seed: int = 1) -> torch.Tensor:
+    return torch.randn(*IMAGE, generator=torch.Generator().manual_seed(seed))
+
+
+def model_with(fast_paths=None, seed: int = 0, **kwargs) -> MAViT:
+    torch.manual_seed(seed)
+    kwargs.setdefault('depths', [1, 1, 2, 1])
+    return MAViT('tiny', drop_path_rate=0.0, mala_impl='torch', fast_paths=fast_paths,
+                 **kwargs).eval()
+
+
+def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((ours.double() - reference.double()).norm() / reference.double().norm()).item()
+
+
+class OpLog(TorchDispatchMode):
+    """Every aten op a call dispatches: its name and its tensor arguments' dtypes."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+        self.complex_muls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.ops[name] += 1
+        if name == 'mul' and any(isinstance(a, torch.Tensor) and a.is_complex() for a in args):
+            self.complex_muls += 1
+        return func(*args, **(kwargs or {}))
+
+
+# -- the argument ------------------------------------------------------------------
+
+def test_fast_paths_default_to_all_on_and_take_a_dict():
+    assert MAViT('tiny').fast_paths == FastPaths()
+    assert all(FastPaths().as_dict().values())
+    model = MAViT('tiny', fast_paths=dict(dense_rope=False))
+    assert not model.fast_paths.dense_rope and model.fast_paths.cached_weights
+    assert FastPaths().without('dense_rope', 'channel_split') == FastPaths(
+        dense_rope=False, channel_split=False)
+
+
+@pytest.mark.parametrize('value, error, match', [
+    (dict(dense_rop=False), ValueError, r"unknown fast_paths switch\(es\) \['dense_rop'\]"),
+    (dict(dense_rope=0), ValueError, 'take True or False'),
+    (['dense_rope'], TypeError, 'must be a dict'),
+])
+def test_a_bad_switch_is_an_error_that_names_it(value, error, match):
+    with pytest.raises(error, match=match):
+        MAViT('tiny', fast_paths=value)
+
+
+def test_configs_reach_the_switches():
+    from mmengine.registry import MODELS
+
+    import mavit_mm  # noqa: F401 (registers MAViT)
+    backbone = MODELS.build(dict(type='MAViT', arch='tiny',
+                                 fast_paths=dict(in_place_residual=False)))
+    assert backbone.fast_paths == FastPaths(in_place_residual=False)
+
+
+# -- every switch computes the same model --------------------------------------------
+
+@pytest.fixture(scope='module')
+def reference_run():
+    """All switches on: fp32 outputs and gradients, and bf16 outputs."""
+    model = model_with().train()
+    state = {name: t.clone() for name, t in model.state_dict().items()}
+    x = image()
+    outputs = model(x)                     # (updates the batch norms' running stats)
+    sum(out.square().mean() for out in outputs).backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.eval()
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        model(x)
+        half = model(x)
+    return state, [out.detach() for out in outputs], grads, half
+
+
+@pytest.mark.parametrize('switch', FAST_PATHS)
+def test_each_switch_off_gives_the_same_outputs_and_gradients(reference_run, switch):
+    state, expected, expected_grads, expected_half = reference_run
+    model = model_with(FastPaths().without(switch))
+    model.load_state_dict(state)
+    model.train()
+    x = image()
+    outputs = model(x)
+    sum(out.square().mean() for out in outputs).backward()
+    for ours, reference in zip(outputs, expected):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-5)
+    for name, p in model.named_parameters():
+        # (atol: the stem's first weights, under batch norms, get gradients
+        # of 1e-8 that are mostly cancellation noise.)
+        torch.testing.assert_close(p.grad, expected_grads[name], rtol=1e-4, atol=1e-7,
+                                   msg=name)
+    model.eval()
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        model(x)
+        half = model(x)
+    for ours, reference in zip(half, expected_half):
+        assert ours.dtype == torch.bfloat16
+        # bf16 rounds at other places (a folded kernel, a cast weight): the
+        # whole-model difference is what bf16 against fp32 gives.
+        assert relative_error(ours, reference) < 0.03, switch
+
+
+# -- every switch changes what runs --------------------------------------------------
+
+def _forward_ops(fast_paths, half: bool, **kwargs) -> OpLog:
+    """The ops of a steady-state eval forward (the second one), without gradients."""
+    model = model_with(fast_paths, **kwargs)
+    x = image()
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=half):
+        model(x)
+        with OpLog() as log:
+            model(x)
+    return log
+
+
+def _backward_ops(fast_paths) -> OpLog:
+    model = model_with(fast_paths).train()
+    outputs = model(image())
+    loss = sum(out.square().mean() for out in outputs)
+    with OpLog() as log:
+        loss.backward()
+    return log
+
+
+def test_cached_weights_drop_every_weight_cast_from_a_steady_forward():
+    """Counted as the op census counts them (``mavit_mm.tooling.op_census``)."""
+    casts = {}
+    for name, fast_paths in (('on', None), ('off', dict(cached_weights=False))):
+        model = model_with(fast_paths)
+        _, steady = first_and_steady(model, image())
+        casts[name] = steady.weight_casts
+        convolutions = sum(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    assert casts['on'] == []
+    # Uncached, every convolution casts its weight and bias at every call (as
+    # autocast's own casts did), and more: the layer scales, the folded kernels.
+    assert len(casts['off']) >= 2 * convolutions, listing(casts['off'])
+
+
+def test_folded_residual_conv_saves_an_add_per_depthwise_residual():
+    model = model_with()
+    residual_convs = 2 * sum(model.depths)          # the position conv and the FFN's
+    on = _forward_ops(None, half=False)
+    off = _forward_ops(dict(folded_residual_conv=False), half=False)
+    assert off.ops['add'] - on.ops['add'] == residual_convs
+    assert off.ops['convolution'] == on.ops['convolution']
+
+
+def test_channel_split_writes_one_gradient_instead_of_a_concatenation():
+    on, off = _backward_ops(None), _backward_ops(dict(channel_split=False))
+    blocks = sum(model_with().depths)
+    assert on.ops['cat'] + blocks <= off.ops['cat'], (on.ops['cat'], off.ops['cat'])
+
+
+def test_joint_qk_rotation_rotates_q_and_k_in_one_multiply():
+    model = model_with()
+    softmax_blocks = sum(d for d, t in zip(model.depths, model.attn_types) if t == 'softmax')
+    on = _forward_ops(None, half=False)
+    off = _forward_ops(dict(joint_qk_rotation=False), half=False)
+    # (The MALA stages' PyTorch path rotates q and k apart, both times.)
+    assert off.complex_muls - on.complex_muls == softmax_blocks
+
+
+def test_dense_rope_replaces_the_flip_in_half_precision():
+    model = model_with()
+    softmax_blocks = sum(d for d, t in zip(model.depths, model.attn_types) if t == 'softmax')
+    on = _forward_ops(None, half=True)
+    off = _forward_ops(dict(dense_rope=False), half=True)
+    assert on.ops['flip'] == 0 and off.ops['flip'] == softmax_blocks
+    # One matrix product a block (the MALA stages' PyTorch path has its own).
+    assert on.ops['bmm'] - off.ops['bmm'] == softmax_blocks
+    # fp32 keeps its one complex multiply either way.
+    fp32_on = _forward_ops(None, half=False)
+    fp32_off = _forward_ops(dict(dense_rope=False), half=False)
+    assert fp32_on.ops == fp32_off.ops
+
+
+def test_in_place_residual_writes_into_the_stream_without_gradients():
+    model = model_with()
+    residuals = 2 * sum(model.depths)
+    on = _forward_ops(None, half=False)
+    off = _forward_ops(dict(in_place_residual=False), half=False)
+    assert on.ops['addcmul_'] - off.ops['addcmul_'] == residuals
+    assert off.ops['addcmul'] - on.ops['addcmul'] == residuals
+
+
+# -- caches against weight updates ----------------------------------------------------
+
+@pytest.mark.parametrize('half', [False, True], ids=['fp32', 'bf16-autocast'])
+def test_training_sees_every_weight_update(half):
+    """Eval forwards fill the caches between training steps (as a validation
+    during training does): each step's weights reach the next eval forward
+    and the next training step, compared with a model that caches nothing."""
+    model = model_with()
+    uncached = model_with(dict(cached_weights=False))
+    uncached.load_state_dict(model.state_dict())
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, uncached)]
+    x = image()
+    for _ in range(3):
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=half):
+            for m in (model, uncached):
+                m.eval()
+                with torch.no_grad():
+                    evaluated = m(x)
+                if m is model:
+                    cached_eval = evaluated
+            for ours, reference in zip(cached_eval, evaluated):
+                assert torch.equal(ours, reference)
+            losses = []
+            for m, optimizer in zip((model, uncached), optimizers):
+                m.train()
+                optimizer.zero_grad()
+                loss = sum(out.float().square().mean() for out in m(x))
+                loss.backward()
+                optimizer.step()
+                losses.append(loss.detach())
+        assert torch.equal(losses[0], losses[1])
+
+
+def test_edits_through_data_reach_the_forward_after_a_mode_change():
+    """mmengine's EMAHook swaps weights in through ``param.data``, which no
+    version counter sees, and the runner then sets the model's mode."""
+    model = model_with()
+    x = image()
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        model(x)
+        for p in model.parameters():
+            p.data.copy_(p.data * 1.5)
+        model.eval()
+        outputs = model(x)
+    fresh = model_with()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        for ours, expected in zip(outputs, fresh(x)):
+            assert torch.equal(ours, expected)
