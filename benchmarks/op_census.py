@@ -1,18 +1,24 @@
-"""Ops and casts of one bf16 backbone forward, MAViT-T against Swin-T, counted
-without a clock (``mavit_mm.tooling.op_census``).
+"""The op census of one bf16 eager backbone forward, MAViT-T against Swin-T,
+counted without a clock by the rule in ``mavit_mm/tooling/op_census.py``
+(its module docstring).
 
-Each backbone runs its forward twice under ``torch.autocast('cpu', bf16)`` and
-``no_grad`` at one input size (default 128x256, batch 1): the first forward
-(which also fills the caches later ones reuse: RoPE tables, folded depthwise
-kernels) and a steady one. MAViT-T runs the fused MALA op
-(``mala_impl='triton'``) in Triton's CPU interpreter, so it counts as one op,
-as one launch would on CUDA. Writes JSON: per backbone and forward, the
-non-view aten ops, casts, activation casts (casts of what was computed from
-the input) and the ops by name. ``tests/test_models/test_op_census.py`` holds
-the contract; this records the numbers.
+Each backbone (``census_backbones``: MAViT-T with the fused MALA op, which
+counts as one op as one launch does on CUDA; mmseg's Swin-T) runs two forwards under ``torch.autocast('cpu', bf16)``
+and ``no_grad``, each in its own autocast context, at one input size (default
+128x256, batch 1): the first also fills the caches later ones reuse (RoPE
+tables, folded depthwise kernels); the second, ``steady``, is the rule's
+census. Writes JSON: per backbone and forward, the counts (non-view aten ops,
+weight casts, activation casts, mixed-layout and mixed-dtype elementwise ops,
+bytes read and written), and for the steady forward which ops and operands
+each category counts, and the ops by name. ``tests/test_models/test_op_census.py``
+holds the contract; this records the numbers. The fused op is dispatched
+through Triton's CPU interpreter path but launches no kernel
+(``fused_launches_skipped``): a census reads no values, and its counts are
+the same.
 
 Example:
   python benchmarks/op_census.py --out benchmarks/results/op-census-cpu-2026-11-26.json
+  python benchmarks/op_census.py --size 512 2048   # bytes moved at the GPU's size
 """
 from __future__ import annotations
 
@@ -29,50 +35,53 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
+from mavit_mm.tooling.op_census import CENSUS_SIZE  # noqa: E402
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--size', type=int, nargs=2, default=(128, 256), metavar=('H', 'W'),
-                        help='input size (default 128 256)')
+    parser.add_argument('--size', type=int, nargs=2, default=CENSUS_SIZE, metavar=('H', 'W'),
+                        help='input size (default %(default)s)')
     parser.add_argument('--out', type=Path, help='JSON to write (default: print only)')
     return parser.parse_args(argv)
-
-
-def backbones() -> dict:
-    from mmdet.models.backbones import SwinTransformer
-
-    from mavit_mm.models import MAViT
-    torch.manual_seed(0)
-    mavit = MAViT('tiny', mala_impl='triton')
-    swin = SwinTransformer(convert_weights=False)
-    for model in (mavit, swin):
-        model.eval()   # (mmdet's Swin.train returns None: no chaining)
-    return {'MAViT-T (fused MALA op)': mavit, 'Swin-T (mmdet)': swin}
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     from mavit_mm.tooling.device import git_commit
-    from mavit_mm.tooling.op_census import forward_census
+    from mavit_mm.tooling.op_census import (
+        CENSUS_BACKBONES,
+        census_backbones,
+        first_and_steady,
+        fused_launches_skipped,
+    )
     torch.set_num_threads(1)
     image = torch.randn(1, 3, *args.size, generator=torch.Generator().manual_seed(0))
     results = {}
-    for name, model in backbones().items():
-        counts = {}
-        for forward in ('first', 'steady'):
-            census = forward_census(model, image)
-            counts[forward] = dict(census.summary(), ops=dict(census.ops.most_common()),
-                                   activation_cast_sources=[list(cast)
-                                                            for cast in census.activation_casts])
-            print(f"{name:26} {forward:6}: {census.total} ops, {census.casts} casts, "
-                  f'{len(census.activation_casts)} activation casts')
-        results[name] = counts
+    for name, model in census_backbones().items():
+        with fused_launches_skipped():
+            first, steady = first_and_steady(model, image)
+        results[name] = dict(first=first.summary(), steady=dict(steady.summary(),
+                                                                **steady.details()))
+        for forward, census in (('first', first), ('steady', steady)):
+            counts = census.summary()
+            print(f"{name:8} {forward:6}: {counts['non_view_ops']} ops, "
+                  f"{counts['weight_casts']} weight casts, "
+                  f"{counts['activation_casts']} activation casts, "
+                  f"{counts['mixed_layout_elementwise']} mixed-layout, "
+                  f"{counts['mixed_dtype_elementwise']} mixed-dtype, "
+                  f"{counts['bytes_moved'] / 1e6:.1f} MB moved")
+    mavit, swin = (results[name]['steady'] for name in ('MAViT-T', 'Swin-T'))
     report = dict(benchmark='op_census', input=[1, 3, *args.size], autocast='cpu bf16',
-                  counted='non-view aten ops below autocast (TorchDispatchMode); views, '
-                          'lift_fresh and contiguous not counted; the fused MALA op is one op',
+                  rule='mavit_mm/tooling/op_census.py (module docstring)',
+                  backbones=CENSUS_BACKBONES,
+                  steady_ratios=dict(
+                      non_view_ops=round(mavit['non_view_ops'] / swin['non_view_ops'], 4),
+                      bytes_moved=round(mavit['bytes_moved'] / swin['bytes_moved'], 4)),
                   torch=torch.__version__, commit=git_commit(),
                   date=datetime.now(UTC).isoformat(timespec='seconds'), results=results)
+    print(f"MAViT-T / Swin-T, steady: {report['steady_ratios']}")
     if args.out:
         from mavit_mm.tooling.results_file import write_json
         write_json(args.out, report)
