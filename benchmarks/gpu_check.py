@@ -1,18 +1,29 @@
-"""The GPU check: prove the fused MALA correct on a GPU and measure its speed,
-the backbone's and UperNet's, in two commands of at most 8 minutes each,
-writing every result as JSON the moment it exists.
+"""The GPU check: prove the fused MALA correct on a GPU and measure the speed
+targets (``GPU_TARGETS``): of the lean forward and the fused block (MAViT-T
+against Swin-T: the backbones eager, under a CUDA graph and compiled,
+UperNet's FPS, what each fast path is worth, where the GPU time goes) and of
+the MALA op (the op at the model's calls), writing every result as JSON the
+moment it exists.
 
-    python benchmarks/gpu_check.py --part 1 --out gpu_results/part1   # is it right, and the op
-    python benchmarks/gpu_check.py --part 2 --out gpu_results/part2   # the model against Swin-T
+The check runs in parts, one GPU command of at most 8 minutes each, in
+priority order: a GPU session has 15 minutes, the machine's start included,
+so a session runs the first part not yet run. Each part's step budgets add up
+to at most ``PART_AIM_MIN`` (7 minutes; ``--dry-run`` prints the sums):
 
-Part 1, "is it right, and the op": the CUDA tests, the op's host / kernel time
-split at MAViT-T's shapes, its speed sweep at the targets' shapes and SDPA's
-kernels in the backbone; part 2, "the model against Swin-T": the resolution
-sweep with the training step (512x2048, batch 2), where a forward's GPU time
-goes, UperNet's FPS, and the tuning of the op's query kernel at B*heads 16
-and 1 (one after the other: the second reuses the kernels Triton compiled
-for the first). Each part's step budgets add up to at most 7 minutes (limit
-``PART_LIMIT_MIN``; ``--dry-run`` prints the sums).
+    python benchmarks/gpu_check.py --part 1 --out gpu_results/part-1
+    python benchmarks/gpu_check.py --part 2 --out gpu_results/part-2   # and so on
+
+Part 1, the lean forward's targets and the steps it asks for: the backbones against
+Swin-T in the three modes, UperNet's FPS at 512x2048 eager and under a CUDA
+graph (median of three runs), where the compiled backbones' GPU time goes,
+and each fast path switched off in turn. Part 2, the fused block's remaining
+targets, then the MALA op's: the eager backbones' GPU time and
+kernel count, the training step, UperNet compiled at 512x2048, the op's
+calls at MAViT-T's shapes and at the bandwidth targets' shapes. Part 3:
+UperNet at 1024x2048 in every mode, the kernel tests. Part 4, the model
+tests, then what no target needs: SDPA's kernels, the tuning. ``GPU_TARGETS``
+names the step that measures each target (docs/gpu.md, "What measures each
+target", is its table); ``plan_problems`` keeps them in that order.
 
 Each step has a time budget, enforced: the tests and the sweeps run as child
 processes killed at their budget, the in-process steps stop between rows, and
@@ -21,6 +32,14 @@ measured. ``summary.json`` is rewritten after every step. A part writes one
 file per step (``env.json``, then ``<step>.json``; ``bench`` writes
 ``bench_mala.json``), ``summary.json`` and ``logs.txt`` (the child processes'
 output): at most 8 files, what a GPU command returns.
+
+Swin-T is mmseg's ``SwinTransformer`` as the UperNet baseline's config builds
+it (``swin_tiny``) in every row; MAViT-T is ``MAViT(arch='tiny')``. The model
+steps time bf16 autocast forwards at batch 1 in eval mode under no_grad
+unless they say otherwise, in benchmark_fps.py's modes (``_time_in_mode``):
+eager; ``cuda-graph``, captured once by its ``capture_cuda_graph`` and
+replayed; ``compile``, compiled by its ``compiled`` (``torch.compile``,
+``mode='reduce-overhead'``).
 
 The op steps (``bench``, ``tune-*``, ``profile``) build q, k, v with
 ``mavit_mm.tooling.mala_inputs`` in ``--layout`` (default ``channels_last``,
@@ -31,6 +50,19 @@ Steps (``--steps`` runs any of them in any order):
 ``env``           device, driver, library versions and the measured
                   device-to-device copy bandwidth (the yardstick of the kernel
                   targets: ``bench_mala.copy_bandwidth_tbps``).
+``backbones``     MAViT-T (``mala_impl`` auto) against Swin-T at 512x2048,
+                  under a CUDA graph, eager and compiled: median ms of each
+                  and MAViT-T's time over Swin-T's per mode.
+``compiled-profile`` both backbones compiled (``PROFILE_COMPILE_MODE``), one
+                  forward under the profiler after warm-up: GPU time and
+                  kernel count by category (``kernel_category``; inductor's
+                  own kernels are ``inductor``), the top kernels.
+``ablations``     MAViT-T with each fast-path switch off in turn
+                  (``mavit_mm/ops/fast_paths.py``) against all switches on,
+                  one set of weights: under a CUDA graph, then compiled where
+                  a switch acts under compile (``ablation_rows``); a switch
+                  that only changes a training step is timed on one (forward
+                  and backward, train mode).
 ``kernel-tests``  ``tests/test_ops/test_mala/test_mala_cuda.py``: every dtype,
                   head dims 16-128, both layouts, default and small plans,
                   B*heads 1-64, gradients against fp64; the 512x2048 bf16
@@ -50,23 +82,20 @@ Steps (``--steps`` runs any of them in any order):
                   forward ran (the softmax stages must not take the math path).
 ``bench``         the ``bench_mala.py`` sweep at the op targets' shapes (both
                   paths, bf16 and fp32, fwd and fwd+bwd, N 16384 / 65536, d 64,
-                  B*heads 1 / 16; q, k, v in ``--layout``).
+                  B*heads 1 / 8 / 16: B*heads 8 at N 65536 is stage 1 at
+                  batch 8; q, k, v in ``--layout``).
 ``sweep``         MAViT-T (both MALA paths) against Swin-T over resolutions
                   512x512 to 1024x2048, fp32 and bf16, batch 1 forward; then
                   a training step (forward, backward, AdamW) at 512x2048,
                   batch 2, fp32 and bf16, with its peak memory.
-``model-profile`` one bf16 (autocast) forward of MAViT-T (``triton``) and of
-                  Swin-T at 512x2048, batch 1, after warm-up, under the
-                  profiler: GPU time and kernel count by category
-                  (``kernel_category``: MALA, SDPA, GEMM, convolution, norm,
-                  elementwise, copies and casts, other).
-``upernet-fps``   UperNet MAViT-T against UperNet Swin-T through
-                  ``tools/analysis_tools/benchmark_fps.py`` (a child process per
-                  run, ``upernet_fps_runs``): eager and CUDA-graph in bf16 at
-                  512x2048 first, then ``torch.compile`` there (one model a
-                  child: a compile takes a minute or more), then eager and
-                  CUDA-graph at 1024x2048 and in fp32, then the other compiles,
-                  as far as the budget goes. Needs mmseg.
+``model-profile`` as ``compiled-profile``, eager: the eager forward's GPU time
+                  by category and its kernel count.
+``upernet-fps``,  UperNet MAViT-T against UperNet Swin-T through
+``upernet-fps-compile``, ``tools/analysis_tools/benchmark_fps.py``, bf16,
+``upernet-fps-1024`` ``--iters 50``, three runs (a child process each: the
+                  targets judge by the median of three; ``upernet_fps_runs``):
+                  eager and CUDA graph at 512x2048; compiled there; all three
+                  modes at 1024x2048. Needs mmseg.
 ``tune-bh16``,    ``tune_mala.py`` on the op's target shape (bf16, N 65536, d 64)
 ``tune-bh1``      at B*heads 16 and 1, for the backward's query kernel only (24
                   tile candidates; 59% of a fwd+bwd at B*heads 16, and the
@@ -79,7 +108,8 @@ Steps (``--steps`` runs any of them in any order):
 Dropped: the ``backbone`` step (MAViT-T against Swin-T at 512x2048, batch 1
 and 2): its batch-1 forwards are the sweep's 512x2048 rows, and its
 forward+backward is the sweep's training step, which now runs at 512x2048,
-batch 2, with the optimizer step and peak memory.
+batch 2, with the optimizer step and peak memory. UperNet in fp32: no target
+asks for it (``benchmark_fps.py --dtype fp32`` by hand).
 
 The machine needs Python with torch (CUDA), triton, numpy and pytest;
 mmengine, mmseg, an mmcv built without its C++ ops (with a stub ``mmcv._ext``
@@ -104,6 +134,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,6 +142,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -121,35 +153,53 @@ from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
 # Time budget per step in minutes (enforced), each at most STEP_LIMIT_MIN: a
-# quarter or more over the step's time on an H100
-# (benchmarks/results/gpu-h100-2026-11-25/*/summary.json: env 12-16 s,
-# kernel-tests 113-134 s, model-tests 68-81 s, sdpa 35 s, sweep 66 s, bench
-# 67-77 s for three times the rows it now has, the query kernel's 24
-# candidates 57 s plus 18 s for the rest of tune-bh16, all of tune-bh1 34 s
-# with the candidates compiled). profile took 6 s for half its rows;
-# model-profile (two forwards profiled) has not run; upernet-fps takes what
-# is left of part 2 and stops its children there.
-STEP_BUDGET_MIN = {'env': 0.4, 'kernel-tests': 2.8, 'model-tests': 1.75, 'profile': 0.5,
-                   'bench': 0.75, 'sdpa': 0.75, 'sweep': 1.5, 'model-profile': 0.75,
-                   'upernet-fps': 2.25, 'tune-bh16': 1.6, 'tune-bh1': 0.5}
+# quarter or more over the step's time on an H200
+# (benchmarks/results/gpu-h200-2026-11-26/part-*/summary.json: env 1 s,
+# kernel-tests 60 s, model-tests 55 s, sdpa 16 s, sweep 53 s, profile 2 s,
+# model-profile 4 s, bench 22 s for two thirds of the rows it now has,
+# tune-bh16 43 s; upernet-fps.json: a benchmark_fps.py child timing both
+# UperNets eager and under a CUDA graph 27 s, one compiling one UperNet
+# 49-54 s; backbones-profile-and-compiled.json: a cold compile of the
+# MAViT-T backbone 16 s, of Swin-T's 24 s; fps-512.json: an UperNet compile
+# 4-11 s once inductor's caches on disk are warm) or, where it was slower,
+# on the H100 (benchmarks/results/gpu-h100-2026-11-25/*/summary.json: env
+# 16 s, kernel-tests 134 s, model-tests 81 s, sdpa 35 s, sweep 66 s, bench
+# 77 s for three times the rows it had, tune-bh16 75 s; tune-bh1, 34 s
+# there, stops itself at 90% of its budget).
+# Not run yet, so estimated from those: backbones (two cold compiles, the
+# eager and CUDA-graph rows), compiled-profile (two compiles, inductor's
+# Triton kernels cached by backbones), ablations (6 CUDA-graph forwards and 2
+# training steps of seconds each, then 3 compiled forwards and 2 compiled
+# training steps), the UperNet steps (three children each; the first
+# compiles cold, the others find inductor's caches warm).
+STEP_BUDGET_MIN = {'env': 0.4, 'backbones': 1.25, 'upernet-fps': 1.85, 'compiled-profile': 1.0,
+                   'ablations': 2.5, 'model-profile': 0.25, 'sweep': 1.4,
+                   'upernet-fps-compile': 3.85, 'profile': 0.25, 'bench': 0.85,
+                   'upernet-fps-1024': 3.75, 'kernel-tests': 2.8, 'model-tests': 1.75,
+                   'sdpa': 0.75, 'tune-bh16': 1.6, 'tune-bh1': 0.5}
 STEPS = tuple(STEP_BUDGET_MIN)
 STEP_LIMIT_MIN = 5.0
-# One GPU command each; every step but env in exactly one.
-PARTS = {1: ['env', 'kernel-tests', 'model-tests', 'profile', 'bench', 'sdpa'],
-         2: ['env', 'sweep', 'model-profile', 'upernet-fps', 'tune-bh16', 'tune-bh1']}
-COMMANDS = 2               # the GPU commands the whole check may take
+# One GPU command each, in priority order: the targets first (part 1: the
+# lean forward's), then what no target needs (GPU_TARGETS, plan_problems). Every
+# step but env in exactly one.
+PARTS = {1: ['env', 'backbones', 'upernet-fps', 'compiled-profile', 'ablations'],
+         2: ['env', 'model-profile', 'sweep', 'upernet-fps-compile', 'profile', 'bench'],
+         3: ['env', 'upernet-fps-1024', 'kernel-tests'],
+         4: ['env', 'model-tests', 'sdpa', 'tune-bh16', 'tune-bh1']}
 COMMAND_LIMIT_MIN = 8.0    # what one GPU command may take
-PART_LIMIT_MIN = 7.5       # a part's budgets, plus installing the wheels and start-up
-PART_AIM_MIN = 7.0         # what the parts are planned to: a GPU session is 15 minutes, start included
+PART_AIM_MIN = 7.0         # a part's budgets: the command's 8 minutes less the wheels and start-up
 COMMAND_FILES = 8          # the files a GPU command returns
 # The file each step writes (the sweep's name follows its options: run_step).
 STEP_FILES = {step: f'{step}.json' for step in STEPS} | {'bench': 'bench_mala.json'}
 TEST_FILES = {'kernel-tests': 'tests/test_ops/test_mala/test_mala_cuda.py',
               'model-tests': 'tests/test_ops/test_mala/test_mala_triton.py'}
 # The op targets' shapes (bench_mala.py's JSON as ever; the fp16 and d 96 rows of
-# its full sweep are for tune_mala.py / bench_mala.py by hand).
+# its full sweep are for tune_mala.py / bench_mala.py by hand): B*heads 16 at
+# N 65536 (the MALA op's bandwidth targets), and MAViT-T's calls at batch 8
+# (stage 1: 8 maps of 1 head, N 65536; stage 2: 8 of 2 heads, N 16384, the
+# bytes of B*heads 16 there).
 BENCH_ARGS = ['--tokens', '65536', '16384', '--head-dims', '64',
-              '--batch-heads', '1', '16', '--dtypes', 'bf16', 'fp32']
+              '--batch-heads', '1', '8', '16', '--dtypes', 'bf16', 'fp32']
 # The backward's query kernel only: 59% of a fwd+bwd at B*heads 16 with the
 # tuned tiles (key 17%, output 14%, partials 10%, combine under 1%) and the
 # committed tuning's largest change (2.08 -> 1.14 ms); 24 candidates, not 111.
@@ -165,14 +215,84 @@ TRAIN_SIZE, TRAIN_BATCH = BACKBONE_SIZE, 2
 # The batches of the profile step's op calls at MAViT-T's shapes.
 PROFILE_BATCHES = (1, 8)
 MODEL_PROFILE_WARMUP = 10
+# compiled-profile compiles without reduce-overhead's CUDA graph: the profiler
+# then sees each kernel launch, and the graph would replay the same kernels.
+PROFILE_COMPILE_MODE = 'default'
+# The backbones step's modes (benchmark_fps.py's), in order: the lean forward's
+# target first, the compile (the longest) last.
+BACKBONE_MODES = ('cuda-graph', 'eager', 'compile')
+# The ablations step's modes: eager timings at batch 1 are the host's
+# launches (docs/gpu.md), so the switches are timed where the GPU work shows.
+ABLATION_MODES = ('cuda-graph', 'compile')
 UPERNET_CONFIGS = ('configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py',
                    'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py')
-FPS_SIZES = ((512, 2048), (1024, 2048))
-FPS_DTYPES = ('bf16', 'fp32')
-# Timed and warm-up forwards per model and mode: UperNet takes 20-100 ms a
-# forward there, so a child's eager and CUDA-graph rows take seconds.
-FPS_ITERS, FPS_WARMUP = 30, 5
+# The UperNet baseline: its backbone is the Swin-T of every row (swin_tiny).
+SWIN_T_CONFIG = UPERNET_CONFIGS[1]
+SWIN_T_LABEL = "Swin-T (mmseg's SwinTransformer, the UperNet baseline's backbone)"
+MAVIT_T_LABEL = 'MAViT-T (mala_impl auto)'
+# The UperNet steps: benchmark_fps.py's modes and input size of each, bf16,
+# both models in each child, FPS_RUNS children a step (upernet_fps_runs).
+FPS_STEPS = {'upernet-fps': dict(modes=('eager', 'cuda-graph'), size=(512, 2048)),
+             'upernet-fps-compile': dict(modes=('compile',), size=(512, 2048)),
+             'upernet-fps-1024': dict(modes=('eager', 'cuda-graph', 'compile'), size=(1024, 2048))}
+FPS_DTYPE = 'bf16'
+# The targets judge each FPS figure by the median of three runs of --iters 50
+# (benchmark_fps.py's default warm-up, 10).
+FPS_RUNS, FPS_ITERS, FPS_WARMUP = 3, 50, 10
 FPS_MIN_RUN_S = 10   # a child given less could not even build its models
+
+
+class Target(NamedTuple):
+    """A GPU target of the speed work and the step that measures it; ``goal``
+    groups them (``GOALS``: the lean forward, the fused block, the MALA op,
+    in the order the work is done). bf16,
+    batch 1 and MAViT-T's figure over mmseg's Swin-T's in the same run unless
+    it says otherwise; ``now``: on the H200 at 48ab1c3
+    (benchmarks/results/gpu-h200-2026-11-26/; the backbone under a CUDA graph
+    against timm's Swin-T)."""
+    goal: str
+    measurement: str
+    target: str
+    now: str
+    step: str
+
+
+GPU_TARGETS = (
+    Target('lean forward', 'backbone time, 512x2048, CUDA graph', '≤ 0.75', '0.886', 'backbones'),
+    Target('lean forward', 'UperNet FPS, 512x2048, CUDA graph', '≥ 1.15', '1.11, 1.11', 'upernet-fps'),
+    Target('lean forward', 'UperNet FPS, 512x2048, eager', '≥ 1.05', '0.98, 1.05', 'upernet-fps'),
+    Target('fused block', 'UperNet FPS, 512x2048, compile', '≥ 1.2', '0.91, 0.91', 'upernet-fps-compile'),
+    Target('fused block', 'UperNet FPS, 512x2048, CUDA graph', '≥ 1.3', '1.11, 1.11', 'upernet-fps'),
+    Target('fused block', 'UperNet FPS, 512x2048, eager', '≥ 1.2', '0.98, 1.05', 'upernet-fps'),
+    Target('fused block', 'UperNet FPS, 1024x2048, eager / CUDA graph / compile', '≥ 1.3 each',
+           '1.12 / 1.10 / 0.86', 'upernet-fps-1024'),
+    Target('fused block', 'backbone time, 512x2048, CUDA graph', '≤ 0.6', '0.886', 'backbones'),
+    Target('fused block', 'backbone time, 512x2048, compiled', '≤ 0.8', '1.52 (3.74 vs 2.47 ms)',
+           'backbones'),
+    Target('fused block', 'training step time, 512x2048, batch 2', '≤ 0.85', '1.008', 'sweep'),
+    Target('fused block', "GPU kernels per eager backbone forward (MAViT-T's)", '≤ 300', '543',
+           'model-profile'),
+    Target('MALA op', 'each MALA stage call, batch 1, fwd: GPU kernel time', '≤ 20 µs',
+           '104 and 94 µs', 'profile'),
+    Target('MALA op', 'each MALA stage call, batch 1, fwd+bwd: GPU kernel time', '≤ 60 µs',
+           '257 and 233 µs', 'profile'),
+    Target('MALA op', "the op's 4 calls in MAViT-T's forward at 512x2048: GPU time", '≤ 80 µs',
+           '402 µs', 'model-profile'),
+    Target('MALA op', 'each MALA stage call, batch 8, fwd: share of the copy bandwidth '
+               '(B·heads 8 at N 65,536; B·heads 16 at N 16,384)', '≥ 40%',
+           'stage 1 unmeasured; stage 2 10.3%', 'bench'),
+    Target('MALA op', 'the op, B·heads 16, N 65,536, d 64, fwd: share of the copy bandwidth',
+           '≥ 50%', '11.1%', 'bench'),
+    Target('MALA op', 'the op, B·heads 16, N 65,536, d 64, fwd+bwd: share of the copy bandwidth',
+           '≥ 35%', '12.8%', 'bench'),
+    Target('MALA op', 'kernel tests on CUDA', 'all pass', '132 passed', 'kernel-tests'),
+    Target('MALA op', 'model tests on CUDA, parity with the published outputs among them',
+           'all pass', '66 passed, 1 failed', 'model-tests'),
+)
+GOALS = ('lean forward', 'fused block', 'MALA op')
+# Besides its targets' steps, what the lean forward's work asks the check to
+# measure (where compiled time goes, what each fast path is worth): part 1.
+LEAN_FORWARD_STEPS = ('compiled-profile', 'ablations')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -200,6 +320,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--dry-run', action='store_true',
                         help='no GPU needed: check imports, child arguments, budgets and '
                              'files, print the plan')
+    parser.add_argument('--commit', default=None,
+                        help='the commit the copied tree is (recorded in env.json; default: '
+                             'git\'s, where the tree has its .git: the GPU machine\'s copy has none)')
     parser.add_argument('--pytest-workers', type=int, default=8,
                         help='pytest-xdist workers for the test steps (kernel compiles run in '
                              'parallel); 0 runs in one process')
@@ -211,10 +334,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --------------------------------------------------------------------------
 # Steps: each gets its budget in seconds and writes its results at once
 # --------------------------------------------------------------------------
-def step_env(out: Path, budget_s: float) -> dict:
+def step_env(out: Path, budget_s: float, commit: str | None = None) -> dict:
     import triton
 
     from benchmarks.bench_mala import COPY_METHOD, copy_bandwidth_tbps
+    from mavit_mm.tooling.device import git_commit
     device = torch.device('cuda')
     props = torch.cuda.get_device_properties(device)
     driver = _command_output(['nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader'])
@@ -224,7 +348,7 @@ def step_env(out: Path, budget_s: float) -> dict:
                memory_gib=round(props.total_memory / 2 ** 30, 1),
                l2_cache_mib=round(getattr(props, 'L2_cache_size', 0) / 2 ** 20, 1),
                torch=torch.__version__, cuda=torch.version.cuda, triton=triton.__version__,
-               python=platform.python_version(),
+               python=platform.python_version(), commit=commit or git_commit(),
                copy_bandwidth_tbps=round(copy_bandwidth_tbps(device), 3),
                copy_bandwidth_method=COPY_METHOD,
                date=datetime.datetime.now().isoformat(timespec='seconds'))
@@ -352,9 +476,9 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
                   complete=False, forward=rows, training=[])
     deadline = time.time() + budget_s
     impls = ('triton', 'torch') if device.type == 'cuda' else ('torch',)
-    # Each builds (model, its name) for an input size: timm's Swin fixes its size.
-    builders = [lambda size, impl=impl: (_mavit(impl), f'MAViT-T {impl}') for impl in impls]
-    builders.append(_swin_tiny_for)
+    # Each builds (model, its name).
+    builders = [lambda impl=impl: (_mavit(impl), f'MAViT-T {impl}') for impl in impls]
+    builders.append(lambda: (swin_tiny(), SWIN_T_LABEL))
 
     def measure(rows_out, size, precision, batch, pass_name, build):
         row = dict(model=None, height=size[0], width=size[1], precision=precision, batch=batch,
@@ -363,14 +487,12 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
             rows_out.append(dict(row, skipped='time budget spent'))
             return
         try:
-            model, row['model'] = build(size)
+            model, row['model'] = build()
             images = torch.randn(batch, 3, *size, device=device)
             step = _backbone_step(model.to(device), images, precision, pass_name, device.type,
                                   optimizer=pass_name == 'train step')
-            if cuda_graphs:
-                from tools.analysis_tools.benchmark_fps import capture_cuda_graph
-                step, _ = capture_cuda_graph(step, device, warmup=3)
-            row.update(_time_backbone_step(step, batch, device, warmup=25, rep=rep))
+            row.update(_time_in_mode(step, 'cuda-graph' if cuda_graphs else 'eager', device,
+                                     batch=batch, rep=rep))
         except Exception as exc:   # e.g. out of memory, a size Swin cannot tile: record it
             row.update(error=f'{type(exc).__name__}: {str(exc)[:300]}')
         rows_out.append(row)
@@ -395,14 +517,174 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
 
 
 def _add_ratios(rows: list[dict]) -> None:
-    """time / Swin-T's time at the same size, precision, batch and pass."""
+    """time / Swin-T's time at the same size, precision, batch, pass and mode."""
     def key(row):
-        return row['height'], row['width'], row['precision'], row['batch'], row['pass_name']
+        return (row['height'], row['width'], row['precision'], row['batch'], row['pass_name'],
+                row.get('mode'))
     swin = {key(row): row.get('time_ms') for row in rows if row['model'].startswith('Swin-T')}
     for row in rows:
         base = swin.get(key(row))
         if row.get('time_ms') and base and not row['model'].startswith('Swin-T'):
             row['time_vs_swin'] = row['time_ms'] / base
+
+
+# --------------------------------------------------------------------------
+# The backbones in benchmark_fps.py's modes (backbones), and the fast paths
+# switched off in turn (ablations)
+# --------------------------------------------------------------------------
+def step_backbones(out: Path, budget_s: float, device: str = 'cuda', size=BACKBONE_SIZE,
+                   modes=BACKBONE_MODES, rep: int = 200) -> dict:
+    """MAViT-T (``mala_impl`` auto) against Swin-T (``swin_tiny``), bf16
+    autocast, batch 1, eval mode under no_grad, in each of ``modes``
+    (``_time_in_mode``): median ms and MAViT-T's time over Swin-T's per mode."""
+    from tools.analysis_tools.benchmark_fps import COMPILE_MODE
+    device = torch.device(device)
+    path = out / STEP_FILES['backbones']
+    rows = []
+    report = dict(note='backbones alone, batch 1, eval mode under no_grad, torch.autocast bf16; '
+                       'time_ms: median of triton.testing.do_bench (CUDA) of a forward: eager, '
+                       'replayed from a CUDA graph (benchmark_fps.capture_cuda_graph), or '
+                       'compiled (benchmark_fps.compiled: compile_mode, compile_s apart); '
+                       "time_vs_swin: MAViT-T's time over Swin-T's in the same mode",
+                  height=size[0], width=size[1], compile_mode=COMPILE_MODE,
+                  complete=False, results=rows, time_vs_swin={})
+    deadline = time.time() + budget_s
+    torch.manual_seed(0)
+    models = [(MAVIT_T_LABEL, _mavit('auto').to(device)), (SWIN_T_LABEL, swin_tiny().to(device))]
+    images = torch.randn(1, 3, *size, device=device)
+    for mode in modes:
+        for name, model in models:
+            row = dict(model=name, mode=mode, height=size[0], width=size[1], precision='bf16',
+                       batch=1, pass_name='fwd')
+            if time.time() > deadline:
+                rows.append(dict(row, skipped='time budget spent'))
+                continue
+            try:
+                step = _backbone_step(model, images, 'bf16', 'fwd', device.type)
+                row.update(_time_in_mode(step, mode, device, rep=rep))
+            except Exception as exc:   # e.g. a capture or a compile that fails: record it
+                row.update(error=f'{type(exc).__name__}: {str(exc)[:300]}')
+            rows.append(row)
+            _add_ratios(rows)
+            report['time_vs_swin'] = {row['mode']: round(row['time_vs_swin'], 4)
+                                      for row in rows if 'time_vs_swin' in row}
+            _write(path, report)
+            print(f'  {mode:10} {name[:45]:45} ' + (f'{row["time_ms"]:8.3f} ms' if 'time_ms' in row
+                                                    else row['error']), flush=True)
+            _empty_cache(device)
+    report['complete'] = not any('skipped' in row for row in rows)
+    _write(path, report)
+    return {'rows': len(rows), 'complete': report['complete'],
+            'errors_recorded': sum('error' in row for row in rows),
+            'time_vs_swin': report['time_vs_swin']}
+
+
+def ablation_rows(modes=ABLATION_MODES) -> list[dict]:
+    """The ablations step's rows in the order they run, the most wanted first:
+    per mode, all switches on, then each switch that acts in that mode
+    (``FAST_PATH_MODES``) off in turn; a forward, but for the switches that
+    only change a training step (``TRAINING_ONLY``), timed on one with an
+    all-on row of its own."""
+    from mavit_mm.ops.fast_paths import FAST_PATH_MODES, FAST_PATHS, TRAINING_ONLY
+    rows = []
+    for mode in modes:
+        for pass_name in ('fwd', 'fwd+bwd'):
+            switches = [name for name in FAST_PATHS if mode in FAST_PATH_MODES[name]
+                        and (name in TRAINING_ONLY) == (pass_name == 'fwd+bwd')]
+            if switches:
+                rows += [dict(mode=mode, pass_name=pass_name, switches_off=off)
+                         for off in ([], *([name] for name in switches))]
+    return rows
+
+
+def step_ablations(out: Path, budget_s: float, device: str = 'cuda', size=BACKBONE_SIZE,
+                   rows=None, rep: int = 200) -> dict:
+    """MAViT-T (``mala_impl`` auto) with each fast-path switch off in turn
+    against all switches on (``ablation_rows``, or ``rows``), bf16 autocast,
+    batch 1: a forward in eval mode under no_grad, or a training step (forward
+    and backward, train mode). One set of weights: each row's model is built
+    with its switches and loads the same state dict."""
+    from mavit_mm.ops.fast_paths import FAST_PATH_MODES, TRAINING_ONLY
+    from tools.analysis_tools.benchmark_fps import COMPILE_MODE
+    device = torch.device(device)
+    path = out / STEP_FILES['ablations']
+    plan = ablation_rows() if rows is None else rows
+    results = []
+    report = dict(note='MAViT-T backbone, batch 1, torch.autocast bf16; fwd: eval mode under '
+                       'no_grad; fwd+bwd: train mode, loss = sum of the outputs\' means, '
+                       'backward; switches_off: the fast_paths switches off in the row '
+                       '(mavit_mm/ops/fast_paths.py), every other one on; time_ms: median of '
+                       'triton.testing.do_bench (CUDA), replayed from a CUDA graph or compiled '
+                       '(compile_mode); time_vs_all_on: over the all-on row of the same mode '
+                       'and pass; every row loads the same weights',
+                  height=size[0], width=size[1], compile_mode=COMPILE_MODE,
+                  switch_modes=FAST_PATH_MODES, training_only=list(TRAINING_ONLY),
+                  complete=False, results=results)
+    deadline = time.time() + budget_s
+    torch.manual_seed(0)
+    weights = _mavit('auto').state_dict()
+    images = torch.randn(1, 3, *size, device=device)
+    for planned in plan:
+        row = dict(planned, switches_off=list(planned['switches_off']))
+        if time.time() > deadline:
+            results.append(dict(row, skipped='time budget spent'))
+            continue
+        try:
+            model = _mavit('auto', dict.fromkeys(row['switches_off'], False) or None)
+            model.load_state_dict(weights)
+            step = _backbone_step(model.to(device), images, 'bf16', row['pass_name'],
+                                  device.type)
+            row.update(_time_in_mode(step, row['mode'], device, rep=rep))
+        except Exception as exc:   # e.g. a switch the model does not take: record it
+            row.update(error=f'{type(exc).__name__}: {str(exc)[:300]}')
+        model = step = None
+        results.append(row)
+        _add_ablation_ratios(results)
+        _write(path, report)
+        print(f'  {row["mode"]:10} {row["pass_name"]:7} off: '
+              f'{", ".join(row["switches_off"]) or "none":22} '
+              + (f'{row["time_ms"]:8.3f} ms' + (f' ({row["time_vs_all_on"]:.3f} of all on)'
+                                                if 'time_vs_all_on' in row else '')
+                 if 'time_ms' in row else row['error']), flush=True)
+        _empty_cache(device)
+    report['complete'] = not any('skipped' in row for row in results)
+    _write(path, report)
+    return {'rows': len(results), 'complete': report['complete'],
+            'errors_recorded': sum('error' in row for row in results)}
+
+
+def _add_ablation_ratios(rows: list[dict]) -> None:
+    """time / the all-on row's time in the same mode and pass."""
+    all_on = {(row['mode'], row['pass_name']): row.get('time_ms') for row in rows
+              if not row['switches_off']}
+    for row in rows:
+        base = all_on.get((row['mode'], row['pass_name']))
+        if row.get('time_ms') and base:
+            row['time_vs_all_on'] = row['time_ms'] / base
+
+
+def _time_in_mode(step: Callable, mode: str, device: torch.device, batch: int = 1,
+                  rep: int = 200) -> dict:
+    """``step`` timed as benchmark_fps.py's ``mode`` runs a forward, through its
+    own code: ``eager`` as it is; ``cuda-graph`` captured once
+    (``capture_cuda_graph``) and replayed; ``compile`` compiled by
+    ``compiled`` (its seconds as ``compile_s``; dynamo reset afterwards, which
+    frees the compiled graphs). ``_time_backbone_step``'s median ms,
+    throughput and peak memory."""
+    from tools.analysis_tools import benchmark_fps
+    extra = {}
+    if mode == 'cuda-graph':
+        step, _ = benchmark_fps.capture_cuda_graph(step, device, benchmark_fps.CAPTURE_WARMUP)
+    elif mode == 'compile':
+        step, compile_s, _ = benchmark_fps.compiled(step, device)
+        extra['compile_s'] = round(compile_s, 1)
+    elif mode != 'eager':
+        raise ValueError(f'unknown mode {mode!r}: one of {benchmark_fps.MODES}')
+    try:
+        return dict(_time_backbone_step(step, batch, device, warmup=25, rep=rep), **extra)
+    finally:
+        if mode == 'compile':
+            torch._dynamo.reset()
 
 
 def _host_issue_us(step, device, calls: int) -> float:
@@ -514,10 +796,14 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda', shapes=None,
 # --------------------------------------------------------------------------
 MALA_KERNELS_FILE = REPO_ROOT / 'mavit_mm' / 'ops' / 'mala' / 'kernels.py'
 # Categories of CUDA kernel names, tried in this order after the MALA kernels'
-# own names (case-insensitive): SDPA before GEMM (cutlass attention kernels),
+# own names (case-insensitive): inductor's generated Triton kernels first
+# (pointwise, reductions, persistent reductions, foreach, templates: each
+# fuses several ops, and their names carry the ops' names, "convolution" or
+# "_to_copy" among them), SDPA before GEMM (cutlass attention kernels),
 # convolution before GEMM (cuDNN's implicit GEMMs), copies before elementwise
 # (a cast is a direct_copy_kernel inside an elementwise kernel).
 KERNEL_CATEGORIES = (
+    ('inductor', r'\btriton_(poi|red|per|for|tem)_'),
     ('sdpa', r'flash_fwd|flash_bwd|flash::|pytorch_flash|fmha|attentionkernel|native_sdpa'
              r'|efficient_attention'),
     ('conv', r'conv(?!ert)|fprop|dgrad|wgrad|winograd|implicit_gemm|depthwise|im2col'),
@@ -525,7 +811,7 @@ KERNEL_CATEGORIES = (
     ('norm', r'layer_?norm|batch_?norm|group_?norm|rms_?norm|instance_?norm|bn_fw|bn_bw'
              r'|rowwisemoments|welford'),
     ('copy', r'copy|memcpy|memset|catarray|nchwtonhwc|nhwctonchw|transpose'),
-    ('elementwise', r'elementwise|triton_poi'),
+    ('elementwise', r'elementwise'),
 )
 CATEGORY_ORDER = ('mala', *(name for name, _ in KERNEL_CATEGORIES), 'other')
 
@@ -584,55 +870,71 @@ def _profiled_kernels(prof) -> list[tuple[str, float, int]]:
 
 
 def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
-                       size=BACKBONE_SIZE, warmup: int = MODEL_PROFILE_WARMUP) -> dict:
-    """One bf16 (autocast) forward of each backbone, batch 1, eval mode, under
-    the profiler after ``warmup`` forwards: GPU time and kernel count by
-    category (``kernel_category``). On a CPU the profile has no GPU kernels
-    (the tests run the plumbing)."""
+                       size=BACKBONE_SIZE, warmup: int = MODEL_PROFILE_WARMUP,
+                       compiled: bool = False) -> dict:
+    """One bf16 (autocast) forward of each backbone (MAViT-T, ``mala_impl``
+    auto; Swin-T, ``swin_tiny``), batch 1, eval mode, under the profiler after
+    ``warmup`` forwards: GPU time and kernel count by category
+    (``kernel_category``) and the top kernels. ``compiled``: the
+    compiled-profile step, each forward compiled first by benchmark_fps.py's
+    ``compiled`` in ``PROFILE_COMPILE_MODE``. On a CPU the profile has no GPU
+    kernels (the tests run the plumbing)."""
     from torch.profiler import ProfilerActivity, profile
+
+    from tools.analysis_tools import benchmark_fps
+    name = 'compiled-profile' if compiled else 'model-profile'
     device = torch.device(device)
     on_cuda = device.type == 'cuda'
-    swin_builder, swin_source = swin_tiny_builder(size)
-    models = [('MAViT-T triton' if on_cuda else 'MAViT-T torch',
-               lambda: _mavit('triton' if on_cuda else 'torch')),
-              (f'Swin-T ({swin_source})', swin_builder)]
+    models = [(MAVIT_T_LABEL, lambda: _mavit('auto')), (SWIN_T_LABEL, swin_tiny)]
     rows = []
     report = dict(note='backbones alone, batch 1, eval mode under no_grad, torch.autocast bf16; '
                        'one forward profiled after warm-up; time_us: GPU time of the kernels '
                        'and memory operations of each category; kernels: their launches; '
-                       'forward_ms: median wall time of the warm-up forwards after the first',
+                       'forward_ms: median wall time of the warm-up forwards after the first'
+                       + ('; compiled by benchmark_fps.compiled in compile_mode (its first calls '
+                          'took compile_s), without reduce-overhead\'s CUDA graph, which '
+                          'replays the same kernels: the profiler sees each launch; inductor: '
+                          "inductor's own Triton kernels" if compiled else ''),
                   height=size[0], width=size[1], categories=list(CATEGORY_ORDER),
                   category_patterns=dict(KERNEL_CATEGORIES), mala_kernels=sorted(mala_kernel_names()),
+                  compile_mode=PROFILE_COMPILE_MODE if compiled else None,
                   complete=False, results=rows)
-    path = out / STEP_FILES['model-profile']
+    path = out / STEP_FILES[name]
     deadline = time.time() + budget_s
-    for name, build in models:
+    for label, build in models:
         if time.time() > deadline:
-            rows.append(dict(model=name, skipped='time budget spent'))
+            rows.append(dict(model=label, skipped='time budget spent'))
             continue
+        compile_s = None
         try:
             model = build().to(device)
             images = torch.randn(1, 3, *size, device=device)
             forward = _backbone_step(model, images, 'bf16', 'fwd', device.type)
-            from tools.analysis_tools.benchmark_fps import timed
-            times_ms = [timed(forward, device) * 1e3 for _ in range(warmup)]
+            if compiled:
+                forward, compile_s, _ = benchmark_fps.compiled(forward, device,
+                                                               PROFILE_COMPILE_MODE)
+            times_ms = [benchmark_fps.timed(forward, device) * 1e3 for _ in range(warmup)]
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
             with profile(activities=activities) as prof:
                 forward()
                 _synchronize(device)
-            timed = sorted(times_ms[1:] or times_ms)
-            row = dict(model=name, forward_ms=round(timed[len(timed) // 2], 3),
+            warm_ms = sorted(times_ms[1:] or times_ms)
+            row = dict(model=label, forward_ms=round(warm_ms[len(warm_ms) // 2], 3),
+                       **({'compile_s': round(compile_s, 1)} if compiled else {}),
                        **gpu_time_by_category(_profiled_kernels(prof)))
-        except Exception as exc:   # e.g. out of memory: record it
-            row = dict(model=name, error=f'{type(exc).__name__}: {str(exc)[:300]}')
+        except Exception as exc:   # e.g. out of memory, a compile that fails: record it
+            row = dict(model=label, error=f'{type(exc).__name__}: {str(exc)[:300]}')
+        finally:
+            if compiled:
+                torch._dynamo.reset()   # frees the compiled graphs
         rows.append(row)
         _write(path, report)
-        print(f'  {name[:40]:40} ' + (row['error'] if 'error' in row else
+        print(f'  {label[:45]:45} ' + (row['error'] if 'error' in row else
               f'{row["gpu_time_us"] / 1e3:8.2f} ms on the GPU in {row["kernel_count"]} kernels: '
               + ', '.join(f'{category} {entry["share"]:.0%}'
                           for category, entry in row['categories'].items() if entry['kernels'])),
               flush=True)
-        model = None
+        model = forward = None
         _empty_cache(device)
     report['complete'] = not any('skipped' in row for row in rows)
     _write(path, report)
@@ -641,28 +943,18 @@ def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
 
 
 # --------------------------------------------------------------------------
-# UperNet: MAViT-T against Swin-T (upernet-fps)
+# UperNet: MAViT-T against Swin-T (upernet-fps, upernet-fps-compile,
+# upernet-fps-1024)
 # --------------------------------------------------------------------------
-def upernet_fps_runs() -> list[dict]:
-    """The ``benchmark_fps.py`` runs of the upernet-fps step, in the order
-    they run, the most wanted first: eager and CUDA graph of both models in
-    bf16 at 512x2048 (seconds), then ``torch.compile`` there, one model a run
-    (a compile per model, dtype and size takes a minute or more); then eager
-    and CUDA graph at the other dtypes and sizes, then their compiles."""
-    first_dtype, first_size = FPS_DTYPES[0], FPS_SIZES[0]
-    cases = [(dtype, size) for dtype in FPS_DTYPES for size in FPS_SIZES]
-
-    def fast(dtype, size):
-        return [dict(configs=list(UPERNET_CONFIGS), modes=['eager', 'cuda-graph'], dtype=dtype,
-                     height=size[0], width=size[1])]
-
-    def compiled(dtype, size):
-        return [dict(configs=[config], modes=['compile'], dtype=dtype, height=size[0],
-                     width=size[1]) for config in UPERNET_CONFIGS]
-    rest = [case for case in cases if case != (first_dtype, first_size)]
-    return (fast(first_dtype, first_size) + compiled(first_dtype, first_size)
-            + [run for case in rest for run in fast(*case)]
-            + [run for case in rest for run in compiled(*case)])
+def upernet_fps_runs(step: str = 'upernet-fps') -> list[dict]:
+    """The ``benchmark_fps.py`` runs of an UperNet step (``FPS_STEPS``): both
+    models in each, bf16, the step's modes and size, ``FPS_RUNS`` times (the
+    targets' figure is the median of three runs; a compile per model takes a
+    minute or more cold, seconds once inductor's caches are warm)."""
+    spec = FPS_STEPS[step]
+    return [dict(configs=list(UPERNET_CONFIGS), modes=list(spec['modes']), dtype=FPS_DTYPE,
+                 height=spec['size'][0], width=spec['size'][1], run=run)
+            for run in range(1, FPS_RUNS + 1)]
 
 
 def fps_command(run: dict, output: Path) -> list[str]:
@@ -671,18 +963,19 @@ def fps_command(run: dict, output: Path) -> list[str]:
             '--iters', str(FPS_ITERS), '--warmup', str(FPS_WARMUP), '--out', str(output)]
 
 
-def step_upernet_fps(out: Path, budget_s: float) -> dict:
-    """Each run of ``upernet_fps_runs`` as a child process, given what is
-    left of the budget; their rows gathered into one JSON (a GPU command
-    returns few files), with MAViT-T's FPS over Swin-T's per mode, dtype and
-    size."""
-    path = out / STEP_FILES['upernet-fps']
+def step_upernet_fps(out: Path, budget_s: float, name: str = 'upernet-fps') -> dict:
+    """Each run of ``upernet_fps_runs(name)`` as a child process, given what
+    is left of the budget; their rows gathered into one JSON (a GPU command
+    returns few files), each with its run, MAViT-T's FPS over Swin-T's in the
+    same run, mode, dtype and size, and the median of those over the runs."""
+    path = out / STEP_FILES[name]
     runs, rows = [], []
     report = dict(configs=list(UPERNET_CONFIGS), iters=FPS_ITERS, warmup=FPS_WARMUP,
                   note='tools/analysis_tools/benchmark_fps.py, whole models in tensor mode, '
-                       'batch 1, one child process per run; fps_vs_swin: MAViT-T\'s fps over '
-                       'Swin-T\'s in the same mode, dtype and size',
-                  complete=False, runs=runs, results=rows)
+                       'batch 1, one child process per run; run: which; fps_vs_swin: MAViT-T\'s '
+                       'fps over Swin-T\'s in the same run, mode, dtype and size; medians: '
+                       'those ratios over the runs and their median, the targets\' figure',
+                  complete=False, runs=runs, results=rows, medians=[])
     if not _has_module('mmseg'):
         report['error'] = 'mmseg is not importable: install the wheels of scripts/gpu_wheels.sh'
         _write(path, report)
@@ -690,7 +983,7 @@ def step_upernet_fps(out: Path, budget_s: float) -> dict:
     deadline = time.time() + budget_s
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
-        for index, run in enumerate(upernet_fps_runs()):
+        for index, run in enumerate(upernet_fps_runs(name)):
             left = deadline - time.time()
             if left < FPS_MIN_RUN_S:
                 runs.append(dict(run, skipped='time budget spent'))
@@ -700,32 +993,55 @@ def step_upernet_fps(out: Path, budget_s: float) -> dict:
             runs.append(dict(run, **{k: v for k, v in child.items() if k not in ('output', 'log')}))
             if child_json.exists():
                 results = json.loads(child_json.read_text())
-                rows.extend(results.get('results', []))
+                rows.extend(dict(row, run=run['run']) for row in results.get('results', []))
             _add_fps_ratios(rows)
+            report['medians'] = fps_medians(rows)
             _write(path, report)
-            print(f'  {"+".join(run["modes"]):16} {run["dtype"]} {run["height"]}x{run["width"]} '
-                  f'{" ".join(Path(config).stem for config in run["configs"])}: '
+            print(f'  run {run["run"]}: {"+".join(run["modes"]):26} {run["dtype"]} '
+                  f'{run["height"]}x{run["width"]}: '
                   f'{"killed at the budget" if child["timed_out"] else "exit " + str(child["returncode"])}'
                   f' after {child["seconds"]:.0f} s', flush=True)
+    for median in report['medians']:
+        print(f'  {median["mode"]:10} {median["height"]}x{median["width"]}: MAViT-T / Swin-T fps '
+              f'{median["fps_vs_swin_median"]:.3f} (median of {median["fps_vs_swin_per_run"]})', flush=True)
     report['complete'] = all(run.get('returncode') == 0 for run in runs)
     _write(path, report)
     return {'rows': len(rows), 'complete': report['complete'],
             'failed': sum(run.get('returncode') not in (0, None) for run in runs),
             'runs_cut_or_skipped': sum(bool(run.get('timed_out') or run.get('skipped'))
-                                       for run in runs)}
+                                       for run in runs),
+            'fps_vs_swin_median': {f'{m["mode"]} {m["height"]}x{m["width"]}': round(
+                m['fps_vs_swin_median'], 4) for m in report['medians']}}
+
+
+def _fps_case(row: dict) -> tuple:
+    return row.get('mode'), row.get('dtype'), row.get('height'), row.get('width')
+
+
+def _is_swin(row: dict) -> bool:
+    return 'swin' in str(row.get('config', '')).lower()
 
 
 def _add_fps_ratios(rows: list[dict]) -> None:
-    """fps / Swin-T's fps in the same mode, dtype and size."""
-    def key(row):
-        return row.get('mode'), row.get('dtype'), row.get('height'), row.get('width')
-
-    def is_swin(row):
-        return 'swin' in str(row.get('config', '')).lower()
-    swin = {key(row): row.get('fps') for row in rows if is_swin(row)}
+    """fps / Swin-T's fps in the same run, mode, dtype and size."""
+    swin = {(row.get('run'), *_fps_case(row)): row.get('fps') for row in rows if _is_swin(row)}
     for row in rows:
-        if not is_swin(row) and row.get('fps') and swin.get(key(row)):
-            row['fps_vs_swin'] = row['fps'] / swin[key(row)]
+        base = swin.get((row.get('run'), *_fps_case(row)))
+        if not _is_swin(row) and row.get('fps') and base:
+            row['fps_vs_swin'] = row['fps'] / base
+
+
+def fps_medians(rows: list[dict]) -> list[dict]:
+    """Per mode, dtype and size: MAViT-T's fps over Swin-T's in each run, and
+    their median (the targets judge by the median of three runs)."""
+    ratios = {}
+    for row in rows:
+        if 'fps_vs_swin' in row:
+            ratios.setdefault(_fps_case(row), []).append(row['fps_vs_swin'])
+    return [dict(mode=mode, dtype=dtype, height=height, width=width,
+                 fps_vs_swin_per_run=[round(ratio, 4) for ratio in values],
+                 fps_vs_swin_median=statistics.median(values))
+            for (mode, dtype, height, width), values in ratios.items()]
 
 
 def _device_time_us(event) -> float:
@@ -769,9 +1085,11 @@ def _empty_cache(device: torch.device) -> None:
 # --------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------
-def _mavit(impl: str):
+def _mavit(impl: str, fast_paths: dict | None = None):
+    """MAViT-T; ``fast_paths`` (switches to change) passed only when given."""
     from mavit_mm import MAViT
-    return MAViT(arch='tiny', mala_impl=impl)
+    switches = {} if fast_paths is None else dict(fast_paths=fast_paths)
+    return MAViT(arch='tiny', mala_impl=impl, **switches)
 
 
 def mala_model_shapes(arch: str = 'tiny', size=BACKBONE_SIZE, batches=PROFILE_BATCHES) -> list[dict]:
@@ -796,58 +1114,33 @@ def mala_model_shapes(arch: str = 'tiny', size=BACKBONE_SIZE, batches=PROFILE_BA
     return shapes
 
 
-def swin_tiny_builder(size=BACKBONE_SIZE):
-    """Swin-T as the baseline: mmdet's where it imports, else timm's (built
-    for ``size``: timm's Swin fixes its input size)."""
-    try:
-        from mmdet.models.backbones import SwinTransformer
-
-        def build():
-            return SwinTransformer(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24),
-                                   window_size=7, out_indices=(0, 1, 2, 3))
-        return build, 'mmdet SwinTransformer, window 7'
-    except Exception:
-        pass
-    import timm
-
-    def build_timm():
-        return timm.create_model('swin_tiny_patch4_window7_224', pretrained=False,
-                                 features_only=True, img_size=size,
-                                 strict_img_size=False)
-    try:
-        build_timm()
-        return build_timm, f'timm {timm.__version__} swin_tiny_patch4_window7_224, window 7'
-    except Exception:
-        pass
-
-    def build_timm_window8():
-        # Older timm cannot pad 128x512 patches to windows of 7: use 8, which tiles
-        # every stage; the attention cost per token barely changes.
-        return timm.create_model('swin_tiny_patch4_window7_224', pretrained=False,
-                                 features_only=True, img_size=size, window_size=8)
-    return build_timm_window8, f'timm {timm.__version__} swin_tiny, window 8 (7 cannot tile)'
-
-
-def _swin_tiny_for(size) -> tuple[torch.nn.Module, str]:
-    build, source = swin_tiny_builder(size)
-    return build(), f'Swin-T ({source})'
+def swin_tiny() -> torch.nn.Module:
+    """Swin-T as the UperNet baseline builds it: mmseg's ``SwinTransformer``
+    with the backbone settings of ``SWIN_T_CONFIG`` (96 channels, depths
+    2/2/6/2, windows of 7), freshly initialised. The Swin-T of every row, so
+    that the backbone rows and the UperNet rows compare the same baseline."""
+    from mavit_mm.tooling.config import load_config
+    from mavit_mm.tooling.model_builder import build_model
+    cfg = load_config(REPO_ROOT / SWIN_T_CONFIG)
+    return build_model(cfg, model_cfg=cfg.model.backbone)
 
 
 def _backbone_step(model, images, precision: str, pass_name: str,
                    device_type: str = 'cuda', optimizer: bool = False) -> Callable:
-    autocast = torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == 'bf16')
+    def autocast():   # made inside the step, which torch.compile then traces
+        return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == 'bf16')
     if pass_name == 'fwd':
         model.eval()
 
         def forward():
-            with torch.no_grad(), autocast:
+            with torch.no_grad(), autocast():
                 return model(images)
         return forward
     model.train()
     adamw = torch.optim.AdamW(model.parameters(), lr=1e-4) if optimizer else None
 
     def forward_backward():
-        with autocast:
+        with autocast():
             outputs = model(images)
         loss = sum(o.float().mean() for o in outputs)
         loss.backward()
@@ -932,7 +1225,8 @@ def _write(path: Path, data) -> None:
 
 def dry_run(args) -> int:
     """Check what the GPU run needs, without a GPU: imports, the child
-    processes' arguments, the parts' budgets and files; print the plan."""
+    processes' arguments, the models the steps build, the parts' budgets,
+    files and order; print the plan."""
     problems = []
     for module in ('triton', 'mmengine', 'mmseg', 'pytest', 'numpy'):
         if not _has_module(module):
@@ -949,7 +1243,7 @@ def dry_run(args) -> int:
     try:
         from tools.analysis_tools import benchmark_fps
         children += [(benchmark_fps.parse_args, fps_command(run, out / 'fps.json'))
-                     for run in upernet_fps_runs()]
+                     for step in FPS_STEPS for run in upernet_fps_runs(step)]
     except Exception as exc:
         problems.append(f'benchmark_fps.py does not import: {type(exc).__name__}: {exc}')
     for parse, command in children:
@@ -963,6 +1257,7 @@ def dry_run(args) -> int:
     tuned = tune_mala.parse_args(tune_command('tune-bh1', out / 'tune.json', 60)[1:]).kernels
     problems += [f'tune_mala.py has no kernel {kernel!r}' for kernel in tuned
                  if kernel not in (*tune_mala.TOKEN_KERNELS, 'combine')]
+    problems += model_problems()
     problems = list(dict.fromkeys(problems))
     tune_mala.main(TUNE_ARGS + ['--batch-heads', '16', '--dry-run'])
     import mavit_mm  # noqa: F401  (the backbone and the op import)
@@ -970,6 +1265,11 @@ def dry_run(args) -> int:
     print(f'MALA calls profiled (MAViT-T at {BACKBONE_SIZE[0]}x{BACKBONE_SIZE[1]}): ' + '; '.join(
         f'stage {s["stage"]} batch {s["batch"]} heads {s["heads"]} {s["height"]}x{s["width"]} '
         f'd {s["head_dim"]}' for s in mala_model_shapes()))
+    ablations = {}
+    for row in ablation_rows():
+        ablations.setdefault(f'{row["mode"]} {row["pass_name"]}', []).extend(row['switches_off'])
+    for case, switches in ablations.items():
+        print(f'ablations, {case}: all on, then off in turn: {", ".join(switches)}')
     total = sum(STEP_BUDGET_MIN[s] for s in args.steps)
     print(f'plan: {", ".join(args.steps)} into {args.out}/ (at most {total:.2f} min, '
           f'layout {args.layout})')
@@ -978,25 +1278,55 @@ def dry_run(args) -> int:
               f'(at most {part_minutes(part):.2f} min, {len(steps) + 2} files)')
     whole = sum(part_minutes(part) for part in PARTS)
     longest = max(part_minutes(part) for part in PARTS)
-    fits = len(PARTS) <= COMMANDS and longest <= PART_LIMIT_MIN
-    print(f'whole check: {len(PARTS)} commands of at most {COMMAND_LIMIT_MIN:g} min '
-          f'({whole:.2f} min of budgets; the longest part {longest:.2f}, planned to '
-          f'{PART_AIM_MIN:.2f}, limit {PART_LIMIT_MIN:.2f}), so it '
-          f'{"fits" if fits else "does not fit"} {COMMANDS} commands')
+    print(f'whole check: {len(PARTS)} parts in priority order, one GPU command of at most '
+          f'{COMMAND_LIMIT_MIN:g} min each ({whole:.2f} min of budgets; the longest part '
+          f'{longest:.2f}, planned to at most {PART_AIM_MIN:.2f})')
+    for target in GPU_TARGETS:
+        print(f'target of the {target.goal}: {target.measurement} {target.target} '
+              f'(now {target.now}): {target_file(target)}')
     for problem in problems:
         print(f'problem: {problem}')
     return 1 if problems else 0
+
+
+def model_problems() -> list[str]:
+    """What the model steps would meet: Swin-T not built from its config, a
+    MAViT that takes no fast-path switches (the ablations would time their
+    all-on rows only)."""
+    problems = []
+    try:
+        swin_tiny()
+    except Exception as exc:
+        problems.append(f'Swin-T does not build from {SWIN_T_CONFIG}: {type(exc).__name__}: {exc}')
+    from mavit_mm.models.mavit import MAViT
+    if 'fast_paths' not in inspect.signature(MAViT).parameters:
+        problems.append('MAViT takes no fast_paths: the ablations step would time its all-on '
+                        'rows only')
+    return problems
 
 
 def part_minutes(part: int) -> float:
     return round(sum(STEP_BUDGET_MIN[step] for step in PARTS[part]), 2)
 
 
+def part_of(step: str) -> int | None:
+    """The part that runs ``step`` (``env``: the first)."""
+    return next((part for part, steps in PARTS.items() if step in steps), None)
+
+
+def target_file(target: Target) -> str:
+    """Where a target's figure lands: ``part-<N>/<step's file>``, the folder
+    of the part's command (its ``--out``) in a GPU run's results."""
+    return f'part-{part_of(target.step)}/{STEP_FILES.get(target.step)}'
+
+
 def plan_problems() -> list[str]:
     """What breaks the plan: a step over its limit, in no part or in two
-    (``env`` is in every part), more parts than ``COMMANDS``, ``tune-bh1``
-    without ``tune-bh16`` before it, a part over its time or over the files a
-    GPU command returns."""
+    (``env`` is in every part), ``tune-bh1`` without ``tune-bh16`` before it,
+    a part over its time or over the files a GPU command returns; a target
+    measured by no step, the lean forward's targets and the steps it asks for
+    (``LEAN_FORWARD_STEPS``) outside part 1, a step that measures a target after
+    one that measures none."""
     problems = [f'step {step} has a budget of {minutes} min (limit {STEP_LIMIT_MIN})'
                 for step, minutes in STEP_BUDGET_MIN.items() if minutes > STEP_LIMIT_MIN]
     for step in STEPS:
@@ -1005,26 +1335,39 @@ def plan_problems() -> list[str]:
             problems.append(f'step {step} is in no part')
         elif len(parts) > 1 and step != 'env':
             problems.append(f'step {step} is in parts {", ".join(map(str, parts))}')
-    if len(PARTS) > COMMANDS:
-        problems.append(f'the check takes {len(PARTS)} commands (limit {COMMANDS})')
     for part, steps in PARTS.items():
         # tune-bh1's budget counts on the candidates tune-bh16 compiled.
         if 'tune-bh1' in steps and 'tune-bh16' not in steps[:steps.index('tune-bh1')]:
             problems.append(f'part {part} runs tune-bh1 without tune-bh16 before it')
-        if part_minutes(part) > PART_LIMIT_MIN:
+        if part_minutes(part) > PART_AIM_MIN:
             problems.append(f'part {part} needs {part_minutes(part):g} min '
-                            f'(limit {PART_LIMIT_MIN})')
+                            f'(limit {PART_AIM_MIN})')
         files = {STEP_FILES[step] for step in steps} | {'summary.json', LOG_NAME}
         if len(files) > COMMAND_FILES:
             problems.append(f'part {part} writes {len(files)} files (a GPU command returns '
                             f'{COMMAND_FILES})')
+    problems += [f'the target "{target.measurement}" of the {target.goal} names no step '
+                 f'{target.step!r}' for target in GPU_TARGETS if target.step not in STEPS]
+    first = min(PARTS)
+    for step in dict.fromkeys([t.step for t in GPU_TARGETS if t.goal == 'lean forward']
+                              + [*LEAN_FORWARD_STEPS]):
+        if part_of(step) not in (first, None):
+            problems.append(f'step {step} measures the lean forward but is in part {part_of(step)}, '
+                            f'not {first}')
+    # The targets first: no step that measures none before one that does.
+    wanted = {target.step for target in GPU_TARGETS} | set(LEAN_FORWARD_STEPS)
+    order = [step for part in sorted(PARTS) for step in PARTS[part] if step != 'env']
+    unwanted = next((step for step in order if step not in wanted), None)
+    if unwanted:
+        problems += [f'step {step} measures a target but runs after {unwanted}, which '
+                     f'measures none' for step in order[order.index(unwanted):] if step in wanted]
     return problems
 
 
 def run_step(name: str, out: Path, args) -> dict:
     budget_s = 60 * STEP_BUDGET_MIN[name]
     if name == 'env':
-        return step_env(out, budget_s)
+        return step_env(out, budget_s, args.commit)
     if name in TEST_FILES:
         return step_tests(name, out, budget_s, args.pytest_workers)
     if name == 'bench':
@@ -1038,10 +1381,14 @@ def run_step(name: str, out: Path, args) -> dict:
                           cuda_graphs=args.cuda_graphs)
     if name == 'profile':
         return step_profile(out, budget_s, layout=args.layout)
-    if name == 'model-profile':
-        return step_model_profile(out, budget_s)
-    if name == 'upernet-fps':
-        return step_upernet_fps(out, budget_s)
+    if name in ('model-profile', 'compiled-profile'):
+        return step_model_profile(out, budget_s, compiled=name == 'compiled-profile')
+    if name == 'backbones':
+        return step_backbones(out, budget_s)
+    if name == 'ablations':
+        return step_ablations(out, budget_s)
+    if name in FPS_STEPS:
+        return step_upernet_fps(out, budget_s, name)
     return step_tune(name, out, budget_s, args.layout)
 
 

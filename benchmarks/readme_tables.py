@@ -5,6 +5,8 @@ Each block sits between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in
 its file; nothing between the markers is typed by hand. Each is rendered from
 the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
 
+  gpu-upernet-fps   README.md          gpu-*/**/*fps*.json        gpu_check.py --steps upernet-fps,
+                                                                  benchmark_fps.py --out gpu-*/fps-*.json
   speed-table       README.md          speed-vs-swin-*.json (CPU) make bench
   main-job          README.md          main-job-*.json            tools/main_job.py --record
   newcomer          README.md          newcomer-*.json            benchmarks/newcomer_path.py
@@ -24,20 +26,35 @@ paper's; everything else in a block comes from a results file.
 
 A GPU run is one folder ``benchmarks/results/gpu-<device>-<date>/``, one
 subfolder per ``gpu_check.py`` command (its ``--out``), each with the
-``env.json`` that names the GPU, driver and versions of the files beside it.
+``env.json`` that names the GPU, driver and versions of the files beside it
+(a command folder without one, or a file at the run's top, takes the run's
+other ``env.json``). The GPU tools do not record the commit: the run's
+``README.md`` names it on a line ``Commit: `<sha>```. ``gpu-upernet-fps``
+shows every UperNet FPS file of the newest such run (``benchmark_fps.py``'s
+JSON, or ``gpu_check.py``'s ``upernet-fps.json``): a mode and size measured
+more than once shows each run and their median.
 ``benchmarks/results/README.md`` says what produced each results file.
+
+A block never names an uncommitted tree: a results file whose commit ends in
+``+changes`` (``mavit_mm.tooling.device.git_commit``: tracked files differed
+from the commit) is refused (``UncommittedTreeError``, naming the file and
+the block). Re-run its benchmark on a clean checkout, commit the new file,
+then ``--write`` the block.
 
   python benchmarks/readme_tables.py            # print the blocks
   python benchmarks/readme_tables.py --write    # put them into their files
   python benchmarks/readme_tables.py --check    # exit 1 if a file differs
 
 ``tests/test_benchmarks/test_readme_tables.py`` runs the check, so a page whose figures
-differ from the newest results files fails the tests.
+differ from the newest results files fails the tests. ``--check`` and
+``--write`` exit 1 when a block is refused; ``--write`` still writes the others.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -63,6 +80,36 @@ TASK_NAMES = {'backbone-forward': 'backbone forward',
 MODEL_NAMES = {'mask_rcnn': 'Mask R-CNN + MAViT-T', 'upernet': 'UperNet + MAViT-T',
                'retinanet': 'RetinaNet + MAViT-T', 'sem_fpn': 'Semantic FPN + MAViT-T',
                'cascade_mask_rcnn': 'Cascade Mask R-CNN + MAViT-T'}
+# How ``mavit_mm.tooling.device.git_commit`` marks a tree whose tracked files
+# differ from its commit (a test ties the two).
+UNCOMMITTED_MARK = '+changes'
+# A GPU run's folder, and the line of its README.md that names its commit.
+GPU_RUN_PREFIX = 'gpu-'
+GPU_RUN_COMMIT = re.compile(r'^Commit: `([^`]+)`', re.MULTILINE)
+# A GPU run's UperNet FPS files: benchmark_fps.py's JSON (at the run's top,
+# ``fps-*.json``) and gpu_check.py's ``upernet-fps.json`` (in a command folder).
+GPU_FPS_FILES = '**/*fps*.json'
+# The two models of the GPU table, by the start of their config's file name.
+UPERNET_MODELS = {'MAViT-T': 'upernet_mavit-t_', 'Swin-T': 'upernet_swin-t_'}
+# benchmark_fps.py's modes, in its order, as the table names them.
+FPS_MODES = {'eager': 'eager', 'cuda-graph': 'CUDA graph', 'compile': 'compile'}
+
+
+class UncommittedTreeError(ValueError):
+    """A results file recorded on a tree with changes no commit holds: a block
+    would name a tree nobody can check out."""
+
+    def __init__(self, path: Path, commit: str, block: str | None = None):
+        super().__init__(path, commit, block)
+        self.path, self.commit, self.block = path, commit, block
+
+    def __str__(self) -> str:
+        block = self.block or 'NAME'
+        return (f'block {block} refuses {repo_path(self.path)}: it was recorded on an uncommitted '
+                f'tree (commit {self.commit}), and a generated block never names one. Re-run what '
+                'produced it (benchmarks/results/README.md) on a clean checkout (git status: no '
+                'changes to tracked files), commit the new results file, then run: python '
+                f'benchmarks/readme_tables.py --write --blocks {block}')
 
 
 class Block(NamedTuple):
@@ -179,9 +226,55 @@ def render_onnxruntime_speed(report: dict, source: str) -> str:
     return '\n'.join(lines)
 
 
+def repo_path(path: Path) -> str:
+    """``path`` as the pages name it: from the repository root where it is inside."""
+    path = Path(path).resolve()
+    return path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def gpu_run_dir(path: Path) -> Path | None:
+    """The GPU run (``gpu-<device>-<date>/``) that ``path`` is part of, if any."""
+    return next((folder for folder in (Path(path), *Path(path).parents)
+                 if folder.name.startswith(GPU_RUN_PREFIX)), None)
+
+
+def recorded_commit(path: Path, report: dict) -> str | None:
+    """The commit results file ``path`` (read as ``report``) was measured on:
+    its own ``commit`` (or its environment's); for a file of a GPU run, the
+    commit its ``env.json`` records (``gpu_check.py --commit``), else the
+    ``Commit:`` line of the run's README.md (runs before the GPU check
+    recorded one)."""
+    commit = report.get('commit') or (report.get('environment') or {}).get('commit')
+    run = gpu_run_dir(path)
+    if commit is None and run is not None:
+        env = _same_run_file(Path(path).parent, 'env.json')
+        commit = json.loads(env.read_text()).get('commit') if env is not None else None
+    if commit is None and run is not None and (run / 'README.md').exists():
+        found = GPU_RUN_COMMIT.search((run / 'README.md').read_text())
+        commit = found.group(1) if found else None
+    return commit
+
+
+def is_uncommitted(commit: str | None) -> bool:
+    """Whether ``commit`` is a tree whose tracked files differed from it."""
+    return commit is not None and commit.endswith(UNCOMMITTED_MARK)
+
+
+def committed(path: Path, report: dict) -> str | None:
+    """``recorded_commit``; ``UncommittedTreeError`` where it names an uncommitted tree."""
+    commit = recorded_commit(path, report)
+    if is_uncommitted(commit):
+        raise UncommittedTreeError(path, commit)
+    return commit
+
+
 def _gpu_env(source: str) -> dict:
-    """The env.json written beside a GPU result (device, driver, versions)."""
-    return json.loads((REPO_ROOT / source).parent.joinpath('env.json').read_text())
+    """The env.json of a GPU result (device, driver, versions): the one beside
+    it, else the run's other one."""
+    path = _same_run_file((REPO_ROOT / source).parent, 'env.json')
+    if path is None:
+        raise FileNotFoundError(f'no env.json in the GPU run of {source}')
+    return json.loads(path.read_text())
 
 
 def _gpu_source_line(source: str, what: str) -> str:
@@ -259,6 +352,96 @@ def render_gpu_model(report: dict, source: str) -> str:
     return '\n'.join(lines)
 
 
+def render_gpu_fps(report: dict, source: str) -> str:
+    """UperNet + MAViT-T against UperNet + Swin-T, images/s per mode and size,
+    from every FPS file of the GPU run that ``source`` (its newest) is part of;
+    a mode and size measured more than once shows each run, in the order
+    they ran, and the median of the ratios. Runs: the files in date order;
+    within a file, its rows of a model, mode and size in order (gpu_check.py
+    gathers several ``benchmark_fps.py`` children into one file), the i-th
+    of MAViT-T paired with the i-th of Swin-T."""
+    run = gpu_run_dir(REPO_ROOT / source)
+    env = _gpu_env(source)
+    reports = {path: json.loads(path.read_text()) for path in run.glob(GPU_FPS_FILES)}
+    runs, failed, commits, configs, batches = {}, [], set(), {}, set()
+    for path in sorted(reports, key=lambda path: _report_date(path, reports[path])):
+        data, name = reports[path], path.relative_to(run).as_posix()
+        commits.add(committed(path, data))
+        _check_run_environment(path, data, env)
+        measured = {}
+        for row in data.get('results', []):
+            model = next((model for model, start in UPERNET_MODELS.items()
+                          if Path(row.get('config', '')).name.startswith(start)), None)
+            if model is None:
+                continue
+            if row.get('error') or not row.get('fps'):
+                failed.append(f"{model} {FPS_MODES.get(row['mode'], row['mode'])} {row['dtype']} at "
+                              f"{row['height']}x{row['width']} (`{name}`): {row.get('error')}")
+                continue
+            configs.setdefault(model, set()).add(row['config'])
+            batches.add(row['batch_size'])
+            key = (row['height'], row['width'], row['dtype'], row['mode'])
+            measured.setdefault(key, {}).setdefault(model, []).append(row['fps'])
+        for key, fps in measured.items():
+            if fps.keys() == UPERNET_MODELS.keys():
+                pairs = [dict(zip(UPERNET_MODELS, one_run))
+                         for one_run in zip(*(fps[model] for model in UPERNET_MODELS))]
+                runs.setdefault(key, []).append((name, data['iters'], pairs))
+    if not runs:
+        raise ValueError(f'no UperNet FPS of both models in {repo_path(run)}')
+    if None in commits:
+        raise ValueError(f'{repo_path(run)}/README.md names no commit (a line Commit: `<sha>`)')
+    mavit, swin = UPERNET_MODELS
+    lines = [f"Measured on an {env['device']} (driver {env['driver']}, CUDA {env['cuda']}), torch "
+             f"{env['torch']}, Triton {env['triton']}, commit {', '.join(sorted(commits))}, "
+             f"{env['date'][:10]}: UperNet + {mavit} ("
+             + ', '.join(f'`{config}`' for config in sorted(configs[mavit]))
+             + f') against UperNet + {swin} ('
+             + ', '.join(f'`{config}`' for config in sorted(configs[swin]))
+             + f"), whole models in tensor mode, batch {', '.join(map(str, sorted(batches)))}, "
+             'images/s of `tools/analysis_tools/benchmark_fps.py` (also run by '
+             "`benchmarks/gpu_check.py`'s UperNet FPS steps): eager; captured once in a CUDA "
+             "graph and replayed; `torch.compile(mode='reduce-overhead')`. A mode and size that "
+             'ran more than once lists every run, in the order they ran; their median judges. '
+             f'Raw: `{repo_path(run)}/` (its README.md says which command wrote each file).',
+             '',
+             f'| size | precision | mode | {mavit} images/s | {swin} images/s | {mavit} / {swin}, '
+             'each run | median | runs: file [× runs in it] (iterations) |',
+             '| --- | --- | --- | ---: | ---: | ---: | ---: | --- |']
+    modes = list(FPS_MODES)
+
+    def order(key):
+        height, width, dtype, mode = key
+        return height * width, height, dtype, modes.index(mode) if mode in modes else len(modes)
+    for key in sorted(runs, key=order):
+        height, width, dtype, mode = key
+        every = [fps for _, _, pairs in runs[key] for fps in pairs]
+        ratios = [fps[mavit] / fps[swin] for fps in every]
+        lines.append(f'| {height}x{width} | {dtype} | {FPS_MODES.get(mode, mode)} | '
+                     + ' | '.join(', '.join(f'{fps[model]:.1f}' for fps in every)
+                                  for model in UPERNET_MODELS)
+                     + f" | {', '.join(f'{ratio:.2f}' for ratio in ratios)} | "
+                     f'**{statistics.median(ratios):.2f}** | '
+                     + ', '.join(f'`{name}`' + (f' ×{len(pairs)}' if len(pairs) > 1 else '')
+                                 + f' ({iters})' for name, iters, pairs in runs[key]) + ' |')
+    if failed:
+        lines += ['', 'Failed: ' + '; '.join(failed) + '.']
+    return '\n'.join(lines)
+
+
+def _check_run_environment(path: Path, report: dict, env: dict) -> None:
+    """A results file of a GPU run names the run's GPU and versions (its
+    env.json) where it names any: one run, one machine and stack."""
+    versions = report.get('versions') or {}
+    recorded = [('device', report.get('device')), ('torch', versions.get('torch')),
+                ('triton', versions.get('triton')),
+                *(('device', row.get('device')) for row in report.get('results', []))]
+    wrong = sorted({f'{key} {value} (env.json: {env[key]})' for key, value in recorded
+                    if value and value != env[key]})
+    if wrong:
+        raise ValueError(f"{repo_path(path)} is not of its GPU run's environment: {', '.join(wrong)}")
+
+
 def render_gpu_checks(report: dict, source: str) -> str:
     """What the GPU run checked: the kernel and model tests, SDPA's kernels and
     the op's host time against its kernel time."""
@@ -300,11 +483,13 @@ def render_gpu_checks(report: dict, source: str) -> str:
 
 
 def _same_run_file(folder: Path, name: str) -> Path | None:
-    """``name`` beside a result, else in another command's folder of the same
-    GPU run (the parts of ``gpu_check.py`` split the steps between them)."""
+    """``name`` beside a result, else at the top or in another command's
+    folder of the same GPU run (the parts of ``gpu_check.py`` split the steps
+    between them)."""
     if (folder / name).exists():
         return folder / name
-    found = sorted(folder.parent.glob(f'*/{name}'))
+    run = gpu_run_dir(folder)
+    found = sorted([*run.glob(name), *run.glob(f'*/{name}')]) if run else []
     return found[-1] if found else None
 
 
@@ -405,6 +590,7 @@ def _metric(value) -> str:
 
 
 BLOCKS: dict[str, Block] = {
+    'gpu-upernet-fps': Block(f'gpu-*/{GPU_FPS_FILES}', render_gpu_fps),
     'speed-table': Block('speed-vs-swin-*.json', render_speed, device_type='cpu'),
     'main-job': Block('main-job-*.json', render_main_job),
     'newcomer': Block('newcomer-*.json', render_newcomer),
@@ -426,16 +612,17 @@ BLOCKS: dict[str, Block] = {
 
 def _report_date(path: Path, report: dict) -> str:
     """A results file's date: its own, its environment's, or (GPU runs) that
-    of the env.json beside it."""
+    of the run's env.json (``_gpu_env``)."""
     date = report.get('date') or (report.get('environment') or {}).get('date')
-    if date is None and (path.parent / 'env.json').exists():
-        date = json.loads((path.parent / 'env.json').read_text())['date']
-    return date
+    env = _same_run_file(path.parent, 'env.json') if date is None else None
+    return json.loads(env.read_text())['date'] if env else date
 
 
-def newest_results(name: str, results_dir: Path = RESULTS_DIR) -> Path:
-    """The results file of block ``name`` with the latest ``date``."""
+def newest_results(name: str, results_dir: Path | None = None) -> Path:
+    """The results file of block ``name`` with the latest ``date``
+    (in ``results_dir``, by default ``RESULTS_DIR``)."""
     block = BLOCKS[name]
+    results_dir = results_dir or RESULTS_DIR
     reports = []
     for path in results_dir.glob(block.pattern):
         report = json.loads(path.read_text())
@@ -447,9 +634,16 @@ def newest_results(name: str, results_dir: Path = RESULTS_DIR) -> Path:
 
 
 def block_for(name: str, path: Path | None = None) -> str:
+    """Block ``name`` rendered from ``path`` (by default its newest results
+    file); ``UncommittedTreeError`` where a file it reads names an uncommitted tree."""
     path = path or newest_results(name)
-    return BLOCKS[name].render(json.loads(path.read_text()),
-                               path.resolve().relative_to(REPO_ROOT).as_posix())
+    report = json.loads(path.read_text())
+    try:
+        committed(path, report)
+        return BLOCKS[name].render(report, repo_path(path))
+    except UncommittedTreeError as error:
+        error.block = name
+        raise
 
 
 def readme_block(readme_text: str, name: str) -> str:
@@ -476,12 +670,16 @@ def main(argv=None) -> int:
                       help='exit 1 when README.md does not hold the newest blocks')
     args = parser.parse_args(argv)
     texts = {}
-    stale = []
+    stale, refused = [], []
     for name in args.blocks:
         target = BLOCKS[name].target
         text = texts.setdefault(target, TARGET_FILES[target].read_text())
         path = newest_results(name)
-        block = block_for(name, path)
+        try:
+            block = block_for(name, path)
+        except UncommittedTreeError as error:
+            refused.append(str(error))
+            continue
         if args.write:
             texts[target] = with_block(text, name, block)
             print(f'{target}: {name} from {path.name}')
@@ -493,9 +691,12 @@ def main(argv=None) -> int:
     if args.write:
         for target, text in texts.items():
             TARGET_FILES[target].write_text(text)
+    for message in refused:
+        print(message, file=sys.stderr)
     if stale:
         print('Blocks differ from the newest results: ' + ', '.join(stale) +
               '; run python benchmarks/readme_tables.py --write', file=sys.stderr)
+    if stale or refused:
         return 1
     if args.check:
         print('every block matches the newest results files')

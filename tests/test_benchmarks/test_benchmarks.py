@@ -20,22 +20,34 @@ run_script = functools.partial(run_repository_script, cwd=REPO_ROOT, timeout=600
 def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     result = run_script('benchmarks/gpu_check.py', '--dry-run', '--out', str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert 'plan: env, kernel-tests, model-tests, profile, bench, sdpa' in result.stdout
+    assert 'plan: env, backbones, upernet-fps, compiled-profile, ablations' in result.stdout
     assert 'layout channels_last' in result.stdout
-    assert 'part 1: env kernel-tests model-tests profile bench sdpa (at most 6.95 min, 8 files)' \
-        in result.stdout
-    assert ('part 2: env sweep model-profile upernet-fps tune-bh16 tune-bh1 '
+    assert ('part 1: env backbones upernet-fps compiled-profile ablations '
+            '(at most 7.00 min, 7 files)') in result.stdout
+    assert ('part 2: env model-profile sweep upernet-fps-compile profile bench '
             '(at most 7.00 min, 8 files)') in result.stdout
-    assert 'part 3' not in result.stdout
-    # The whole check is two 8-minute commands, and the dry run says it fits them.
-    assert ('whole check: 2 commands of at most 8 min (13.95 min of budgets; the longest '
-            'part 7.00, planned to 7.00, limit 7.50), so it fits 2 commands') in result.stdout
+    assert 'part 3: env upernet-fps-1024 kernel-tests (at most 6.95 min, 5 files)' \
+        in result.stdout
+    assert 'part 4: env model-tests sdpa tune-bh16 tune-bh1 (at most 5.00 min, 7 files)' \
+        in result.stdout
+    assert 'part 5' not in result.stdout
+    assert ('whole check: 4 parts in priority order, one GPU command of at most 8 min each '
+            '(25.95 min of budgets; the longest part 7.00, planned to at most 7.00)'
+            ) in result.stdout
     # The op's calls in MAViT-T at 512x2048, from the preset.
     assert ('stage 1 batch 1 heads 1 128x512 d 64; stage 2 batch 1 heads 2 64x256 d 64; '
             'stage 1 batch 8 heads 1 128x512 d 64; stage 2 batch 8 heads 2 64x256 d 64'
             ) in result.stdout
+    # The ablations' rows, from the switches' modes (fast_paths.FAST_PATH_MODES).
+    assert 'ablations, cuda-graph fwd: all on, then off in turn: cached_weights, ' \
+        in result.stdout
+    assert 'ablations, compile fwd+bwd: all on, then off in turn: channel_split' in result.stdout
+    # Each target with the step and file that measure it.
+    assert ('target of the lean forward: backbone time, 512x2048, CUDA graph ≤ 0.75 (now 0.886): '
+            'part-1/backbones.json') in result.stdout
     # No problem: the child processes (bench_mala, tune_mala, benchmark_fps --modes)
-    # take the arguments the steps give them.
+    # take the arguments the steps give them, Swin-T builds from its config, and
+    # MAViT takes the fast-path switches.
     assert 'problem:' not in result.stdout
     # The tuning candidates it would time: the query kernel's only.
     assert 'd=64 query: 24 candidates' in result.stdout and 'd=64 output:' not in result.stdout
@@ -85,56 +97,68 @@ def test_speed_vs_swin_writes_json_and_plot(tmp_path):
 
 
 def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
-    """The whole check is two GPU commands; a command runs for at most 8 minutes
-    and returns at most 8 files: every step but env is in exactly one part (env
-    in both), each step's budget is at most 5 minutes, each part's budgets stay
-    under 7.5 (planned to 7: a GPU session has 15 minutes, the machine's start
-    included) and its files (one per step, summary, log) under 8."""
+    """A GPU command runs for at most 8 minutes and returns at most 8 files:
+    every step but env is in exactly one part (env in each), each step's
+    budget is at most 5 minutes, each part's budgets stay under 7 (a GPU
+    session has 15 minutes, the machine's start included) and its files (one
+    per step, summary, log) under 8. The parts run in priority order: the lean
+    forward's targets and the steps it asks for in part 1, every target before
+    what measures none."""
     from benchmarks import gpu_check
-    assert len(gpu_check.PARTS) == gpu_check.COMMANDS == 2
-    assert sorted(gpu_check.PARTS) == [1, 2]
-    # Each step in one part, budgets, commands, files and the tunings' order
-    # (B*heads 16 first: the second finds the candidates compiled): plan_problems.
+    assert sorted(gpu_check.PARTS) == list(range(1, len(gpu_check.PARTS) + 1))
     assert gpu_check.plan_problems() == []
     assert all(steps[0] == 'env' for steps in gpu_check.PARTS.values())
     assert gpu_check.STEP_LIMIT_MIN == 5 and gpu_check.COMMAND_FILES == 8
-    assert gpu_check.PART_AIM_MIN <= gpu_check.PART_LIMIT_MIN < gpu_check.COMMAND_LIMIT_MIN <= 8
+    assert gpu_check.PART_AIM_MIN == 7 < gpu_check.COMMAND_LIMIT_MIN <= 8
     for part, steps in gpu_check.PARTS.items():
         minutes = sum(gpu_check.STEP_BUDGET_MIN[step] for step in steps)
         assert minutes <= gpu_check.PART_AIM_MIN + 1e-9
         assert gpu_check.part_minutes(part) == round(minutes, 2)
-    # The check fails a plan that breaks any of these.
-    monkeypatch.setitem(gpu_check.PARTS, 3, ['env', 'sweep'])
-    monkeypatch.setitem(gpu_check.PARTS, 1, gpu_check.PARTS[1] + ['model-profile', 'tune-bh1'])
-    monkeypatch.setitem(gpu_check.PARTS, 2, [step for step in gpu_check.PARTS[2]
-                                             if step not in ('tune-bh16', 'tune-bh1')])
-    monkeypatch.setitem(gpu_check.STEP_BUDGET_MIN, 'upernet-fps', 6.0)
+    assert set(gpu_check.PARTS[1]) == {'env', 'backbones', 'upernet-fps', 'compiled-profile',
+                                       'ablations'}
+    # The check fails a plan that breaks any of these: budgets, parts, files ...
+    parts = {part: list(steps) for part, steps in gpu_check.PARTS.items()}
+    monkeypatch.setitem(gpu_check.PARTS, 5, ['env', 'tune-bh16'])
+    monkeypatch.setitem(gpu_check.PARTS, 1, parts[1] + ['sweep', 'model-profile'])
+    monkeypatch.setitem(gpu_check.PARTS, 4, ['env', 'model-tests', 'tune-bh1', 'tune-bh16'])
+    monkeypatch.setitem(gpu_check.STEP_BUDGET_MIN, 'upernet-fps-1024', 6.0)
     assert gpu_check.plan_problems() == [
-        'step upernet-fps has a budget of 6.0 min (limit 5.0)',
-        'step sweep is in parts 2, 3', 'step model-profile is in parts 1, 2',
-        'step tune-bh16 is in no part', 'the check takes 3 commands (limit 2)',
-        'part 1 runs tune-bh1 without tune-bh16 before it',
-        'part 1 needs 8.2 min (limit 7.5)', 'part 1 writes 10 files (a GPU command returns 8)',
-        'part 2 needs 8.65 min (limit 7.5)']
+        'step upernet-fps-1024 has a budget of 6.0 min (limit 5.0)',
+        'step model-profile is in parts 1, 2', 'step sweep is in parts 1, 2',
+        'step sdpa is in no part', 'step tune-bh16 is in parts 4, 5',
+        'part 1 needs 8.65 min (limit 7.0)', 'part 1 writes 9 files (a GPU command returns 8)',
+        'part 3 needs 9.2 min (limit 7.0)', 'part 4 runs tune-bh1 without tune-bh16 before it']
+    # ... and the priority order: the lean forward's in part 1, the targets before the rest.
+    monkeypatch.undo()
+    monkeypatch.setitem(gpu_check.PARTS, 1, [step for step in parts[1]
+                                             if step != 'compiled-profile'])
+    monkeypatch.setitem(gpu_check.PARTS, 2, parts[2] + ['compiled-profile'])
+    monkeypatch.setitem(gpu_check.PARTS, 3, ['env', 'upernet-fps-1024', 'sdpa', 'kernel-tests'])
+    monkeypatch.setitem(gpu_check.PARTS, 4, [step for step in parts[4] if step != 'sdpa'])
+    monkeypatch.setattr(gpu_check, 'GPU_TARGETS', gpu_check.GPU_TARGETS + (
+        gpu_check.Target('MALA op', 'something', '≤ 1', '2', 'no-such-step'),))
+    assert gpu_check.plan_problems() == [
+        'part 2 needs 8 min (limit 7.0)', 'part 2 writes 9 files (a GPU command returns 8)',
+        'part 3 needs 7.7 min (limit 7.0)',
+        'the target "something" of the MALA op names no step \'no-such-step\'',
+        'step compiled-profile measures the lean forward but is in part 2, not 1',
+        'step kernel-tests measures a target but runs after sdpa, which measures none',
+        'step model-tests measures a target but runs after sdpa, which measures none']
 
 
-def test_gpu_md_parts_table_is_the_plan():
-    """docs/gpu.md's table of the parts names each part's steps in order with
-    their budgets and sums, as gpu_check.py plans them."""
+def test_gpu_md_target_map_is_gpu_targets():
+    """docs/gpu.md's map names every GPU target (the lean forward, the fused
+    block, the MALA op) with
+    its value now, the step and the file that measure it, as gpu_check.py's
+    GPU_TARGETS and parts have them; each file is one its step writes."""
     from benchmarks import gpu_check
     text = (REPO_ROOT / 'docs' / 'gpu.md').read_text()
-    table = text[text.index('| part | step | budget, min |'):].split('\n\n')[0]
-    parts, part = {}, None
-    for line in table.splitlines()[2:]:
-        cells = [cell.strip() for cell in line.strip('|').split('|')]
-        if cells[0]:
-            part = int(cells[0].split(':')[0])
-        if cells[1] == '*sum*':
-            assert float(cells[2].strip('*')) == gpu_check.part_minutes(part)
-        else:
-            parts.setdefault(part, []).append((cells[1].strip('`'), float(cells[2])))
-    assert parts == {part: [(step, gpu_check.STEP_BUDGET_MIN[step]) for step in steps]
-                     for part, steps in gpu_check.PARTS.items()}
+    table = text[text.index('| goal | measurement | target | now | step | file |'):]
+    rows = [tuple(cell.strip().strip('`') for cell in line.strip('|').split('|'))
+            for line in table.split('\n\n')[0].splitlines()[2:]]
+    assert rows == [(t.goal, t.measurement, t.target, t.now, t.step,
+                     gpu_check.target_file(t)) for t in gpu_check.GPU_TARGETS]
+    assert [*dict.fromkeys(t.goal for t in gpu_check.GPU_TARGETS)] == list(gpu_check.GOALS)
 
 
 def test_gpu_check_measures_the_training_step_at_512x2048_batch_2():
@@ -361,6 +385,11 @@ KERNEL_NAMES = {
     'void at::native::(anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, '
     'float, 7, false, false>(c10::BFloat16*, c10::BFloat16 const*, int, int, int, bool const*, '
     'int, bool)': 'other',
+    # Inductor's kernels (torch.compile): named after the ops they fuse.
+    'triton_poi_fused__to_copy_add_convolution_mul_0': 'inductor',
+    'triton_red_fused__to_copy_native_layer_norm_1': 'inductor',
+    'triton_per_fused_add_native_layer_norm_2': 'inductor',
+    'triton_tem_fused_addmm_3': 'inductor',
 }
 
 
@@ -426,6 +455,178 @@ def test_gpu_check_model_profile_writes_categories_per_model(tmp_path, monkeypat
     assert sorted(tmp_path.iterdir()) == [tmp_path / 'model-profile.json']
 
 
+def test_gpu_check_compiled_profile_compiles_each_backbone_first(tmp_path, monkeypatch):
+    """The compiled-profile step's plumbing on the CPU: each backbone compiled
+    by benchmark_fps.py's recipe (stood in for: a compile takes minutes here)
+    without reduce-overhead's CUDA graph, then profiled; inductor's kernels
+    and the MALA kernels keep categories of their own."""
+    from benchmarks import gpu_check
+    from tools.analysis_tools import benchmark_fps
+    compiles = []
+
+    def compiled(forward, device, mode=benchmark_fps.COMPILE_MODE):
+        compiles.append(mode)
+        return forward, 12.34, None
+    monkeypatch.setattr(benchmark_fps, 'compiled', compiled)
+    monkeypatch.setattr(gpu_check, '_profiled_kernels', lambda prof: [
+        ('triton_poi_fused__to_copy_add_convolution_mul_0', 30.0, 3),
+        ('_forward_partials_kernel', 10.0, 1)])
+    result = gpu_check.step_model_profile(tmp_path, 600, device='cpu', size=(64, 96), warmup=2,
+                                          compiled=True)
+    report = json.loads((tmp_path / 'compiled-profile.json').read_text())
+    assert result == {'rows': 2, 'complete': True, 'errors_recorded': 0}
+    assert compiles == ['default', 'default'] and report['compile_mode'] == 'default'
+    assert [row['model'][:7] for row in report['results']] == ['MAViT-T', 'Swin-T ']
+    for row in report['results']:
+        assert row['compile_s'] == 12.3 and row['kernel_count'] == 4
+        assert row['categories']['inductor'] == dict(time_us=30.0, kernels=3, share=0.75)
+        assert row['categories']['mala']['kernels'] == 1
+    assert sorted(tmp_path.iterdir()) == [tmp_path / 'compiled-profile.json']
+
+
+def test_swin_tiny_is_the_upernet_baselines_backbone():
+    """Every row's Swin-T is mmseg's SwinTransformer as the UperNet baseline
+    config builds it: Swin-T's depths, widths and windows of 7."""
+    from mmseg.models.backbones import SwinTransformer
+
+    from benchmarks import gpu_check
+    from mavit_mm.tooling.config import load_config
+    assert gpu_check.SWIN_T_CONFIG in gpu_check.UPERNET_CONFIGS
+    assert load_config(REPO_ROOT / gpu_check.SWIN_T_CONFIG).model.backbone.type == \
+        'SwinTransformer'
+    model = gpu_check.swin_tiny()
+    assert type(model) is SwinTransformer
+    assert [len(stage.blocks) for stage in model.stages] == [2, 2, 6, 2]
+    assert [stage.blocks[0].attn.w_msa.num_heads for stage in model.stages] == [3, 6, 12, 24]
+    assert {stage.blocks[0].attn.w_msa.window_size for stage in model.stages} == {(7, 7)}
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(27.5e6, rel=0.01)
+
+
+def _stand_in_modes(monkeypatch) -> list:
+    """benchmark_fps.py's CUDA-graph capture and compile, stood in for by
+    recorders that return the step as it is (a CPU has no CUDA graph, and a
+    compile takes minutes here)."""
+    from tools.analysis_tools import benchmark_fps
+    made = []
+
+    def capture(step, device, warmup):
+        made.append(('cuda-graph', warmup))
+        return step, None
+
+    def compiled(step, device, mode=benchmark_fps.COMPILE_MODE):
+        made.append(('compile', mode))
+        return step, 1.25, None
+    monkeypatch.setattr(benchmark_fps, 'capture_cuda_graph', capture)
+    monkeypatch.setattr(benchmark_fps, 'compiled', compiled)
+    return made
+
+
+def _made_up_times(monkeypatch) -> None:
+    """gpu_check's timer stood in for: each step runs once (its model really
+    runs, in its mode), its time is 10 ms, 11 ms, ... in the order of the rows
+    (the real timer's rows are the sweep's, above)."""
+    from benchmarks import gpu_check
+    times = iter(range(10, 100))
+
+    def time_step(step, batch, device, warmup, rep):
+        step()
+        return dict(time_ms=float(next(times)))
+    monkeypatch.setattr(gpu_check, '_time_backbone_step', time_step)
+
+
+def test_gpu_check_backbones_step_times_each_mode_through_benchmark_fps(tmp_path, monkeypatch):
+    """The backbones step on the CPU at a small size: MAViT-T and Swin-T in
+    each mode, the graph and the compile made by benchmark_fps.py's own code,
+    MAViT-T's time over Swin-T's per mode."""
+    from benchmarks import gpu_check
+    made = _stand_in_modes(monkeypatch)
+    _made_up_times(monkeypatch)
+    result = gpu_check.step_backbones(tmp_path, 600, device='cpu', size=(64, 96))
+    report = json.loads((tmp_path / 'backbones.json').read_text())
+    assert report['complete'] and result['errors_recorded'] == 0
+    modes = ('cuda-graph', 'eager', 'compile')
+    assert [(row['mode'], row['model']) for row in report['results']] == [
+        (mode, model) for mode in modes
+        for model in (gpu_check.MAVIT_T_LABEL, gpu_check.SWIN_T_LABEL)]
+    assert made == [('cuda-graph', 3)] * 2 + [('compile', 'reduce-overhead')] * 2
+    assert report['compile_mode'] == 'reduce-overhead'
+    # Times 10, 11, 12, ... ms in row order: MAViT-T's over Swin-T's per mode.
+    assert report['time_vs_swin'] == result['time_vs_swin'] == {
+        'cuda-graph': round(10 / 11, 4), 'eager': round(12 / 13, 4), 'compile': round(14 / 15, 4)}
+    assert all('time_vs_swin' not in row for row in report['results'][1::2])
+    assert [row.get('compile_s') for row in report['results']] == [None] * 4 + [1.2] * 2
+
+
+def test_ablation_rows_switch_each_fast_path_off_where_it_acts():
+    """Per mode (CUDA graph, then compile) and pass: the all-on row first, then
+    each switch that acts there off alone; a switch that only changes a
+    training step is timed on one (fwd+bwd), the others on a forward."""
+    from benchmarks import gpu_check
+    from mavit_mm.ops.fast_paths import FAST_PATH_MODES, TRAINING_ONLY
+    rows = gpu_check.ablation_rows()
+    assert [row['mode'] for row in rows] == sorted(
+        (row['mode'] for row in rows), key=gpu_check.ABLATION_MODES.index)
+    assert all(len(row['switches_off']) <= 1 for row in rows)
+    cases = list(dict.fromkeys((row['mode'], row['pass_name']) for row in rows))
+    for case in cases:
+        group = [row for row in rows if (row['mode'], row['pass_name']) == case]
+        assert group[0]['switches_off'] == [] and all(row['switches_off'] for row in group[1:])
+    off = {(row['switches_off'][0], row['mode'], row['pass_name'])
+           for row in rows if row['switches_off']}
+    assert off == {(name, mode, 'fwd+bwd' if name in TRAINING_ONLY else 'fwd')
+                   for name, modes in FAST_PATH_MODES.items() for mode in modes
+                   if mode in ('cuda-graph', 'compile')}
+    assert ('channel_split', 'cuda-graph', 'fwd+bwd') in off
+    assert not any(name == 'cached_weights' for name, mode, _ in off if mode == 'compile')
+
+
+def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, monkeypatch):
+    """The ablations step on the CPU at a small size, every planned row: each
+    model built with its switches off and the same weights, run in its mode
+    through benchmark_fps.py's code, against the all-on row of its mode and
+    pass; a row whose model fails is recorded and the rest still run."""
+    from benchmarks import gpu_check
+    from mavit_mm.models.mavit import MAViT
+    made = _stand_in_modes(monkeypatch)
+    _made_up_times(monkeypatch)
+    built = []
+
+    def mavit(impl, fast_paths=None):
+        # Records the switches asked for; the model is the plain one (the switches'
+        # own effects are the model's tests'). One switch fails to build.
+        if fast_paths and 'dense_rope' in fast_paths:
+            raise TypeError("unexpected keyword argument 'fast_paths'")
+        built.append((fast_paths, MAViT(arch='tiny', mala_impl=impl)))
+        return built[-1][1]
+    monkeypatch.setattr(gpu_check, '_mavit', mavit)
+    plan = gpu_check.ablation_rows()
+    result = gpu_check.step_ablations(tmp_path, 600, device='cpu', size=(32, 64))
+    report = json.loads((tmp_path / 'ablations.json').read_text())
+    rows = report['results']
+    failing = sum('dense_rope' in row['switches_off'] for row in plan)
+    assert report['complete'] and result['errors_recorded'] == failing >= 1
+    assert [(row['mode'], row['pass_name'], row['switches_off']) for row in rows] == [
+        (row['mode'], row['pass_name'], row['switches_off']) for row in plan]
+    # The weights' model first, then each row's, asked for its switches off.
+    assert [asked for asked, _ in built] == [None] + [
+        dict.fromkeys(row['switches_off'], False) or None for row in plan
+        if 'dense_rope' not in row['switches_off']]
+    # (Parameters: a training row's step moves the norms' running statistics.)
+    weights = dict(built[0][1].named_parameters())
+    for _, model in built[1:]:
+        assert all(torch.equal(weights[name], value) for name, value in model.named_parameters())
+    assert made == [(row['mode'], 3 if row['mode'] == 'cuda-graph' else 'reduce-overhead')
+                    for row in plan if 'dense_rope' not in row['switches_off']]
+    all_on = {}
+    for row in rows:
+        if 'dense_rope' in row['switches_off']:
+            assert 'fast_paths' in row['error'] and 'time_ms' not in row
+            continue
+        base = all_on.setdefault((row['mode'], row['pass_name']), row['time_ms'])
+        assert row['time_vs_all_on'] == pytest.approx(row['time_ms'] / base)
+    assert len(all_on) == 4   # CUDA graph and compile, forward and training step
+
+
 def test_mala_model_shapes_are_the_calls_mavit_t_makes(monkeypatch):
     """The op's shapes the profile step times are the ones a MAViT-T forward
     passes to it (stages 1 and 2, channels_last head views)."""
@@ -457,49 +658,51 @@ def test_mala_model_shapes_are_the_calls_mavit_t_makes(monkeypatch):
 
 def test_gpu_check_upernet_fps_gathers_its_runs_within_the_budget(tmp_path, monkeypatch):
     """benchmark_fps.py children (stood in for by a script writing rows as its
-    JSON): run in order, the most wanted first, their rows gathered with
-    MAViT-T / Swin-T ratios, runs past the budget recorded as cut."""
+    JSON): three runs of both models, --iters 50, their rows gathered with
+    each run's MAViT-T / Swin-T ratio and the median of the runs; runs past
+    the budget recorded as cut."""
     from benchmarks import gpu_check
     fake = (
         "import json, sys, time; run = json.loads(sys.argv[1]); time.sleep(run['sleep'])\n"
         "rows = [dict(config=config, mode=mode, dtype=run['dtype'], height=run['height'], "
-        "width=run['width'], fps=30.0 if 'mavit' in config else 20.0) for mode in run['modes'] "
-        "for config in run['configs']]\n"
+        "width=run['width'], fps=run['fps'] if 'mavit' in config else 20.0) "
+        "for config in run['configs'] for mode in run['modes']]\n"
         "open(sys.argv[2], 'w').write(json.dumps(dict(results=rows)))\n")
     commands = []
+    # MAViT-T's fps per run: ratios 1.5, 1.2, then a run killed at the budget.
+    fps = {1: 30.0, 2: 24.0, 3: 36.0}
 
     def fps_command(run, output):
         commands.append(run)
-        sleep = 60 if run['modes'] == ['compile'] else 0
-        return ['-c', fake, json.dumps(dict(run, sleep=sleep)), str(output)]
+        sleep = 60 if run['run'] == 3 else 0
+        return ['-c', fake, json.dumps(dict(run, sleep=sleep, fps=fps[run['run']])), str(output)]
     monkeypatch.setattr(gpu_check, 'fps_command', fps_command)
     monkeypatch.setattr(gpu_check, 'FPS_MIN_RUN_S', 2)
-    result = gpu_check.step_upernet_fps(tmp_path, 8)
+    result = gpu_check.step_upernet_fps(tmp_path, 6, 'upernet-fps')
     report = json.loads((tmp_path / 'upernet-fps.json').read_text())
     runs = report['runs']
-    mavit, swin = (Path(config).stem[:13] for config in gpu_check.UPERNET_CONFIGS)
-    # The most wanted first: eager and graphs in bf16 at 512x2048, then its compiles,
-    # then eager and graphs at the other sizes and dtypes, then their compiles.
-    assert [(run['modes'], run['dtype'], run['height'],
-             [Path(config).stem[:13] for config in run['configs']]) for run in runs] == [
-        (['eager', 'cuda-graph'], 'bf16', 512, [mavit, swin]),
-        (['compile'], 'bf16', 512, [mavit]), (['compile'], 'bf16', 512, [swin]),
-        (['eager', 'cuda-graph'], 'bf16', 1024, [mavit, swin]),
-        (['eager', 'cuda-graph'], 'fp32', 512, [mavit, swin]),
-        (['eager', 'cuda-graph'], 'fp32', 1024, [mavit, swin]),
-        (['compile'], 'bf16', 1024, [mavit]), (['compile'], 'bf16', 1024, [swin]),
-        (['compile'], 'fp32', 512, [mavit]), (['compile'], 'fp32', 512, [swin]),
-        (['compile'], 'fp32', 1024, [mavit]), (['compile'], 'fp32', 1024, [swin])]
-    assert all(run['width'] == 2048 for run in runs)
-    assert runs[0]['returncode'] == 0
-    # The first compile run is killed at the budget; the rest are never started.
-    assert runs[1]['timed_out'] and all(run['skipped'] for run in runs[2:])
-    assert len(commands) == 2 and not report['complete'] and result['runs_cut_or_skipped'] == 11
+    assert [(run['run'], run['modes'], run['dtype'], run['height'], run['width'],
+             [Path(config).stem for config in run['configs']]) for run in runs] == [
+        (number, ['eager', 'cuda-graph'], 'bf16', 512, 2048,
+         [Path(config).stem for config in gpu_check.UPERNET_CONFIGS]) for number in (1, 2, 3)]
+    assert runs[0]['returncode'] == runs[1]['returncode'] == 0 and runs[2]['timed_out']
+    assert not report['complete'] and result['runs_cut_or_skipped'] == 1
+    assert report['iters'] == 50    # the targets' --iters 50
     rows = report['results']
-    assert len(rows) == 4 and {row['mode'] for row in rows} == {'eager', 'cuda-graph'}
-    assert [row['fps_vs_swin'] for row in rows if 'mavit' in row['config']] == [1.5] * 2
-    assert all('fps_vs_swin' not in row for row in rows if 'swin' in row['config'])
+    assert [(row['run'], row['mode'], row.get('fps_vs_swin')) for row in rows] == [
+        (1, 'eager', 1.5), (1, 'cuda-graph', 1.5), (1, 'eager', None), (1, 'cuda-graph', None),
+        (2, 'eager', 1.2), (2, 'cuda-graph', 1.2), (2, 'eager', None), (2, 'cuda-graph', None)]
+    # The median of the runs that finished, per mode.
+    assert report['medians'] == [
+        dict(mode=mode, dtype='bf16', height=512, width=2048, fps_vs_swin_per_run=[1.5, 1.2],
+             fps_vs_swin_median=pytest.approx(1.35)) for mode in ('eager', 'cuda-graph')]
+    assert result['fps_vs_swin_median'] == {'eager 512x2048': 1.35, 'cuda-graph 512x2048': 1.35}
     assert sorted(tmp_path.iterdir()) == [tmp_path / 'logs.txt', tmp_path / 'upernet-fps.json']
+    # The other UperNet steps: compiled at 512x2048, every mode at 1024x2048.
+    assert [(run['modes'], run['height']) for run in gpu_check.upernet_fps_runs(
+        'upernet-fps-compile')] == [(['compile'], 512)] * 3
+    assert [(run['modes'], run['height']) for run in gpu_check.upernet_fps_runs(
+        'upernet-fps-1024')] == [(['eager', 'cuda-graph', 'compile'], 1024)] * 3
 
 
 def test_gpu_check_passes_the_layout_to_the_op_steps(tmp_path, monkeypatch):

@@ -1,6 +1,8 @@
 """The README's measured figures come from the newest committed results files."""
 import json
 import re
+import statistics
+import subprocess
 
 import pytest
 from helpers.paths import REPO_ROOT
@@ -8,13 +10,30 @@ from helpers.paths import REPO_ROOT
 import benchmarks.readme_tables as readme_tables
 
 README_TEXT = (REPO_ROOT / 'README.md').read_text()
+# Blocks whose newest results file was recorded on an uncommitted tree, so
+# readme_tables refuses them. Strict: once a clean re-run is
+# committed and --write has rendered the block, its tests fail here until the
+# name is taken out of this set.
+STILL_UNCOMMITTED = {'speed-table', 'main-job', 'demo-train-step', 'onnxruntime-speed'}
+BLOCK_NAMES = [
+    pytest.param(name, marks=pytest.mark.xfail(
+        raises=readme_tables.UncommittedTreeError, strict=True,
+        reason='its newest results file names an uncommitted tree: re-run on a clean commit'))
+    if name in STILL_UNCOMMITTED else name for name in sorted(readme_tables.BLOCKS)]
 
 
 def target_text(name: str) -> str:
     return readme_tables.TARGET_FILES[readme_tables.BLOCKS[name].target].read_text()
 
 
-@pytest.mark.parametrize('name', sorted(readme_tables.BLOCKS))
+def table_rows(block: str) -> list[list[str]]:
+    """The cells of a Markdown table's body rows."""
+    lines = [line for line in block.splitlines() if line.startswith('| ') and
+             not line.startswith('| ---')]
+    return [[cell.strip() for cell in line.strip('|').split('|')] for line in lines[1:]]
+
+
+@pytest.mark.parametrize('name', BLOCK_NAMES)
 def test_block_is_the_newest_results_file(name):
     assert readme_tables.readme_block(target_text(name), name) == readme_tables.block_for(name), \
         'run: python benchmarks/readme_tables.py --write'
@@ -37,11 +56,11 @@ def test_readme_quotes_the_main_job_of_its_file():
             assert f"| {metric} | " in block
 
 
-@pytest.mark.parametrize('name', sorted(readme_tables.BLOCKS))
+@pytest.mark.parametrize('name', BLOCK_NAMES)
 def test_check_fails_when_a_figure_is_edited(name, tmp_path, monkeypatch):
     readme = tmp_path / 'page.md'
     text = target_text(name)
-    block = readme_tables.readme_block(text, name)
+    block = readme_tables.block_for(name)
     number = re.search(r'\| \**(\d+\.\d+)', block)
     assert number, block
     edited = block.replace(number.group(1), '0.01' if number.group(1) != '0.01' else '0.02', 1)
@@ -74,13 +93,14 @@ def test_gpu_checks_block_reads_the_files_of_the_run_s_other_parts(tmp_path):
     op calls come from part 1's folder, SDPA's rows from part 2's."""
     env = dict(device='GPU', driver='1', cuda='13', torch='2', triton='3', date='2026-12-01',
                copy_bandwidth_tbps=3.0)
+    run = tmp_path / 'gpu-test-2026-12-01'
     for part in ('part1', 'part2'):
-        (tmp_path / part).mkdir()
-        (tmp_path / part / 'env.json').write_text(json.dumps(env))
-    (tmp_path / 'part1' / 'kernel-tests.json').write_text(json.dumps(dict(
+        (run / part).mkdir(parents=True)
+        (run / part / 'env.json').write_text(json.dumps(env))
+    (run / 'part1' / 'kernel-tests.json').write_text(json.dumps(dict(
         command='-m pytest tests/test_mala_cuda.py', passed=3, failed=0, skipped=1,
         failures=[])))
-    (tmp_path / 'part1' / 'profile.json').write_text(json.dumps(dict(
+    (run / 'part1' / 'profile.json').write_text(json.dumps(dict(
         dtype='bfloat16', layout='channels_last', results=[
             dict(stage=2, batch=8, heads=2, head_dim=64, height=64, width=256,
                  pass_name='fwd', wall_us=12.34, kernel_us=5.0, host_issue_us=7.0),
@@ -88,7 +108,7 @@ def test_gpu_checks_block_reads_the_files_of_the_run_s_other_parts(tmp_path):
                  pass_name='fwd', skipped='time budget spent')])))
     report = dict(results=[dict(height=512, width=2048, precision='bf16', allowed='flash',
                                 ok=True, sdpa_ops=['aten::_scaled_dot_product_cudnn_attention'])])
-    block = readme_tables.render_gpu_checks(report, str(tmp_path / 'part2' / 'sdpa.json'))
+    block = readme_tables.render_gpu_checks(report, str(run / 'part2' / 'sdpa.json'))
     assert '- `kernel-tests` (tests/test_ops/test_mala/test_mala_cuda.py): 3 passed' in block
     assert 'only flash allowed: ran; unrestricted, the forward picks ' \
            '`_scaled_dot_product_cudnn_attention`' in block
@@ -96,3 +116,202 @@ def test_gpu_checks_block_reads_the_files_of_the_run_s_other_parts(tmp_path):
     assert '| stage 2, batch 8, 2 head(s) of d = 64 over 64x256, fwd | 12.3 | 5.0 | 7.0 |' \
         in block
     assert 'stage 1' not in block   # a row the budget cut has no figures
+
+
+# --------------------------------------------------------------------------
+# The README's GPU table: UperNet FPS of the newest GPU run
+# --------------------------------------------------------------------------
+def fps_runs(report: dict, size: str, dtype: str, mode: str) -> list[tuple[float, float]]:
+    """(MAViT-T images/s, Swin-T images/s) of each run in an FPS file, in
+    row order."""
+    def fps(start):
+        return [row['fps'] for row in report['results']
+                if row['config'].split('/')[-1].startswith(start) and row['mode'] == mode
+                and row['dtype'] == dtype and f"{row['height']}x{row['width']}" == size]
+    return list(zip(fps('upernet_mavit-t_'), fps('upernet_swin-t_')))
+
+
+def recorded_ratios(report: dict) -> dict:
+    """The MAViT-T / Swin-T ratios the tools wrote into an FPS file, by (size,
+    precision, mode): benchmark_fps.py's ``fps_ratios``, gpu_check.py's
+    ``fps_vs_swin``."""
+    found = {}
+    for row in report.get('fps_ratios', []):
+        found.setdefault((f"{row['height']}x{row['width']}", report['dtype'], row['mode']),
+                         []).append(row['fps_ratio'])
+    for row in report['results']:
+        if 'fps_vs_swin' in row:
+            found.setdefault((f"{row['height']}x{row['width']}", row['dtype'], row['mode']),
+                             []).append(row['fps_vs_swin'])
+    return found
+
+
+def test_readme_gpu_table_quotes_every_fps_file_of_the_newest_gpu_run():
+    run = readme_tables.gpu_run_dir(readme_tables.newest_results('gpu-upernet-fps'))
+    reports = {path.relative_to(run).as_posix(): json.loads(path.read_text())
+               for path in run.glob('**/*fps*.json')}
+    block = readme_tables.readme_block(README_TEXT, 'gpu-upernet-fps')
+    env = json.loads(next(run.glob('*/env.json')).read_text())
+    commit = re.search(r'^Commit: `([^`]+)`', (run / 'README.md').read_text(), re.M).group(1)
+    assert f"{env['device']} (driver {env['driver']}, CUDA {env['cuda']}), torch {env['torch']}, " \
+           f"Triton {env['triton']}, commit {commit}, {env['date'][:10]}" in block
+    assert f'Raw: `{run.relative_to(REPO_ROOT).as_posix()}/`' in block
+    mode_names = {name: mode for mode, name in readme_tables.FPS_MODES.items()}
+    quoted = set()
+    for size, dtype, mode_name, mavit_fps, swin_fps, ratios, median, files in table_rows(block):
+        mode = mode_names[mode_name]
+        names = re.findall(r'`([^`]+)`(?: ×\d+)? \((\d+)\)', files)
+        runs = [fps for name, _ in names for fps in fps_runs(reports[name], size, dtype, mode)]
+        assert [float(value) for value in mavit_fps.split(', ')] == [round(m, 1) for m, _ in runs]
+        assert [float(value) for value in swin_fps.split(', ')] == [round(s, 1) for _, s in runs]
+        assert [float(value) for value in ratios.split(', ')] == [round(m / s, 2) for m, s in runs]
+        assert float(median.strip('*')) == round(statistics.median(m / s for m, s in runs), 2)
+        assert [int(iters) for _, iters in names] == [reports[name]['iters'] for name, _ in names]
+        # The tools' own ratios agree.
+        assert [round(ratio, 2) for name, _ in names
+                for ratio in recorded_ratios(reports[name])[(size, dtype, mode)]] == \
+            [round(m / s, 2) for m, s in runs]
+        quoted |= {(name, size, dtype, mode) for name, _ in names}
+    # Every measured pair of every FPS file of the run is in the table.
+    assert quoted == {(name, *key) for name, report in reports.items() for key in recorded_ratios(report)}
+
+
+def test_readme_leads_its_speed_results_with_the_gpu_table():
+    gpu_begin, _ = readme_tables.markers('gpu-upernet-fps')
+    cpu_begin, _ = readme_tables.markers('speed-table')
+    results = README_TEXT.index('## Results')
+    assert results < README_TEXT.index(gpu_begin) < README_TEXT.index(cpu_begin)
+
+
+def fps_row(config: str, mode: str, fps: float | None, error: str | None = None, **extra) -> dict:
+    return dict(config=f'configs/upernet/{config}_8xb2-160k_ade20k-512x512.py', mode=mode,
+                height=512, width=2048, dtype='bf16', batch_size=1, device='GPU', fps=fps,
+                error=error, **extra)
+
+
+def write_gpu_run(run, env_date: str, fps_files: dict, commit: str = 'abc1234', env_in='part-1'):
+    """A GPU run folder: its env.json in ``env_in``, a README.md naming
+    ``commit``, and ``fps_files`` (path in the run: report)."""
+    (run / env_in).mkdir(parents=True)
+    (run / env_in / 'env.json').write_text(json.dumps(dict(
+        device='GPU', driver='1', cuda='13', torch='2.11', triton='3.6', date=env_date)))
+    (run / 'README.md').write_text(f'# a run\n\nCommit: `{commit}`\n')
+    for name, report in fps_files.items():
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(json.dumps(report))
+
+
+def upernet_fps_json(mavit_fps: float, swin_fps: float, iters: int = 30, **extra) -> dict:
+    """gpu_check.py's upernet-fps.json (no date: the run's env.json has it)."""
+    return dict(iters=iters, results=[fps_row('upernet_mavit-t', 'eager', mavit_fps),
+                                      fps_row('upernet_swin-t', 'eager', swin_fps)], **extra)
+
+
+def test_gpu_table_comes_from_the_newest_run_with_fps_files(tmp_path):
+    results = tmp_path / 'results'
+    write_gpu_run(results / 'gpu-old-2026-12-01', '2026-12-01T00:00:00',
+                  {'part-1/upernet-fps.json': upernet_fps_json(10.0, 40.0)})
+    # The newest run with FPS files: gpu_check.py's in a command folder without
+    # an env.json (part-1 has the run's), benchmark_fps.py's at the run's top.
+    write_gpu_run(results / 'gpu-new-2026-12-02', '2026-12-02T00:00:00', {
+        'part-2/upernet-fps.json': upernet_fps_json(50.0, 40.0),
+        'fps-512.json': dict(date='2026-12-02T01:00:00+00:00', dtype='bf16', iters=50,
+                             device='GPU', versions=dict(torch='2.11', triton='3.6'), results=[
+                                 fps_row('upernet_mavit-t', 'eager', 30.0),
+                                 fps_row('upernet_swin-t', 'eager', 40.0),
+                                 fps_row('upernet_mavit-t', 'compile', None, error='no graph'),
+                                 fps_row('upernet_swin-t', 'compile', 45.0)])})
+    # Newer still, but without UperNet FPS.
+    write_gpu_run(results / 'gpu-newer-2026-12-03', '2026-12-03T00:00:00', {})
+    (results / 'gpu-newer-2026-12-03' / 'part-1' / 'sweep.json').write_text('{}')
+
+    newest = readme_tables.newest_results('gpu-upernet-fps', results)
+    assert newest == results / 'gpu-new-2026-12-02' / 'fps-512.json'
+    block = readme_tables.block_for('gpu-upernet-fps', newest)
+    assert 'commit abc1234, 2026-12-02' in block
+    assert table_rows(block) == [['512x2048', 'bf16', 'eager', '50.0, 30.0', '40.0, 40.0',
+                                  '1.25, 0.75', '**1.00**',
+                                  '`part-2/upernet-fps.json` (30), `fps-512.json` (50)']]
+    assert 'Failed: MAViT-T compile bf16 at 512x2048 (`fps-512.json`): no graph.' in block
+
+
+def test_gpu_table_shows_each_run_of_a_file_that_holds_several(tmp_path):
+    """gpu_check.py gathers several benchmark_fps.py children into one file:
+    the i-th row of each model, mode and size is its i-th run."""
+    run = tmp_path / 'gpu-x-2026-12-01'
+    rows = [fps_row('upernet_swin-t', 'eager', 40.0), fps_row('upernet_mavit-t', 'eager', 44.0),
+            fps_row('upernet_swin-t', 'eager', 40.0), fps_row('upernet_mavit-t', 'eager', 48.0),
+            fps_row('upernet_swin-t', 'eager', 50.0), fps_row('upernet_mavit-t', 'eager', 45.0)]
+    write_gpu_run(run, '2026-12-01T00:00:00',
+                  {'part-1/upernet-fps.json': dict(iters=50, results=rows)})
+    block = readme_tables.block_for('gpu-upernet-fps', run / 'part-1' / 'upernet-fps.json')
+    assert table_rows(block) == [['512x2048', 'bf16', 'eager', '44.0, 48.0, 45.0',
+                                  '40.0, 40.0, 50.0', '1.10, 1.20, 0.90', '**1.10**',
+                                  '`part-1/upernet-fps.json` ×3 (50)']]
+
+
+def test_gpu_table_refuses_a_file_of_another_machine(tmp_path):
+    run = tmp_path / 'gpu-x-2026-12-01'
+    write_gpu_run(run, '2026-12-01T00:00:00', {'fps-512.json': dict(
+        date='2026-12-01T01:00:00', dtype='bf16', iters=50, device='GPU',
+        versions=dict(torch='2.12', triton='3.6'), results=upernet_fps_json(1.0, 1.0)['results'])})
+    with pytest.raises(ValueError, match=r"fps-512.json is not of its GPU run's environment: "
+                                         r'torch 2.12 \(env.json: 2.11\)'):
+        readme_tables.block_for('gpu-upernet-fps', run / 'fps-512.json')
+
+
+# --------------------------------------------------------------------------
+# No block names an uncommitted tree
+# --------------------------------------------------------------------------
+def test_the_uncommitted_mark_is_the_one_git_commit_writes(tmp_path):
+    from mavit_mm.tooling.device import git_commit
+
+    def git(*args):
+        subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@example.com',
+                        '-c', 'commit.gpgsign=false', *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+    (tmp_path / 'tracked.txt').write_text('a')
+    git('init', '-q')
+    git('add', 'tracked.txt')
+    git('commit', '-qm', 'one')
+    assert not readme_tables.is_uncommitted(git_commit(tmp_path))
+    (tmp_path / 'tracked.txt').write_text('b')
+    assert readme_tables.is_uncommitted(git_commit(tmp_path))
+
+
+def test_a_results_file_of_an_uncommitted_tree_is_refused(tmp_path, monkeypatch, capsys):
+    path = tmp_path / 'speed-vs-swin-cpu-2026-12-01-0000.json'
+    path.write_text(json.dumps(dict(date='2026-12-01T00:00:00', device_type='cpu',
+                                    commit='abc1234+changes')))
+    with pytest.raises(readme_tables.UncommittedTreeError) as refused:
+        readme_tables.block_for('speed-table', path)
+    message = str(refused.value)
+    assert message.startswith(f'block speed-table refuses {readme_tables.repo_path(path)}: it was '
+                              'recorded on an uncommitted tree (commit abc1234+changes)')
+    assert message.endswith('python benchmarks/readme_tables.py --write --blocks speed-table')
+
+    monkeypatch.setattr(readme_tables, 'RESULTS_DIR', tmp_path)
+    page = tmp_path / 'README.md'
+    page.write_text(README_TEXT)
+    monkeypatch.setitem(readme_tables.TARGET_FILES, 'README.md', page)
+    assert readme_tables.main(['--check', '--blocks', 'speed-table']) == 1
+    assert message in capsys.readouterr().err
+    assert readme_tables.main(['--write', '--blocks', 'speed-table']) == 1
+    assert message in capsys.readouterr().err
+    assert page.read_text() == README_TEXT
+
+
+@pytest.mark.parametrize('dirty', ['the run', 'one file'])
+def test_a_gpu_run_on_an_uncommitted_tree_is_refused(dirty, tmp_path):
+    """The GPU table reads the commit from the run's README.md, or from a file
+    that records its own; it refuses either where it names an uncommitted tree."""
+    run = tmp_path / 'gpu-x-2026-12-01'
+    write_gpu_run(run, '2026-12-01T00:00:00', {
+        'part-1/upernet-fps.json': upernet_fps_json(
+            1.0, 1.0, **({'commit': 'abc1234+changes'} if dirty == 'one file' else {})),
+        'fps-512.json': dict(upernet_fps_json(1.0, 1.0), date='2026-12-01T01:00:00', dtype='bf16')},
+        commit='abc1234+changes' if dirty == 'the run' else 'abc1234')
+    with pytest.raises(readme_tables.UncommittedTreeError) as refused:
+        readme_tables.block_for('gpu-upernet-fps', run / 'fps-512.json')
+    assert refused.value.block == 'gpu-upernet-fps'
+    assert refused.value.path.name == ('fps-512.json' if dirty == 'the run' else 'upernet-fps.json')

@@ -66,6 +66,7 @@ DTYPES = {'fp32': 'float32', 'fp16': 'float16', 'bf16': 'bfloat16'}
 MODES = ('eager', 'cuda-graph', 'compile')
 CAPTURE_WARMUP = 3  # side-stream runs before a capture, at least (the CUDA-graph recipe)
 COMPILE_CALLS = 2   # compilation; reduce-overhead records its CUDA graph on the next call
+COMPILE_MODE = 'reduce-overhead'   # inductor's kernels, replayed as CUDA graphs
 
 
 def parse_size(text: str):
@@ -193,6 +194,28 @@ def capture_cuda_graph(forward, device, warmup: int):
     return graph.replay, peak_extra_mib(capture, device)
 
 
+def compiled(forward, device, mode: str = COMPILE_MODE):
+    """``forward`` under ``torch.compile`` (``mode``, static shapes) from a
+    cold start, its first calls made: the one recipe of this tool's
+    ``compile`` mode, which ``benchmarks/gpu_check.py`` times the backbones
+    with too. Returns the compiled call, the seconds those first calls took
+    (compilation and, with reduce-overhead on CUDA, the graph's recording)
+    and, on CUDA, the extra memory they took (``None`` on a CPU, where the
+    compiler's own memory would count in the process's peak).
+    ``torch._dynamo.reset()`` frees it again."""
+    import torch
+    # A cold compile per model and size, never near dynamo's recompile limit.
+    torch._dynamo.reset()
+    run = torch.compile(forward, mode=mode, dynamic=False)
+
+    def first_calls():
+        for _ in range(COMPILE_CALLS):
+            run()
+    start = time.perf_counter()
+    memory = peak_extra_mib(first_calls, device) if device.type == 'cuda' else first_calls()
+    return run, time.perf_counter() - start, memory
+
+
 def time_model(forward, mode: str, args, device, progress, pixels: int) -> dict:
     """``forward`` (no arguments) run as ``mode``, after warm-up: img/s,
     latency, peak memory and, for ``compile``, the time to compile."""
@@ -205,18 +228,8 @@ def time_model(forward, mode: str, args, device, progress, pixels: int) -> dict:
         if mode == 'cuda-graph':
             run, memory = capture_cuda_graph(forward, device, max(CAPTURE_WARMUP, args.warmup))
         elif mode == 'compile':
-            # A cold compile per model and size, never near dynamo's recompile limit.
-            torch._dynamo.reset()
-            run = torch.compile(forward, mode='reduce-overhead', dynamic=False)
-
-            def first_calls():
-                for _ in range(COMPILE_CALLS):
-                    run()
-            # On CUDA the recording takes the graph's pool; on a CPU the compiler's
-            # own memory would count in the process's peak, so a later run is measured.
-            start = time.perf_counter()
-            memory = peak_extra_mib(first_calls, device) if device.type == 'cuda' else first_calls()
-            compile_s = time.perf_counter() - start
+            # On CUDA the recording takes the graph's pool; on a CPU a later run is measured.
+            run, compile_s, memory = compiled(forward, device)
         else:
             run = forward
         times = []
