@@ -32,6 +32,11 @@ def compute_dtype(x: torch.Tensor, param: torch.Tensor) -> torch.dtype:
     return param.dtype if dtype is None else dtype
 
 
+def _key(sources: tuple[torch.Tensor, ...], dtype, device, state) -> tuple:
+    """What a cached entry was built from: each source's storage and version."""
+    return (dtype, device, state, *[(t.data_ptr(), t._version) for t in sources])
+
+
 class DerivedWeights:
     """Tensors computed from parameters (a cast, a folded kernel), kept while
     no gradient flows.
@@ -51,24 +56,26 @@ class DerivedWeights:
 
     def get(self, name: str, sources: tuple[torch.Tensor, ...], dtype: torch.dtype,
             device: torch.device, build: Callable, state=None):
-        if (not self.enabled or not takes_no_gradient(*sources)
-                or any(t.is_inference() for t in sources)):
+        # A forward makes a hundred of these lookups: the hit is kept cheap.
+        if self.enabled and takes_no_gradient(*sources):
+            entry = self._entries.get(name)
+            if entry is not None and entry[0] == _key(sources, dtype, device, state):
+                return entry[1]
             # (Inference tensors, e.g. a model moved inside inference_mode,
             # keep no version counter to tell a change by.)
-            return build()
-        key = (tuple((t.data_ptr(), t._version) for t in sources), dtype, device, state)
-        entry = self._entries.get(name)
-        if entry is None or entry[0] != key:
-            entry = self._entries[name] = (key, build())
-        return entry[1]
+            if not any(t.is_inference() for t in sources):
+                value = build()
+                self._entries[name] = (_key(sources, dtype, device, state), value)
+                return value
+        return build()
 
     def cast(self, name: str, tensors: tuple[torch.Tensor | None, ...], dtype: torch.dtype
              ) -> tuple[torch.Tensor | None, ...]:
         """``tensors`` in ``dtype`` (``None`` stays ``None``); those already in
         it are returned as they are, so an fp32 forward builds nothing."""
-        if all(t is None or t.dtype == dtype for t in tensors):
+        sources = tuple(t for t in tensors if t is not None and t.dtype != dtype)
+        if not sources:
             return tensors
-        sources = tuple(t for t in tensors if t is not None)
         return self.get(name, sources, dtype, sources[0].device,
                         lambda: tuple(None if t is None else t.to(dtype) for t in tensors))
 
