@@ -28,7 +28,6 @@ from ..ops.attention_variants import (
 from ..ops.channel_split import channel_split
 from ..ops.derived_weights import DerivedWeights, compute_dtype, takes_no_gradient
 from ..ops.fast_paths import ALL_ON, FastPaths
-from ..ops.graph_capture import recording_graph
 from ..ops.mala import check_mala_impl
 from ..ops.residual import scaled_residual
 from ..ops.rope2d import (
@@ -106,9 +105,13 @@ class Conv2d(nn.Conv2d):
         self.derived = DerivedWeights(cached_weights)
 
     def weights_for(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(weight, bias)`` in the dtype the layer computes ``x`` in."""
-        return self.derived.cast('compute', (self.weight, self.bias),
-                                 compute_dtype(x, self.weight))
+        """``(weight, bias)`` in the dtype the layer computes ``x`` in; where
+        no copy can be kept (a gradient flows, switch off), as they are, for
+        autocast to cast as it would."""
+        dtype = compute_dtype(x, self.weight)
+        if dtype == self.weight.dtype or not self.derived.caches(self.weight):
+            return self.weight, self.bias
+        return self.derived.cast('compute', (self.weight, self.bias), dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(x, *self.weights_for(x))
@@ -212,7 +215,9 @@ class DepthwiseResidualConv(Conv2d):
         if not self.folded:
             return x + super().forward(x)
         dtype = compute_dtype(x, self.weight)
-        (bias,) = self.derived.cast('bias', (self.bias,), dtype)
+        bias = self.bias                        # (autocast casts it where none is kept)
+        if dtype != bias.dtype and self.derived.caches(bias):
+            (bias,) = self.derived.cast('bias', (bias,), dtype)
         return self._conv_forward(x, self.folded_weight(dtype), bias)
 
 
@@ -375,10 +380,13 @@ class GatedAttention(nn.Module):
     def _dense_rope(self, x: torch.Tensor) -> bool:
         """Whether q and k are rotated by :func:`~mavit_mm.ops.rope2d.rotated_projection`
         (switch ``dense_rope``): in half precision, where the plain rotation
-        flips pairs, and not while compiling, where inductor fuses the plain
-        formula into one kernel."""
-        return (self.fast_paths.dense_rope and not recording_graph()
-                and compute_dtype(x, self.qkvo.weight) in (torch.float16, torch.bfloat16))
+        flips pairs, while no gradient reaches the qkvo weights (its pair
+        weights and rotated bias are built once, not at every training step)
+        and not while compiling (inductor fuses the plain formula into one
+        kernel)."""
+        return (self.fast_paths.dense_rope
+                and compute_dtype(x, self.qkvo.weight) in (torch.float16, torch.bfloat16)
+                and takes_no_gradient(self.qkvo.weight, self.qkvo.bias))
 
     def _rotated_qk(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         """``R(q), R(k)`` as one channels_last map, from dense operands."""
@@ -446,8 +454,9 @@ class MAViTBlock(nn.Module):
         without layer scale."""
         if not self.layerscale:
             return None
-        name = f'gamma_{index}'
-        return self.derived.cast(name, (getattr(self, name),), x.dtype)[0]
+        gamma = self.gamma_1 if index == 1 else self.gamma_2
+        return gamma if gamma.dtype == x.dtype else self.derived.cast(f'gamma_{index}', (gamma,),
+                                                                      x.dtype)[0]
 
     def forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         if self.with_cp and x.requires_grad:

@@ -28,8 +28,7 @@ def takes_no_gradient(*tensors: torch.Tensor) -> bool:
 def compute_dtype(x: torch.Tensor, param: torch.Tensor) -> torch.dtype:
     """The dtype a layer computes in: autocast's where it is on for ``x``'s
     device, else the parameters' own."""
-    dtype = autocast_dtype(x.device.type)
-    return param.dtype if dtype is None else dtype
+    return autocast_dtype(x.device.type) or param.dtype
 
 
 def _key(sources: tuple[torch.Tensor, ...], dtype, device, state) -> tuple:
@@ -68,6 +67,11 @@ class DerivedWeights:
                 self._entries[name] = (_key(sources, dtype, device, state), value)
                 return value
         return build()
+
+    def caches(self, *sources: torch.Tensor) -> bool:
+        """Whether :meth:`get` would keep what it builds from ``sources`` now."""
+        return (self.enabled and takes_no_gradient(*sources)
+                and not any(t.is_inference() for t in sources))
 
     def cast(self, name: str, tensors: tuple[torch.Tensor | None, ...], dtype: torch.dtype
              ) -> tuple[torch.Tensor | None, ...]:

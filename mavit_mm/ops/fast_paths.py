@@ -21,11 +21,11 @@ switch                     what it does (plain formula when off)                
                            gradient; off: autograd's split backward
 ``joint_qk_rotation``      the softmax stages rotate q and k as one tensor; off: two    all
                            rotations
-``dense_rope``             half-precision softmax stages, the joint rotation: q, k     eager,
-                           and their pair swaps from one matrix product, the qk bias   CUDA graph
-                           in a rotated table, rotated by two multiply-adds on dense
-                           maps (needs ``joint_qk_rotation``); off: the qkvo
-                           convolution's slice, rotated with a flip
+``dense_rope``             half-precision softmax stages without gradients, the joint  eager,
+                           rotation: q, k and their pair swaps from one matrix         CUDA graph
+                           product, the qk bias in a rotated table, rotated by two
+                           multiply-adds on dense maps (needs ``joint_qk_rotation``);
+                           off: the qkvo convolution's slice, rotated with a flip
 ``in_place_residual``      without gradients, residual adds are written into the       eager,
                            stream (a map the block made itself); off: a new map        CUDA graph
 =========================  ==========================================================  ===============

@@ -96,6 +96,25 @@ def test_speed_vs_swin_writes_json_and_plot(tmp_path):
     assert 'about' in result.stdout and 's left' in result.stdout   # progress with an estimate
 
 
+def test_backbone_ab_compares_another_commit_in_one_process(tmp_path):
+    """Against the commit the checkout is on: the same model, so the same
+    outputs, each pair timed, and the other commit's package imported
+    without registering anything twice."""
+    output = tmp_path / 'ab.json'
+    result = run_script('benchmarks/backbone_ab.py', '--base', 'HEAD', '--size', '32', '48',
+                        '--pairs', '2', '--out', str(output))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(output.read_text())
+    assert report['same_outputs'] is True and report['input'] == [1, 3, 32, 48]
+    for task in ('forward', 'train'):
+        row = report['results'][task]
+        assert [len(times) for times in row['times_ms'].values()] == [2, 2]
+        assert row['ratio_min'] <= row['ratio_median'] <= row['ratio_max']
+    assert 'about' in result.stdout and 's left' in result.stdout
+    bad = run_script('benchmarks/backbone_ab.py', '--base', 'no-such-rev', '--pairs', '1')
+    assert bad.returncode != 0 and 'git archive no-such-rev' in bad.stdout + bad.stderr
+
+
 def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
     """A GPU command runs for at most 8 minutes and returns at most 8 files:
     every step but env is in exactly one part (env in each), each step's
