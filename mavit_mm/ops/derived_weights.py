@@ -55,21 +55,18 @@ class DerivedWeights:
 
     def get(self, name: str, sources: tuple[torch.Tensor, ...], dtype: torch.dtype,
             device: torch.device, build: Callable, state=None):
-        # A forward makes a hundred of these lookups: the hit is kept cheap.
-        if self.enabled and takes_no_gradient(*sources):
-            entry = self._entries.get(name)
-            if entry is not None and entry[0] == _key(sources, dtype, device, state):
-                return entry[1]
-            # (Inference tensors, e.g. a model moved inside inference_mode,
-            # keep no version counter to tell a change by.)
-            if not any(t.is_inference() for t in sources):
-                value = build()
-                self._entries[name] = (_key(sources, dtype, device, state), value)
-                return value
-        return build()
+        if not self.caches(*sources):
+            return build()
+        key = _key(sources, dtype, device, state)
+        entry = self._entries.get(name)
+        if entry is None or entry[0] != key:
+            entry = self._entries[name] = (key, build())
+        return entry[1]
 
     def caches(self, *sources: torch.Tensor) -> bool:
-        """Whether :meth:`get` would keep what it builds from ``sources`` now."""
+        """Whether :meth:`get` keeps what it builds from ``sources`` now.
+        (Inference tensors, e.g. of a model moved inside inference_mode, keep
+        no version counter to tell a change by.)"""
         return (self.enabled and takes_no_gradient(*sources)
                 and not any(t.is_inference() for t in sources))
 

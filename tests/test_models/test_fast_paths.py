@@ -208,6 +208,18 @@ def test_in_place_residual_writes_into_the_stream_without_gradients():
     assert off.ops['addcmul'] - on.ops['addcmul'] == residuals
 
 
+def test_scaled_residual_is_the_plain_formula_and_refuses_a_scale_of_another_dtype():
+    from mavit_mm.ops.residual import scaled_residual
+    x, branch, scale = torch.randn(2, 4, 3, 5), torch.randn(2, 4, 3, 5), torch.randn(1, 4, 1, 1)
+    torch.testing.assert_close(scaled_residual(x, branch, scale), x + scale * branch)
+    written = x.clone()
+    assert scaled_residual(written, branch, scale, in_place=True) is written
+    torch.testing.assert_close(written, x + scale * branch)
+    with pytest.raises(TypeError, match=r'scale \(torch.float32\) must have the map.s dtype '
+                                        r'\(torch.bfloat16\)'):
+        scaled_residual(x.bfloat16(), branch.bfloat16(), scale)
+
+
 # -- caches against weight updates ----------------------------------------------------
 
 @pytest.mark.parametrize('half', [False, True], ids=['fp32', 'bf16-autocast'])
