@@ -26,9 +26,17 @@ from ..ops.attention_variants import (
     check_kernel_function,
 )
 from ..ops.channel_split import channel_split
+from ..ops.depthwise import (
+    check_depthwise_impl,
+    fused_ffn_middle,
+    fused_gated_lepe,
+    fused_position_norm,
+    kernels_run,
+)
 from ..ops.derived_weights import DerivedWeights, compute_dtype, takes_no_gradient
 from ..ops.fast_paths import ALL_ON, FastPaths
 from ..ops.mala import check_mala_impl
+from ..ops.pointwise_conv import pointwise_conv
 from ..ops.residual import scaled_residual
 from ..ops.rope2d import (
     RoPE2d,
@@ -115,6 +123,21 @@ class Conv2d(nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(x, *self.weights_for(x))
+
+
+class PointwiseConv2d(Conv2d):
+    """A 1x1 :class:`Conv2d` (same parameters and keys) that runs as a matrix
+    product over the pixels of a channels_last map (switch ``matmul_1x1``:
+    :func:`~mavit_mm.ops.pointwise_conv.pointwise_conv`)."""
+
+    def __init__(self, in_channels: int, out_channels: int, fast_paths: FastPaths = ALL_ON):
+        super().__init__(in_channels, out_channels, 1, cached_weights=fast_paths.cached_weights)
+        self.as_matmul = fast_paths.matmul_1x1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.as_matmul:
+            return super().forward(x)
+        return pointwise_conv(x, *self.weights_for(x))
 
 
 class LayerNorm2d(nn.Module):
@@ -259,19 +282,28 @@ class Downsample(nn.Module):
 
 
 class ConvFFN(nn.Module):
-    """1x1 conv up, GELU, residual 3x3 depthwise conv (``x + dwconv(x)``), 1x1 conv down."""
+    """1x1 conv up, GELU, residual 3x3 depthwise conv (``h + dwconv(h)``), 1x1 conv down."""
 
-    def __init__(self, dim: int, hidden_dim: int, fast_paths: FastPaths = ALL_ON):
+    def __init__(self, dim: int, hidden_dim: int, fast_paths: FastPaths = ALL_ON,
+                 depthwise_impl: str = 'auto'):
         super().__init__()
-        cached = fast_paths.cached_weights
         # Registration order gives the published state-dict order.
-        self.fc1 = Conv2d(dim, hidden_dim, 1, cached_weights=cached)
+        self.fc1 = PointwiseConv2d(dim, hidden_dim, fast_paths)
         self.act = nn.GELU()
-        self.fc2 = Conv2d(hidden_dim, dim, 1, cached_weights=cached)
-        self.dwconv = DepthwiseResidualConv(hidden_dim, 3, fast_paths)   # x + dwconv(x)
+        self.fc2 = PointwiseConv2d(hidden_dim, dim, fast_paths)
+        self.dwconv = DepthwiseResidualConv(hidden_dim, 3, fast_paths)   # h + dwconv(h)
+        self.fused = fast_paths.fused_ffn_middle
+        self.depthwise_impl = depthwise_impl
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.dwconv(self.act(self.fc1(x))))
+        return self.fc2(self.middle(self.fc1(x)))
+
+    def middle(self, h: torch.Tensor) -> torch.Tensor:
+        """``GELU(h) + dwconv(GELU(h))``: one fused pass where the depthwise
+        kernels run (switch ``fused_ffn_middle``)."""
+        if self.fused and kernels_run(self.depthwise_impl, h, weight=self.dwconv.weight):
+            return fused_ffn_middle(h, self.dwconv.weight, self.dwconv.bias)
+        return self.dwconv(self.act(h))
 
 
 def split_heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -305,7 +337,8 @@ class GatedAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, attn_type: str = 'mala',
                  mala_impl: str = 'auto', kernel_function: str = 'elu',
-                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON):
+                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON,
+                 depthwise_impl: str = 'auto'):
         super().__init__()
         self.dim = dim
         self.num_heads = num_heads
@@ -314,15 +347,16 @@ class GatedAttention(nn.Module):
         self.mala_impl = mala_impl
         self.kernel_function = check_kernel_function(kernel_function)
         self.fast_paths = fast_paths
+        self.depthwise_impl = depthwise_impl
         # The softmax stages rotate q and k in the projection, together
         # (switch joint_qk_rotation); elsewhere the attention rotates them.
         self.rotates_qk = attn_type == 'softmax' and fast_paths.joint_qk_rotation
         if inline_residual and attn_type != 'inline':
             raise ValueError(f"inline_residual is InLine's; attn_type is {attn_type!r}")
         cached = fast_paths.cached_weights
-        self.qkvo = Conv2d(dim, 4 * dim, 1, cached_weights=cached)
+        self.qkvo = PointwiseConv2d(dim, 4 * dim, fast_paths)
         self.lepe = Conv2d(dim, dim, 5, padding=2, groups=dim, cached_weights=cached)
-        self.proj = Conv2d(dim, dim, 1, cached_weights=cached)
+        self.proj = PointwiseConv2d(dim, dim, fast_paths)
         self.residual = nn.Sequential(
             Conv2d(dim, dim, 1, groups=num_heads, cached_weights=cached), nn.GELU(),
             Conv2d(dim, 9 * dim, 1, groups=num_heads, cached_weights=cached),
@@ -352,14 +386,21 @@ class GatedAttention(nn.Module):
         # (free inside the backbone, which is channels_last already).
         x = x.contiguous(memory_format=torch.channels_last)
         q, k, v, o = self.project(x, rope)
-        lepe = self.lepe(v)
         out = attention(q, k, self.split_heads(v), self.attn_type,
                         None if self.rotates_qk else rope, self.kernel_function,
                         impl=self.mala_impl)
         out = self.merge_heads(out, height, width)
         if self.residual is not None:
             out = out + self._local_residual(x, v)
-        return self.proj(o * (out + lepe))
+        return self.proj(self.gated_lepe(out, v, o))
+
+    def gated_lepe(self, out: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """``o * (out + lepe(v))``: one fused pass where the depthwise kernels
+        run (switch ``fused_lepe_gate``)."""
+        if self.fast_paths.fused_lepe_gate and kernels_run(self.depthwise_impl, v, out, o,
+                                                           weight=self.lepe.weight):
+            return fused_gated_lepe(v, self.lepe.weight, self.lepe.bias, out, o)
+        return o * (out + self.lepe(v))
 
     def project(self, x: torch.Tensor, rope: RotaryTables):
         """The qkvo convolution cut into q and k, as ``(B, heads, N, d)``
@@ -367,8 +408,9 @@ class GatedAttention(nn.Module):
         dim, split = self.dim, self.fast_paths.channel_split
         if self.rotates_qk and self._dense_rope(x):
             weight, bias = self.qkvo.weights_for(x)
-            v, o = channel_split(F.conv2d(x, weight[2 * dim:], bias[2 * dim:]), (dim, dim),
-                                 split)
+            v_and_o = (pointwise_conv(x, weight[2 * dim:], bias[2 * dim:]) if self.qkvo.as_matmul
+                       else F.conv2d(x, weight[2 * dim:], bias[2 * dim:]))
+            v, o = channel_split(v_and_o, (dim, dim), split)
             qk = self.split_heads(self._rotated_qk(x, rope))
         else:
             qk, v, o = channel_split(self.qkvo(x), (2 * dim, dim, dim), split)
@@ -423,7 +465,8 @@ class MAViTBlock(nn.Module):
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, drop_path: float,
                  layerscale: bool, layer_init_value: float, attn_type: str,
                  mala_impl: str, with_cp: bool, kernel_function: str = 'elu',
-                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON):
+                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON,
+                 depthwise_impl: str = 'auto'):
         super().__init__()
         self.with_cp = with_cp
         self.layerscale = layerscale
@@ -435,19 +478,37 @@ class MAViTBlock(nn.Module):
         cached = fast_paths.cached_weights
         self.norm1 = LayerNorm2d(dim, cached_weights=cached)
         self.attn = GatedAttention(dim, num_heads, attn_type, mala_impl, kernel_function,
-                                   inline_residual, fast_paths)
+                                   inline_residual, fast_paths, depthwise_impl)
         self.norm2 = LayerNorm2d(dim, cached_weights=cached)
-        self.ffn = ConvFFN(dim, int(mlp_ratio * dim), fast_paths)
+        self.ffn = ConvFFN(dim, int(mlp_ratio * dim), fast_paths, depthwise_impl)
         self.pos = DepthwiseResidualConv(dim, 3, fast_paths)   # x + pos(x)
         self.drop_path = DropPath(drop_path)
         self.derived = DerivedWeights(cached)
+        self.fused_position_norm = fast_paths.fused_position_norm
+        self.depthwise_impl = depthwise_impl
 
     def _forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
+        stream, normed = self.position(x)                    # x = x + pos(x)
+        # The sums below may be written into the stream only where it is a
+        # map of this block's own, never into its input (a variant whose
+        # position step returned its input would otherwise overwrite the
+        # previous stage's output).
+        in_place = self.in_place_residual and stream is not x
+        stream = self.drop_path.residual(                    # x = x + gamma_1 * attn(norm1(x))
+            stream, self.attn(normed, rope), self.layer_scale(1, stream), in_place)
+        return self.drop_path.residual(                      # x = x + gamma_2 * ffn(norm2(x))
+            stream, self.ffn(self.norm2(stream)), self.layer_scale(2, stream), in_place)
+
+    def position(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x + pos(x)`` and its ``norm1``: one fused pass where the
+        depthwise kernels run (switch ``fused_position_norm``)."""
+        if self.fused_position_norm and kernels_run(self.depthwise_impl, x, weight=self.pos.weight,
+                                                    norm_channels=x.shape[1]):
+            norm = self.norm1.norm
+            return fused_position_norm(x, self.pos.weight, self.pos.bias, norm.weight, norm.bias,
+                                       norm.eps)
         x = self.pos(x)
-        x = self.drop_path.residual(x, self.attn(self.norm1(x), rope), self.layer_scale(1, x),
-                                    self.in_place_residual)
-        return self.drop_path.residual(x, self.ffn(self.norm2(x)), self.layer_scale(2, x),
-                                       self.in_place_residual)
+        return x, self.norm1(x)
 
     def layer_scale(self, index: int, x: torch.Tensor) -> torch.Tensor | None:
         """``gamma_<index>`` in ``x``'s dtype (the residual stream's), or ``None``
@@ -471,13 +532,14 @@ class MAViTStage(nn.Module):
                  mlp_ratio: float, drop_paths: Sequence[float], layerscale: bool,
                  layer_init_value: float, attn_type: str, mala_impl: str,
                  norm_cfg: dict | None, with_cp: bool, kernel_function: str = 'elu',
-                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON):
+                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON,
+                 depthwise_impl: str = 'auto'):
         super().__init__()
         self.RoPE = RoPE2d(dim // num_heads)
         self.blocks = nn.ModuleList([
             MAViTBlock(dim, num_heads, mlp_ratio, drop_paths[i], layerscale,
                        layer_init_value, attn_type, mala_impl, with_cp,
-                       kernel_function, inline_residual, fast_paths)
+                       kernel_function, inline_residual, fast_paths, depthwise_impl)
             for i in range(depth)])
         self.downsample = (Downsample(dim, out_dim, norm_cfg, fast_paths)
                            if out_dim is not None else None)
@@ -527,6 +589,9 @@ class MAViT(BaseModule):
             stages (adds ``attn.residual.*`` parameters); off by default.
         mala_impl: ``'auto'|'torch'|'triton'``, the MALA implementation (the
             fused kernels run ``'mala'`` with the ``'elu'`` kernel).
+        depthwise_impl: ``'auto'|'torch'|'triton'``, the implementation of the
+            block's depthwise stages (:mod:`mavit_mm.ops.depthwise`): the fused
+            Triton kernels (``'auto'``: on CUDA) or the modules themselves.
         norm_cfg: Norm of the stem and downsampling layers (``BN``/``SyncBN``).
         frozen_stages: Freeze the stem (0) and stages ``< frozen_stages``; -1: none.
         norm_eval: Keep the batch norms in eval mode while training.
@@ -555,6 +620,7 @@ class MAViT(BaseModule):
                  kernel_function: str = 'elu',
                  inline_residual: bool = False,
                  mala_impl: str = 'auto',
+                 depthwise_impl: str = 'auto',
                  norm_cfg: dict | None = dict(type='BN', requires_grad=True),  # noqa: B006 (read only)
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
@@ -591,6 +657,7 @@ class MAViT(BaseModule):
         self.kernel_function = check_kernel_function(kernel_function)
         self.inline_residual = bool(inline_residual)
         self.mala_impl = check_mala_impl(mala_impl)
+        self.depthwise_impl = check_depthwise_impl(depthwise_impl)
         self.fast_paths = FastPaths.resolve(fast_paths)
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
@@ -612,7 +679,7 @@ class MAViT(BaseModule):
                 attn_type=self.attn_types[i], mala_impl=self.mala_impl,
                 norm_cfg=norm_cfg, with_cp=with_cp, kernel_function=self.kernel_function,
                 inline_residual=self.inline_residual and self.attn_types[i] == 'inline',
-                fast_paths=self.fast_paths))
+                fast_paths=self.fast_paths, depthwise_impl=self.depthwise_impl))
         # Keyed by stage index ('extra_norms.2.norm.weight' as published), and
         # only for returned stages so no parameter goes unused under DDP.
         self.extra_norms = nn.ModuleDict(

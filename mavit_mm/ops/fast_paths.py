@@ -28,6 +28,19 @@ switch                     what it does (plain formula when off)                
                            off: the qkvo convolution's slice, rotated with a flip
 ``in_place_residual``      without gradients, residual adds are written into the       eager,
                            stream (a map the block made itself); off: a new map        CUDA graph
+``fused_position_norm``    where the depthwise kernels run (``depthwise_impl``):       all
+                           ``x + dwconv3x3(x) + b`` and the first LayerNorm in one
+                           pass (:mod:`.depthwise`); off: the convolution, then the
+                           norm
+``fused_lepe_gate``        likewise, ``o * (attention + dwconv5x5(v) + b)`` in one     all
+                           pass, reading v and o in the qkvo map; off: the LePE
+                           convolution, an add and a multiply
+``fused_ffn_middle``       likewise, ``GELU(h) + dwconv3x3(GELU(h)) + b`` in one       all
+                           pass; off: GELU, then the (folded) convolution
+``matmul_1x1``             the block's 1x1 convolutions as matrix products over the    all
+                           pixels (``addmm``, bias in the GEMM's epilogue) on CUDA
+                           and under compile (:mod:`.pointwise_conv`); off:
+                           convolutions
 =========================  ==========================================================  ===============
 
 "modes" says where a feature can act. Under ``torch.compile`` (and TorchScript
@@ -51,6 +64,10 @@ class FastPaths:
     joint_qk_rotation: bool = True
     dense_rope: bool = True
     in_place_residual: bool = True
+    fused_position_norm: bool = True
+    fused_lepe_gate: bool = True
+    fused_ffn_middle: bool = True
+    matmul_1x1: bool = True
 
     @classmethod
     def resolve(cls, value: FastPaths | Mapping[str, bool] | None) -> FastPaths:
@@ -88,9 +105,16 @@ FAST_PATH_MODES = {
     'joint_qk_rotation': ('eager', 'cuda-graph', 'compile'),
     'dense_rope': ('eager', 'cuda-graph'),
     'in_place_residual': ('eager', 'cuda-graph'),
+    'fused_position_norm': ('eager', 'cuda-graph', 'compile'),
+    'fused_lepe_gate': ('eager', 'cuda-graph', 'compile'),
+    'fused_ffn_middle': ('eager', 'cuda-graph', 'compile'),
+    'matmul_1x1': ('eager', 'cuda-graph', 'compile'),
 }
+# Switches that act only where the depthwise kernels run (depthwise_impl).
+DEPTHWISE_KERNEL_SWITCHES = ('fused_position_norm', 'fused_lepe_gate', 'fused_ffn_middle')
 
 # Switches that change only a training step (a backward), not a forward.
 TRAINING_ONLY = ('channel_split',)
 
-__all__ = ['FastPaths', 'ALL_ON', 'FAST_PATHS', 'FAST_PATH_MODES', 'TRAINING_ONLY']
+__all__ = ['FastPaths', 'ALL_ON', 'FAST_PATHS', 'FAST_PATH_MODES', 'TRAINING_ONLY',
+           'DEPTHWISE_KERNEL_SWITCHES']

@@ -8,8 +8,8 @@ The counting rule
 user's first call, and it fills the model's caches), then
 ``torch.compile(model)`` (inductor, default mode) called on the same inputs.
 The recorded case: fp32 on the CPU, one 128x512 image
-(:data:`COMPILED_CENSUS_SIZE`), MAViT-T with ``mala_impl='triton'`` under
-Triton's interpreter, and Swin-T (:func:`~.op_census.census_backbones`).
+(:data:`COMPILED_CENSUS_SIZE`), MAViT-T with ``mala_impl='triton'`` and
+``depthwise_impl='triton'`` under Triton's interpreter, and Swin-T (:func:`~.op_census.census_backbones`).
 
 **Output code.** The Python wrapper inductor writes for each graph (what
 ``torch._inductor.utils.run_and_get_code`` returns); ``graphs`` is their

@@ -392,11 +392,12 @@ def first_and_steady(model: torch.nn.Module, inputs: torch.Tensor,
 
 
 def mavit_t() -> torch.nn.Module:
-    """The censuses' MAViT-T, in eval mode, seeded: the fused MALA op
-    (``mala_impl='triton'``; in Triton's interpreter on a CPU)."""
+    """The censuses' MAViT-T, in eval mode, seeded: the fused MALA op and the
+    fused depthwise stages (``mala_impl='triton'``, ``depthwise_impl='triton'``;
+    in Triton's interpreter on a CPU), as CUDA runs them with ``'auto'``."""
     from mavit_mm.models import MAViT
     torch.manual_seed(0)
-    return MAViT('tiny', mala_impl='triton').eval()
+    return MAViT('tiny', mala_impl='triton', depthwise_impl='triton').eval()
 
 
 def swin_t() -> torch.nn.Module:
@@ -414,8 +415,8 @@ def swin_t() -> torch.nn.Module:
 
 # What each census's backbones are, for the results files.
 CENSUS_BACKBONES = dict(
-    mavit="MAViT('tiny', mala_impl='triton'), Triton interpreter, the fused op's kernels "
-          'not launched',
+    mavit="MAViT('tiny', mala_impl='triton', depthwise_impl='triton'), Triton interpreter, "
+          "the fused ops' kernels not launched",
     swin='mmseg SwinTransformer, Swin-T settings, window 7')
 
 
@@ -426,11 +427,12 @@ def census_backbones() -> dict[str, torch.nn.Module]:
 
 @contextmanager
 def fused_launches_skipped():
-    """Inside the block the fused MALA op's forward launches no kernel: each
-    pass returns its output buffers, laid out as the kernels write them,
-    zeroed. The op is dispatched, and counted, all the same; a census reads
-    no values, and Triton's CPU interpreter would spend seconds a call on
-    them. (Imports triton.)"""
+    """Inside the block the fused ops' forwards (MALA's and the depthwise
+    stages') launch no kernel: each returns its output buffers, laid out as
+    the kernels write them, zeroed. The ops are dispatched, and counted, all
+    the same; a census reads no values, and Triton's CPU interpreter would
+    spend seconds a call on them. (Imports triton.)"""
+    from mavit_mm.ops.depthwise import function as depthwise_function
     from mavit_mm.ops.mala import function
     from mavit_mm.ops.mala.launches import ForwardLaunches
 
@@ -438,7 +440,13 @@ def fused_launches_skipped():
         launches = ForwardLaunches(q, k, v, angle, width, plan)
         return launches.out.zero_(), launches.stats.zero_()
 
-    with mock.patch.object(function, 'mala_forward', launchless_forward):
+    def launchless_depthwise(x, weight, bias, out, *, second=None, norm=None, **_):
+        for written in (out, second, *(norm[2:4] if norm is not None else ())):
+            if written is not None:
+                written.zero_()
+
+    with mock.patch.object(function, 'mala_forward', launchless_forward), \
+            mock.patch.object(depthwise_function, '_forward', launchless_depthwise):
         yield
 
 

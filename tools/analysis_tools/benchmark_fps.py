@@ -22,6 +22,9 @@ default eager):
               on CUDA with CUDA graphs, on a CPU its C++ kernels). Its first
               two calls (compilation; on CUDA the graph's recording) are
               timed on their own as ``compile_s``, not in the per-image time.
+              ``--compile-mode max-autotune`` compiles with inductor's GEMM
+              templates, which fuse their epilogues (a 1x1 convolution's bias,
+              what follows a matrix product), for every model alike.
 A mode that fails for a model (a capture meets a host synchronisation, as a
 detector's NMS does) is reported as failed in its row (``error``), the rest
 still runs, and the tool exits with status 1 at the end.
@@ -67,6 +70,7 @@ MODES = ('eager', 'cuda-graph', 'compile')
 CAPTURE_WARMUP = 3  # side-stream runs before a capture, at least (the CUDA-graph recipe)
 COMPILE_CALLS = 2   # compilation; reduce-overhead records its CUDA graph on the next call
 COMPILE_MODE = 'reduce-overhead'   # inductor's kernels, replayed as CUDA graphs
+COMPILE_MODES = ('reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs', 'default')
 
 
 def parse_size(text: str):
@@ -99,6 +103,11 @@ def parse_args(argv=None):
                         help='autocast precision on CUDA (default: fp32, no autocast)')
     parser.add_argument('--mala-impl', choices=['auto', 'torch', 'triton'], default=None,
                         help="override the MAViT backbones' MALA implementation")
+    parser.add_argument('--depthwise-impl', choices=['auto', 'torch', 'triton'], default=None,
+                        help="override the MAViT backbones' depthwise-stage implementation")
+    parser.add_argument('--compile-mode', choices=COMPILE_MODES, default=COMPILE_MODE,
+                        help=f'torch.compile mode of the compile runs (default: {COMPILE_MODE}; '
+                             'max-autotune: GEMM templates with fused epilogues)')
     parser.add_argument('--backbone-only', action='store_true', help='time the backbones alone')
     parser.add_argument('--modes', nargs='+', choices=MODES, default=['eager'], metavar='MODE',
                         help='how the forward runs, timed side by side (default: eager): eager; '
@@ -229,7 +238,7 @@ def time_model(forward, mode: str, args, device, progress, pixels: int) -> dict:
             run, memory = capture_cuda_graph(forward, device, max(CAPTURE_WARMUP, args.warmup))
         elif mode == 'compile':
             # On CUDA the recording takes the graph's pool; on a CPU a later run is measured.
-            run, compile_s, memory = compiled(forward, device)
+            run, compile_s, memory = compiled(forward, device, args.compile_mode)
         else:
             run = forward
         times = []
@@ -365,6 +374,8 @@ def main(argv=None) -> dict:
         cfg = load_config(config, cfg_options)
         if args.mala_impl and cfg.model.backbone.type == 'MAViT':
             cfg.model.backbone.mala_impl = args.mala_impl
+        if args.depthwise_impl and cfg.model.backbone.type == 'MAViT':
+            cfg.model.backbone.depthwise_impl = args.depthwise_impl
         model = build_model(cfg).to(device).eval()
         label = label_of(config, cfg)
         for height, width in shapes:
@@ -404,7 +415,9 @@ def main(argv=None) -> dict:
     report = dict(device=name, device_type=device.type,
                   cuda=torch.version.cuda if device.type == 'cuda' else None,
                   batch_size=args.batch_size, backbone_only=args.backbone_only,
-                  dtype=args.dtype, mala_impl_override=args.mala_impl, modes=args.modes,
+                  dtype=args.dtype, mala_impl_override=args.mala_impl,
+                  depthwise_impl_override=args.depthwise_impl, compile_mode=args.compile_mode,
+                  modes=args.modes,
                   iters=args.iters, warmup=args.warmup, cpu_threads=torch.get_num_threads(),
                   versions=versions, date=datetime.now(UTC).isoformat(timespec='seconds'),
                   results=results, fps_ratios=ratios)

@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""The fused depthwise stages' Triton kernels compiled ahead of time for an
+NVIDIA GPU, without one: registers, spills (stack), shared memory, and the
+global load / store sites, all and vectorised, of every kernel variant the
+model launches (``mavit_mm/ops/depthwise/``), at MAViT-T's channel widths.
+
+Each variant is compiled as Triton's JIT specialises the model's case: the
+maps channels_last (channel stride 1, which the kernels assume), their pixel,
+row and batch strides and the sizes multiples of 16 where they are, the
+weights fp32 (the model's), the maps in ``--dtypes``.
+
+Example (the committed report):
+  python benchmarks/depthwise_compile_report.py --capability 90 \\
+      > benchmarks/results/compile-report-sm90-depthwise-triton3.9-2026-11-26.txt
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+# MAViT-T's block widths and its FFN's hidden widths (mlp ratio 3.5).
+CHANNELS = (64, 128, 256, 512)
+HIDDEN = (224, 448, 896, 1792)
+# The kernels' pointers to maps (in the maps' dtype); every other pointer is fp32.
+MAP_POINTERS = {'X', 'A', 'G', 'Y', 'S', 'DZ', 'DX', 'DY', 'DS'}
+FLOAT_ARGS = {'eps'}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--capability', type=int, default=90,
+                        help='the compute capability to compile for (default 90: H100/H200)')
+    parser.add_argument('--dtypes', nargs='+', choices=['bf16', 'fp16', 'fp32'],
+                        default=['bf16', 'fp32'], help='dtypes of the maps (default bf16 fp32)')
+    return parser.parse_args(argv)
+
+
+def variants():
+    """(name, kernel, constexprs, channels) of every launch the stages make,
+    with the tile sizes of ``function.py``."""
+    import triton
+
+    from mavit_mm.ops.depthwise import function, kernels
+    forward, backward, norm_backward = (kernels._depthwise_forward_kernel,
+                                        kernels._depthwise_backward_kernel,
+                                        kernels._norm_backward_kernel)
+    flags = dict(PRE_GELU=False, ADD_INPUT=False, GATE=False, STORE_SUM=False, NORM=False)
+
+    def tile(channels, norm=False):
+        if norm:
+            block_w, block_c = function._norm_blocks(channels)
+        else:
+            block_w, block_c = function.BLOCK_W, min(function.BLOCK_C,
+                                                      triton.next_power_of_2(channels))
+        return dict(BLOCK_W=block_w, BLOCK_C=block_c)
+
+    for c in CHANNELS:
+        yield ('position_norm fwd', forward, dict(flags, K=3, ADD_INPUT=True, NORM=True,
+                                                  **tile(c, True)), c)
+        yield ('gated_lepe fwd (inference)', forward, dict(flags, K=5, GATE=True, **tile(c)), c)
+        yield ('gated_lepe fwd (training)', forward,
+               dict(flags, K=5, GATE=True, STORE_SUM=True, **tile(c)), c)
+        yield ('position_norm bwd: norm', norm_backward, dict(HAS_DS=True, **tile(c, True)), c)
+        yield ('position_norm bwd: conv', backward, dict(K=3, PRE_GELU=False, ADD_INPUT=True,
+                                                         **tile(c)), c)
+        yield ('gated_lepe bwd: conv', backward, dict(K=5, PRE_GELU=False, ADD_INPUT=False,
+                                                      **tile(c)), c)
+    for c in HIDDEN:
+        yield ('ffn_middle fwd', forward, dict(flags, K=3, PRE_GELU=True, ADD_INPUT=True,
+                                               **tile(c)), c)
+        yield ('ffn_middle bwd: conv', backward, dict(K=3, PRE_GELU=True, ADD_INPUT=True,
+                                                      **tile(c)), c)
+
+
+def compile_for(kernel, constexprs: dict, map_type: str, capability: int,
+                channels: int) -> dict:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    signature, constants, attrs = {}, dict(constexprs), {}
+    for index, arg in enumerate(kernel.arg_names):
+        if arg in constants:
+            signature[arg] = 'constexpr'
+        elif arg[0].isupper() and arg not in ('H', 'W', 'C', 'K'):   # the pointers
+            signature[arg] = '*' + (map_type if arg in MAP_POINTERS else 'fp32')
+            attrs[(index,)] = [['tt.divisibility', 16]]
+        elif arg in FLOAT_ARGS:
+            signature[arg] = 'fp32'
+        else:
+            # strides and sizes; the JIT marks those divisible by 16 (every
+            # stride of a channels_last map of MAViT-T's widths, and C)
+            signature[arg] = 'i32'
+            if arg.startswith('s') or (arg == 'C' and channels % 16 == 0):
+                attrs[(index,)] = [['tt.divisibility', 16]]
+    compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
+                              target=GPUTarget('cuda', capability, 32),
+                              options=dict(num_warps=4, num_stages=3))
+    with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
+        cubin.write(compiled.asm['cubin'])
+        cubin.flush()
+        tool = Path(triton.__file__).parent / 'backends' / 'nvidia' / 'bin' / 'cuobjdump'
+        usage = subprocess.run([os.fspath(tool), '--dump-resource-usage', cubin.name],
+                               capture_output=True, text=True).stdout
+    registers = re.search(r'REG:(\d+)', usage)
+    stack = re.search(r'STACK:(\d+)', usage)
+    ptx = compiled.asm['ptx']
+    return dict(registers=int(registers.group(1)) if registers else None,
+                stack_bytes=int(stack.group(1)) if stack else None,
+                shared_bytes=compiled.metadata.shared,
+                global_loads=len(re.findall(r'ld\.global\.', ptx)),
+                vector_loads=len(re.findall(r'ld\.global\.[^ \t]*v[248]\.', ptx)),
+                global_stores=len(re.findall(r'st\.global\.', ptx)),
+                vector_stores=len(re.findall(r'st\.global\.[^ \t]*v[248]\.', ptx)))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ['TRITON_INTERPRET'] = '0'     # compile, do not interpret
+    import triton
+    print(f'# depthwise stages, sm_{args.capability}, Triton {triton.__version__}, '
+          'num_warps 4, channels_last maps, fp32 weights')
+    plan = list(variants())
+    failures = 0
+    for dtype in args.dtypes:
+        for i, (name, kernel, constexprs, channels) in enumerate(plan, 1):
+            try:
+                usage = compile_for(kernel, constexprs, dtype, args.capability, channels)
+            except Exception as exc:   # report it and go on with the other variants
+                failures += 1
+                usage = f'FAILED: {type(exc).__name__}: {str(exc)[:300]}'
+            tiles = f"BLOCK_W={constexprs['BLOCK_W']} BLOCK_C={constexprs['BLOCK_C']}"
+            print(f'{dtype:5} C={channels:<5} {name:28} {tiles:22} {usage}', flush=True)
+            print(f'[{dtype} {i}/{len(plan)}]', file=sys.stderr, flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""The block's depthwise stages, each fused with its neighbours' work:
+position + first norm, LePE + gate, the FFN's middle. Plain formulas in
+:mod:`.reference`, Triton kernels in :mod:`.kernels`, the custom ops and their
+autograd in :mod:`.function`, the choice of path in :mod:`.dispatch`."""
+from .dispatch import (
+    DEPTHWISE_IMPLS,
+    check_depthwise_impl,
+    ffn_middle,
+    fused_ffn_middle,
+    fused_gated_lepe,
+    fused_position_norm,
+    gated_lepe,
+    kernels_run,
+    position_norm,
+)
+from .reference import ffn_middle_reference, gated_lepe_reference, position_norm_reference
+
+__all__ = ['DEPTHWISE_IMPLS', 'check_depthwise_impl', 'kernels_run', 'position_norm',
+           'gated_lepe', 'ffn_middle', 'fused_position_norm', 'fused_gated_lepe', 'fused_ffn_middle',
+           'position_norm_reference', 'gated_lepe_reference',
+           'ffn_middle_reference']

@@ -1,0 +1,277 @@
+"""The fused depthwise stages as PyTorch operators, with their autograd.
+
+Imported only where the Triton path is taken (it imports triton). Each
+stage is a ``torch.library`` custom op (``mavit_mm::position_norm``,
+``mavit_mm::gated_lepe``, ``mavit_mm::ffn_middle``) with a fake
+implementation, so that torch.compile keeps it as one opaque node and CUDA
+graphs capture it, and a backward op of its own. Outputs are channels_last
+maps in the input's dtype; weights are read in whatever dtype they have
+(the kernels compute in fp32), so autocast casts none of them.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+
+from . import kernels
+
+# One program: BLOCK_W pixels of a row times BLOCK_C channels. The norm holds
+# every channel of its pixels, so fewer of them at a time.
+BLOCK_W = 16
+BLOCK_C = 64
+NORM_TILE = 2048            # BLOCK_W * BLOCK_C of the stages with the norm
+
+
+def _empty_map(batch: int, channels: int, height: int, width: int, dtype: torch.dtype,
+               device: torch.device) -> torch.Tensor:
+    """A channels_last ``(B, C, H, W)`` map (NHWC memory)."""
+    return torch.empty(batch, height, width, channels, dtype=dtype,
+                       device=device).permute(0, 3, 1, 2)
+
+
+def _empty_like_map(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    batch, channels, height, width = x.shape
+    return _empty_map(batch, channels, height, width, dtype or x.dtype, x.device)
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, row, pixel) strides of a map whose channel stride is 1."""
+    return t.stride(0), t.stride(2), t.stride(3)
+
+
+def _on_device(device: torch.device):
+    return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
+
+
+def _norm_blocks(channels: int) -> tuple[int, int]:
+    block_c = triton.next_power_of_2(channels)
+    return max(1, min(BLOCK_W, NORM_TILE // block_c)), block_c
+
+
+def _forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, *,
+             pre_gelu: bool = False, add_input: bool = False,
+             attention: torch.Tensor | None = None, gate: torch.Tensor | None = None,
+             second: torch.Tensor | None = None, norm: tuple | None = None) -> None:
+    """Launch ``_depthwise_forward_kernel``: ``out`` (and ``second``: the
+    gate's sum, or the normed map) written."""
+    batch, channels, height, width = x.shape
+    ksize = weight.shape[-1]
+    block_w, block_c = _norm_blocks(channels) if norm is not None else (
+        BLOCK_W, min(BLOCK_C, triton.next_power_of_2(channels)))
+    gate_args = (attention, *_strides(attention), gate, *_strides(gate)) if gate is not None \
+        else (x, 0, 0, 0, x, 0, 0, 0)
+    second_args = (second, *_strides(second)) if second is not None else (x, 0, 0, 0)
+    if norm is not None:
+        norm_weight, norm_bias, mean, rstd, eps = norm
+    else:
+        norm_weight = norm_bias = mean = rstd = bias
+        eps = 0.0
+    grid = (batch * height, triton.cdiv(width, block_w), triton.cdiv(channels, block_c))
+    with _on_device(x.device):
+        kernels._depthwise_forward_kernel[grid](
+            x, *_strides(x), weight.contiguous(), bias.contiguous(), *gate_args,
+            out, *_strides(out), *second_args, norm_weight.contiguous(),
+            norm_bias.contiguous(), mean, rstd, height, width, channels, eps,
+            K=ksize, PRE_GELU=pre_gelu, ADD_INPUT=add_input, GATE=gate is not None,
+            STORE_SUM=gate is not None and second is not None, NORM=norm is not None,
+            BLOCK_W=block_w, BLOCK_C=block_c)
+
+
+def _backward(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *,
+              pre_gelu: bool = False, add_input: bool = False
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dx, dweight, dbias)`` of ``[x +] dwconv(act(x)) + b`` given the
+    gradient ``dz`` of its result."""
+    batch, channels, height, width = x.shape
+    ksize = weight.shape[-1]
+    block_w, block_c = BLOCK_W, min(BLOCK_C, triton.next_power_of_2(channels))
+    grid = (batch * height, triton.cdiv(width, block_w), triton.cdiv(channels, block_c))
+    dx = _empty_like_map(x)
+    partials = torch.empty(grid[0] * grid[1], ksize * ksize + 1, channels, dtype=torch.float32,
+                           device=x.device)
+    with _on_device(x.device):
+        kernels._depthwise_backward_kernel[grid](
+            dz, *_strides(dz), x, *_strides(x), weight.contiguous(), dx, *_strides(dx),
+            partials, height, width, channels, K=ksize, PRE_GELU=pre_gelu,
+            ADD_INPUT=add_input, BLOCK_W=block_w, BLOCK_C=block_c)
+    dweight = partials[:, :-1].sum(0).t().reshape(weight.shape).to(weight.dtype)
+    return dx, dweight, partials[:, -1].sum(0).to(bias.dtype)
+
+
+def _channel_stride_one(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(1) == 1 else t.contiguous(memory_format=torch.channels_last)
+
+
+# -- position + first norm ----------------------------------------------------------
+
+@torch.library.custom_op('mavit_mm::position_norm', mutates_args=())
+def position_norm_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                     norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x + dwconv(x) + b``, its LayerNorm, and the norm's fp32 mean and 1/std."""
+    x = _channel_stride_one(x)
+    batch, _, height, width = x.shape
+    stream, normed = _empty_like_map(x), _empty_like_map(x)
+    mean = torch.empty(batch * height * width, dtype=torch.float32, device=x.device)
+    rstd = torch.empty_like(mean)
+    _forward(x, weight, bias, stream, add_input=True, second=normed,
+             norm=(norm_weight, norm_bias, mean, rstd, eps))
+    return stream, normed, mean, rstd
+
+
+@position_norm_op.register_fake
+def _position_norm_fake(x, weight, bias, norm_weight, norm_bias, eps):
+    batch, _, height, width = x.shape
+    mean = x.new_empty(batch * height * width, dtype=torch.float32)
+    return _empty_like_map(x), _empty_like_map(x), mean, torch.empty_like(mean)
+
+
+@torch.library.custom_op('mavit_mm::position_norm_backward', mutates_args=())
+def position_norm_backward_op(d_stream: torch.Tensor, d_normed: torch.Tensor, x: torch.Tensor,
+                              stream: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                              weight: torch.Tensor, bias: torch.Tensor,
+                              norm_weight: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                         torch.Tensor, torch.Tensor]:
+    x, d_stream, d_normed = map(_channel_stride_one, (x, d_stream, d_normed))
+    batch, channels, height, width = x.shape
+    block_w, block_c = _norm_blocks(channels)
+    grid = (batch * height, triton.cdiv(width, block_w))
+    dy = _empty_like_map(x)
+    partials = torch.empty(grid[0] * grid[1], 2, channels, dtype=torch.float32, device=x.device)
+    with _on_device(x.device):
+        kernels._norm_backward_kernel[grid](
+            d_normed, *_strides(d_normed), stream, *_strides(stream), d_stream,
+            *_strides(d_stream), mean, rstd, norm_weight.contiguous(), dy, *_strides(dy),
+            partials, height, width, channels, HAS_DS=True, BLOCK_W=block_w, BLOCK_C=block_c)
+    dnorm_weight = partials[:, 0].sum(0).to(norm_weight.dtype)
+    dnorm_bias = partials[:, 1].sum(0).to(norm_weight.dtype)
+    dx, dweight, dbias = _backward(dy, x, weight, bias, add_input=True)
+    return dx, dweight, dbias, dnorm_weight, dnorm_bias
+
+
+@position_norm_backward_op.register_fake
+def _position_norm_backward_fake(d_stream, d_normed, x, stream, mean, rstd, weight, bias,
+                                 norm_weight):
+    return (_empty_like_map(x), torch.empty_like(weight), torch.empty_like(bias),
+            torch.empty_like(norm_weight), torch.empty_like(norm_weight))
+
+
+def _position_norm_setup(ctx, inputs, output):
+    x, weight, bias, norm_weight, _, _ = inputs
+    stream, _, mean, rstd = output
+    ctx.save_for_backward(x, stream, mean, rstd, weight, bias, norm_weight)
+
+
+def _position_norm_autograd(ctx, d_stream, d_normed, _d_mean, _d_rstd):
+    x, stream, mean, rstd, weight, bias, norm_weight = ctx.saved_tensors
+    dx, dweight, dbias, dnorm_weight, dnorm_bias = position_norm_backward_op(
+        d_stream, d_normed, x, stream, mean, rstd, weight, bias, norm_weight)
+    return dx, dweight, dbias, dnorm_weight, dnorm_bias, None
+
+
+position_norm_op.register_autograd(_position_norm_autograd, setup_context=_position_norm_setup)
+
+
+# -- LePE + gate ----------------------------------------------------------------------
+
+@torch.library.custom_op('mavit_mm::gated_lepe', mutates_args=())
+def gated_lepe_op(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                  attention: torch.Tensor, gate: torch.Tensor, keep_sum: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gate * (attention + dwconv(v) + b)``, and the sum in brackets where
+    ``keep_sum`` (backward's ``dgate``); else an empty tensor."""
+    v, attention, gate = map(_channel_stride_one, (v, attention, gate))
+    dtype = torch.promote_types(torch.promote_types(v.dtype, attention.dtype), gate.dtype)
+    out = _empty_like_map(v, dtype)
+    total = _empty_like_map(v, dtype) if keep_sum else v.new_empty(0, dtype=dtype)
+    _forward(v, weight, bias, out, attention=attention, gate=gate,
+             second=total if keep_sum else None)
+    return out, total
+
+
+@gated_lepe_op.register_fake
+def _gated_lepe_fake(v, weight, bias, attention, gate, keep_sum):
+    dtype = torch.promote_types(torch.promote_types(v.dtype, attention.dtype), gate.dtype)
+    total = _empty_like_map(v, dtype) if keep_sum else v.new_empty(0, dtype=dtype)
+    return _empty_like_map(v, dtype), total
+
+
+@torch.library.custom_op('mavit_mm::gated_lepe_backward', mutates_args=())
+def gated_lepe_backward_op(dout: torch.Tensor, v: torch.Tensor, weight: torch.Tensor,
+                           bias: torch.Tensor, gate: torch.Tensor, total: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                      torch.Tensor]:
+    """``(dv, dweight, dbias, d_inner, dgate)``; ``d_inner`` is the gradient of
+    the bracket, i.e. also the attention's."""
+    d_inner = _channel_stride_one(dout * gate).to(v.dtype)
+    dgate = (dout * total).to(gate.dtype)
+    dv, dweight, dbias = _backward(d_inner, _channel_stride_one(v), weight, bias)
+    return dv, dweight, dbias, d_inner, dgate
+
+
+@gated_lepe_backward_op.register_fake
+def _gated_lepe_backward_fake(dout, v, weight, bias, gate, total):
+    return (_empty_like_map(v), torch.empty_like(weight), torch.empty_like(bias),
+            _empty_like_map(v), _empty_like_map(gate))
+
+
+def _gated_lepe_setup(ctx, inputs, output):
+    v, weight, bias, attention, gate, _ = inputs
+    ctx.save_for_backward(v, weight, bias, gate, output[1])
+    ctx.attention_dtype = attention.dtype
+
+
+def _gated_lepe_autograd(ctx, dout, _dtotal):
+    v, weight, bias, gate, total = ctx.saved_tensors
+    if total.numel() == 0:
+        raise RuntimeError('mavit_mm::gated_lepe ran without keep_sum, so it saved nothing '
+                           'for backward; call it through gated_lepe()')
+    dv, dweight, dbias, d_inner, dgate = gated_lepe_backward_op(dout, v, weight, bias, gate,
+                                                                total)
+    return dv, dweight, dbias, d_inner.to(ctx.attention_dtype), dgate, None
+
+
+gated_lepe_op.register_autograd(_gated_lepe_autograd, setup_context=_gated_lepe_setup)
+
+
+# -- the FFN's middle -----------------------------------------------------------------
+
+@torch.library.custom_op('mavit_mm::ffn_middle', mutates_args=())
+def ffn_middle_op(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``GELU(h) + dwconv(GELU(h)) + b``."""
+    h = _channel_stride_one(h)
+    out = _empty_like_map(h)
+    _forward(h, weight, bias, out, pre_gelu=True, add_input=True)
+    return out
+
+
+@ffn_middle_op.register_fake
+def _ffn_middle_fake(h, weight, bias):
+    return _empty_like_map(h)
+
+
+@torch.library.custom_op('mavit_mm::ffn_middle_backward', mutates_args=())
+def ffn_middle_backward_op(dout: torch.Tensor, h: torch.Tensor, weight: torch.Tensor,
+                           bias: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward(_channel_stride_one(dout), _channel_stride_one(h), weight, bias,
+                     pre_gelu=True, add_input=True)
+
+
+@ffn_middle_backward_op.register_fake
+def _ffn_middle_backward_fake(dout, h, weight, bias):
+    return _empty_like_map(h), torch.empty_like(weight), torch.empty_like(bias)
+
+
+def _ffn_middle_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _ffn_middle_autograd(ctx, dout):
+    return ffn_middle_backward_op(dout, *ctx.saved_tensors)
+
+
+ffn_middle_op.register_autograd(_ffn_middle_autograd, setup_context=_ffn_middle_setup)

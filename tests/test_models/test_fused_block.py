@@ -1,0 +1,203 @@
+"""The block with its fused depthwise stages and its 1x1 convolutions as
+matrix products: the same model as its modules, and what each switch changes.
+
+The fused stages run where the depthwise kernels run: ``depthwise_impl='triton'``
+under Triton's CPU interpreter here (``'auto'`` on CUDA). The interpreter is
+slow, so the model is a small one with MAViT's structure (every stage, MALA
+and softmax blocks, layer scale) on a 32x32 image.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import torch
+from helpers.paths import REPO_ROOT
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mavit_mm.models import MAViT
+from mavit_mm.ops.fast_paths import DEPTHWISE_KERNEL_SWITCHES
+from mavit_mm.ops.pointwise_conv import pointwise_conv
+from mavit_mm.tooling.op_census import fused_launches_skipped
+
+pytest.importorskip('triton')
+
+SMALL = dict(arch=None, embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
+             num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2], layer_init_values=[0.5] * 4,
+             drop_path_rate=0.0, mala_impl='torch')
+FUSED_OPS = {'fused_position_norm': 'position_norm', 'fused_lepe_gate': 'gated_lepe',
+             'fused_ffn_middle': 'ffn_middle'}
+
+
+def small_model(depthwise_impl: str, seed: int = 0, **kwargs) -> MAViT:
+    torch.manual_seed(seed)
+    return MAViT(depthwise_impl=depthwise_impl, **SMALL, **kwargs)
+
+
+def image(size=(32, 32)) -> torch.Tensor:
+    return torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
+
+
+class OpCount(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_fused_stages_compute_the_modules_model(one_torch_thread):
+    """fp32 outputs and every gradient of a training step (batch norms in
+    training mode), and bf16 autocast outputs, against the modules."""
+    modules, fused = small_model('torch').train(), small_model('triton').train()
+    fused.load_state_dict(modules.state_dict(), strict=True)
+    x = image()
+    upstream = None
+    grads = []
+    for model in (modules, fused):
+        outputs = model(x)
+        if upstream is None:
+            upstream = [torch.randn(out.shape, generator=torch.Generator().manual_seed(i))
+                        for i, out in enumerate(outputs)]
+            expected = outputs
+        else:
+            for ours, reference in zip(outputs, expected):
+                error = ((ours - reference).norm() / reference.norm()).item()
+                assert error < 1e-5, error
+        sum((out * up).sum() for out, up in zip(outputs, upstream)).backward()
+        grads.append({name: p.grad for name, p in model.named_parameters()})
+    for name, reference in grads[0].items():
+        if name.endswith('bias') and ('patch_embed' in name or 'downsample' in name):
+            continue    # before a training-mode batch norm: exactly 0, up to noise
+        scale = reference.abs().max()
+        error = ((grads[1][name] - reference).abs().max() / scale).item()
+        assert error < 1e-4, (name, error)
+    halves = []
+    for model in (modules, fused):
+        model.eval()
+        with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+            halves.append(model(x))
+    for ours, reference in zip(*halves):
+        assert ours.dtype == torch.bfloat16
+        error = (ours.float() - reference.float()).norm() / reference.float().norm()
+        assert error < 0.03, error
+
+
+@pytest.mark.parametrize('switch', DEPTHWISE_KERNEL_SWITCHES)
+def test_each_fused_switch_replaces_its_modules_with_one_op(switch):
+    counts = {}
+    for name, fast_paths in (('on', None), ('off', {switch: False})):
+        model = small_model('triton', fast_paths=fast_paths).eval()
+        with torch.no_grad(), fused_launches_skipped(), OpCount() as log:
+            model(image())
+        counts[name] = log.ops
+    blocks = sum(SMALL['depths'])
+    op = FUSED_OPS[switch]
+    assert counts['on'][op] == blocks and counts['off'][op] == 0
+    # The modules' own depthwise convolution, one a block, is what the op replaces.
+    assert counts['off']['convolution'] - counts['on']['convolution'] == blocks
+
+
+def test_depthwise_impl_auto_runs_the_modules_off_cuda():
+    if torch.cuda.is_available():
+        pytest.skip('auto runs the kernels on CUDA')
+    with torch.no_grad(), OpCount() as log:
+        small_model('auto').eval()(image())
+    assert not set(FUSED_OPS.values()) & set(log.ops)
+
+
+def test_a_bad_depthwise_impl_is_an_error():
+    with pytest.raises(ValueError, match=r"depthwise_impl must be one of \('auto', 'torch', "
+                                         r"'triton'\), got 'cuda'"):
+        MAViT('tiny', depthwise_impl='cuda')
+
+
+def test_checkpoints_keep_their_keys():
+    """The fused stages and the matrix products read the modules' own
+    parameters: the state dict is the published one whatever runs."""
+    assert (MAViT('tiny').state_dict().keys()
+            == MAViT('tiny', depthwise_impl='triton', fast_paths=dict(matmul_1x1=False))
+            .state_dict().keys())
+
+
+def test_a_1x1_convolution_compiles_to_a_matrix_product_with_the_bias_inside():
+    from torch._dynamo.testing import CompileCounterWithBackend
+    x = torch.randn(2, 16, 5, 7).contiguous(memory_format=torch.channels_last)
+    weight, bias = torch.randn(24, 16, 1, 1), torch.randn(24)
+    counter = CompileCounterWithBackend('aot_eager')
+    torch._dynamo.reset()
+    out = torch.compile(pointwise_conv, backend=counter, fullgraph=True)(x, weight, bias)
+    torch.testing.assert_close(out, torch.nn.functional.conv2d(x, weight, bias),
+                               rtol=1e-5, atol=1e-5)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    targets = [str(node.target) for graph in counter.graphs for node in graph.graph.nodes]
+    assert 'aten.addmm.default' in targets or any('addmm' in t for t in targets), targets
+    # Eager on the CPU: oneDNN's convolution, which adds the bias inside.
+    with OpCount() as log:
+        pointwise_conv(x, weight, bias)
+    assert log.ops['convolution'] == 1 and log.ops['addmm'] == 0
+
+
+def test_the_residual_adds_never_write_into_the_block_input(monkeypatch):
+    """In place only into a map the block made itself: a variant whose
+    position step returned its input must not overwrite the previous stage's
+    output."""
+    from mavit_mm.models.mavit import MAViTBlock
+    monkeypatch.setattr(MAViTBlock, 'position', lambda self, x: (x, self.norm1(x)))
+    model = small_model('torch').eval()
+    block, rope = model.layers[0].blocks[0], model.layers[0].RoPE(8, 8)
+    x = torch.randn(1, 16, 8, 8).contiguous(memory_format=torch.channels_last)
+    kept = x.clone()
+    with torch.no_grad():
+        out = block(x, rope)
+    assert torch.equal(x, kept)
+    assert not torch.equal(out, kept)
+
+
+FRESH_COMPILE = r'''
+import json, sys
+import torch
+from mavit_mm.models import MAViT
+
+graphs = []
+
+
+def recording_backend(graph_module, example_inputs):
+    graphs.append(graph_module)
+    return graph_module.forward
+
+
+assert 'mavit_mm.ops.depthwise.function' not in sys.modules
+torch.manual_seed(0)
+model = MAViT(depthwise_impl='triton', **SMALL).eval()
+x = torch.randn(1, 3, 32, 32)
+with torch.no_grad():
+    compiled = torch.compile(model, fullgraph=True, backend=recording_backend)(x)
+    imported = 'mavit_mm.ops.depthwise.function' in sys.modules
+    eager = model(x)
+targets = [str(node.target) for graph in graphs for node in graph.graph.nodes]
+print(json.dumps(dict(
+    imported=imported, graphs=len(graphs),
+    fused={name: sum(f'mavit_mm.{name}' in t for t in targets)
+           for name in ('position_norm', 'gated_lepe', 'ffn_middle')},
+    max_difference=max((a - b).abs().max().item() for a, b in zip(compiled, eager)))))
+'''
+
+
+def test_compile_from_a_fresh_process_gives_one_graph_with_the_fused_stages():
+    env = dict(os.environ, TRITON_INTERPRET='1', PYTHONPATH=str(REPO_ROOT))
+    script = f'SMALL = {SMALL!r}\n' + FRESH_COMPILE
+    result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    blocks = sum(SMALL['depths'])
+    assert report['imported'] and report['graphs'] == 1, report
+    assert report['fused'] == dict.fromkeys(FUSED_OPS.values(), blocks), report
+    assert report['max_difference'] == 0.0, report

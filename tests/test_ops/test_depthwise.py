@@ -1,0 +1,209 @@
+"""The fused depthwise stages against their plain PyTorch formulas.
+
+Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``
+from tests/conftest.py), which is slow: maps stay tiny, with odd sizes that
+fill no tile (37 pixels a row against tiles of 32, 24 or 80 channels against
+tiles of 64) and batch 2. Every output and every gradient is compared, in
+fp32 and bf16, on the layouts the model passes: channels_last maps, and v and
+the gate as channel slices of one qkvo map.
+"""
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip('triton')
+
+from mavit_mm.ops import depthwise  # noqa: E402
+from mavit_mm.ops.depthwise import (  # noqa: E402
+    ffn_middle,
+    ffn_middle_reference,
+    gated_lepe,
+    gated_lepe_reference,
+    position_norm,
+    position_norm_reference,
+)
+
+DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+BATCH, HEIGHT, WIDTH = 2, 3, 37
+# fp32: elementwise, the kernels sum in another order. bf16 (against the
+# formula in fp32 on the same inputs): the largest error over the tensor's
+# largest value, since the backward rounds its intermediate maps to bf16 as
+# PyTorch's own bf16 backward does.
+FP32_TOLERANCE = dict(atol=2e-5, rtol=2e-5)
+BF16_RELATIVE_ERROR = 1.5e-2
+
+
+def channels_last(*shape, dtype=torch.float32, seed=0, scale=1.0):
+    generator = torch.Generator().manual_seed(seed)
+    t = torch.randn(*shape, generator=generator) * scale
+    return t.to(DEVICE, dtype).contiguous(memory_format=torch.channels_last).requires_grad_()
+
+
+def parameters(channels, ksize, seed=1):
+    """fp32 depthwise weight and bias, and norm weight and bias, as the model has them."""
+    generator = torch.Generator().manual_seed(seed)
+    make = lambda *shape: (torch.randn(*shape, generator=generator) * 0.3).to(DEVICE)  # noqa: E731
+    return [make(*shape).requires_grad_() for shape in
+            ((channels, 1, ksize, ksize), (channels,), (channels,), (channels,))]
+
+
+def grads(outputs, upstream, inputs):
+    total = sum((out.float() * up).sum() for out, up in zip(outputs, upstream))
+    return torch.autograd.grad(total, inputs)
+
+
+def assert_all_close(actual, expected, dtype, what):
+    assert len(actual) == len(expected)
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        assert a.shape == e.shape, f'{what}[{i}]: shape {tuple(a.shape)} != {tuple(e.shape)}'
+        if dtype == torch.float32:
+            torch.testing.assert_close(a, e, **FP32_TOLERANCE,
+                                       msg=lambda m, i=i: f'{what}[{i}]: {m}')
+        else:
+            error = ((a.float() - e.float()).abs().max() / e.float().abs().max()).item()
+            assert error < BF16_RELATIVE_ERROR, f'{what}[{i}]: relative error {error:.2e}'
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16], ids=['fp32', 'bf16'])
+@pytest.mark.parametrize('channels', [24, 80])
+def test_position_norm_outputs_and_gradients(dtype, channels):
+    x = channels_last(BATCH, channels, HEIGHT, WIDTH, dtype=dtype)
+    weight, bias, norm_weight, norm_bias = parameters(channels, 3)
+    stream, normed = position_norm(x, weight, bias, norm_weight, norm_bias, 1e-6, impl='triton')
+    assert stream.dtype == normed.dtype == dtype
+    assert stream.is_contiguous(memory_format=torch.channels_last)
+    assert normed.is_contiguous(memory_format=torch.channels_last)
+    inputs = (x, weight, bias, norm_weight, norm_bias)
+    ref_inputs = [t.detach().float().requires_grad_() for t in inputs]
+    expected = position_norm_reference(*ref_inputs, 1e-6)
+    assert_all_close((stream, normed), expected, dtype, 'outputs')
+    upstream = [torch.randn(stream.shape, device=DEVICE) for _ in range(2)]
+    assert_all_close(grads((stream, normed), upstream, inputs),
+                     grads(expected, upstream, ref_inputs), dtype, 'gradients')
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16], ids=['fp32', 'bf16'])
+def test_gated_lepe_reads_v_and_the_gate_in_place_in_the_qkvo_map(dtype):
+    channels = 24
+    qkvo = channels_last(BATCH, 4 * channels, HEIGHT, WIDTH, dtype=dtype)
+    attention = channels_last(BATCH, channels, HEIGHT, WIDTH, dtype=dtype, seed=2)
+    weight, bias, _, _ = parameters(channels, 5)
+    v, gate = qkvo[:, 2 * channels:3 * channels], qkvo[:, 3 * channels:]
+    out = gated_lepe(v, weight, bias, attention, gate, impl='triton')
+    assert out.dtype == dtype and out.is_contiguous(memory_format=torch.channels_last)
+    ref_qkvo, ref_attention, ref_weight, ref_bias = [
+        t.detach().float().requires_grad_() for t in (qkvo, attention, weight, bias)]
+    expected = gated_lepe_reference(ref_qkvo[:, 2 * channels:3 * channels], ref_weight,
+                                    ref_bias, ref_attention, ref_qkvo[:, 3 * channels:])
+    assert_all_close((out,), (expected,), dtype, 'output')
+    upstream = [torch.randn(out.shape, device=DEVICE)]
+    assert_all_close(grads((out,), upstream, (qkvo, attention, weight, bias)),
+                     grads((expected,), upstream, (ref_qkvo, ref_attention, ref_weight,
+                                                   ref_bias)), dtype, 'gradients')
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16], ids=['fp32', 'bf16'])
+def test_ffn_middle_outputs_and_gradients(dtype):
+    channels = 80
+    h = channels_last(BATCH, channels, HEIGHT, WIDTH, dtype=dtype, scale=2.0)
+    weight, bias, _, _ = parameters(channels, 3)
+    out = ffn_middle(h, weight, bias, impl='triton')
+    assert out.dtype == dtype and out.is_contiguous(memory_format=torch.channels_last)
+    ref_inputs = [t.detach().float().requires_grad_() for t in (h, weight, bias)]
+    expected = ffn_middle_reference(*ref_inputs)
+    assert_all_close((out,), (expected,), dtype, 'output')
+    upstream = [torch.randn(out.shape, device=DEVICE)]
+    assert_all_close(grads((out,), upstream, (h, weight, bias)),
+                     grads((expected,), upstream, ref_inputs), dtype, 'gradients')
+
+
+def test_an_nchw_map_gives_the_same_result():
+    """A map of another layout is read through a channels_last copy."""
+    h = channels_last(1, 8, 4, 5).detach()
+    weight, bias, _, _ = parameters(8, 3)
+    torch.testing.assert_close(ffn_middle(h.contiguous(), weight, bias, impl='triton'),
+                               ffn_middle_reference(h, weight, bias), atol=2e-5, rtol=2e-5)
+
+
+def test_bf16_weights_are_read_as_they_are_and_fp32_gradients_stay_fp32():
+    h = channels_last(1, 8, 4, 5, dtype=torch.bfloat16)
+    weight, bias, _, _ = parameters(8, 3)
+    out = ffn_middle(h, weight, bias, impl='triton')
+    dweight, dbias = torch.autograd.grad(out.float().sum(), (weight, bias))
+    assert dweight.dtype == dbias.dtype == torch.float32
+    half = ffn_middle(h, weight.detach().bfloat16(), bias.detach().bfloat16(), impl='triton')
+    assert_all_close((half,), (out,), torch.bfloat16, 'bf16 weights')
+
+
+def test_the_ops_pass_torch_library_opcheck():
+    """Schema, fake implementations, autograd registration: what torch.compile
+    and CUDA graphs rely on."""
+    from mavit_mm.ops.depthwise import function
+    x = channels_last(1, 8, 3, 5)
+    weight, bias, norm_weight, norm_bias = parameters(8, 3)
+    weight5, _, _, _ = parameters(8, 5)
+    attention, gate = channels_last(1, 8, 3, 5, seed=3), channels_last(1, 8, 3, 5, seed=4)
+    tests = ('test_schema', 'test_autograd_registration', 'test_faketensor')
+    torch.library.opcheck(function.position_norm_op,
+                          (x, weight, bias, norm_weight, norm_bias, 1e-6), test_utils=tests)
+    torch.library.opcheck(function.gated_lepe_op, (x, weight5, bias, attention, gate, True),
+                          test_utils=tests)
+    torch.library.opcheck(function.ffn_middle_op, (x, weight, bias), test_utils=tests)
+
+
+def test_compiles_to_one_graph_with_the_ops_as_nodes():
+    from torch._dynamo.testing import CompileCounterWithBackend
+    x = channels_last(1, 8, 3, 5).detach()
+    weight, bias, norm_weight, norm_bias = [p.detach() for p in parameters(8, 3)]
+
+    def stages(x):
+        stream, normed = position_norm(x, weight, bias, norm_weight, norm_bias, 1e-6,
+                                       impl='triton')
+        return stream + ffn_middle(normed, weight, bias, impl='triton')
+
+    counter = CompileCounterWithBackend('eager')
+    torch._dynamo.reset()
+    compiled = torch.compile(stages, backend=counter, fullgraph=True)
+    torch.testing.assert_close(compiled(x), stages(x))
+    assert counter.frame_count == 1
+    targets = {str(node.target) for graph in counter.graphs for node in graph.graph.nodes}
+    assert {'mavit_mm.position_norm.default', 'mavit_mm.ffn_middle.default'} <= targets
+
+
+@pytest.mark.parametrize('impl', ['auto', 'torch'])
+def test_auto_off_cuda_and_torch_take_the_plain_formula(impl, monkeypatch):
+    if DEVICE.type == 'cuda' and impl == 'auto':
+        pytest.skip('auto takes the kernels on CUDA')
+    calls = []
+    monkeypatch.setattr(depthwise.dispatch, '_function', None)   # any kernel call would fail
+    monkeypatch.setattr(depthwise.dispatch, 'ffn_middle_reference',
+                        lambda *args: calls.append(args) or ffn_middle_reference(*args))
+    h = channels_last(1, 8, 3, 5).detach()
+    weight, bias, _, _ = parameters(8, 3)
+    ffn_middle(h, weight, bias, impl=impl)
+    assert len(calls) == 1
+
+
+def test_triton_names_what_it_cannot_run():
+    h = channels_last(1, 8, 3, 5).detach()
+    weight, bias, norm_weight, norm_bias = parameters(8, 3)
+    with pytest.raises(ValueError, match=r'dtype torch.float64 is not supported'):
+        ffn_middle(h.double(), weight, bias, impl='triton')
+    with pytest.raises(ValueError, match=r'depthwise \(C, 1, k, k\) kernel of odd k, got '
+                                         r'\(8, 1, 2, 2\)'):
+        ffn_middle(h, weight[..., :2, :2], bias, impl='triton')
+    with pytest.raises(ValueError, match='depthwise_impl must be one of'):
+        depthwise.check_depthwise_impl('cuda')
+
+
+def test_exports_take_the_plain_formula():
+    h = channels_last(1, 8, 3, 5).detach()
+    weight, bias = [p.detach() for p in parameters(8, 3)[:2]]
+    traced = torch.jit.trace(lambda t: ffn_middle(t, weight, bias, impl='triton'), (h,))
+    kinds = {node.kind() for node in traced.graph.nodes()}
+    assert 'aten::_convolution' in kinds or 'aten::conv2d' in kinds
+    assert not any(kind.startswith('mavit_mm::') for kind in kinds)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        torch.testing.assert_close(traced(h), ffn_middle_reference(h, weight, bias))
