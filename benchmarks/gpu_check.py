@@ -66,10 +66,13 @@ Steps (``--steps`` runs any of them in any order):
 ``kernel-tests``  ``tests/test_ops/test_mala/test_mala_cuda.py``: every dtype,
                   head dims 16-128, both layouts, default and small plans,
                   B*heads 1-64, gradients against fp64; the 512x2048 bf16
-                  backbone.
+                  backbone. ``tests/test_ops/test_depthwise.py``: the fused
+                  depthwise stages against their formulas on CUDA.
 ``model-tests``   ``tests/test_ops/test_mala/test_mala_triton.py`` on CUDA:
                   dispatch, fallbacks, MAViT-T parity with the golden data
-                  with ``mala_impl='triton'``.
+                  with ``mala_impl='triton'``; ``tests/test_models/
+                  test_fused_block.py``: the block with its fused stages
+                  against its modules.
 ``profile``       the op at MAViT-T's shapes at 512x2048 (``mala_model_shapes``:
                   stage 1, 128x512, 1 head; stage 2, 64x256, 2 heads; d 64;
                   batch 1 and 8), bf16, under the profiler: GPU kernel time
@@ -191,8 +194,10 @@ PART_AIM_MIN = 7.0         # a part's budgets: the command's 8 minutes less the 
 COMMAND_FILES = 8          # the files a GPU command returns
 # The file each step writes (the sweep's name follows its options: run_step).
 STEP_FILES = {step: f'{step}.json' for step in STEPS} | {'bench': 'bench_mala.json'}
-TEST_FILES = {'kernel-tests': 'tests/test_ops/test_mala/test_mala_cuda.py',
-              'model-tests': 'tests/test_ops/test_mala/test_mala_triton.py'}
+TEST_FILES = {'kernel-tests': ('tests/test_ops/test_mala/test_mala_cuda.py',
+                              'tests/test_ops/test_depthwise.py'),
+              'model-tests': ('tests/test_ops/test_mala/test_mala_triton.py',
+                             'tests/test_models/test_fused_block.py')}
 # The op targets' shapes (bench_mala.py's JSON as ever; the fp16 and d 96 rows of
 # its full sweep are for tune_mala.py / bench_mala.py by hand): B*heads 16 at
 # N 65536 (the MALA op's bandwidth targets), and MAViT-T's calls at batch 8
@@ -359,7 +364,7 @@ def step_env(out: Path, budget_s: float, commit: str | None = None) -> dict:
 def step_tests(name: str, out: Path, budget_s: float, workers: int) -> dict:
     junit = Path(tempfile.mkdtemp()) / f'{name}.xml'   # summarised into {name}.json
     command = [sys.executable, '-m', 'pytest', '-q', '-rfE', '-p', 'no:cacheprovider',
-               f'--junitxml={junit}', TEST_FILES[name]]
+               f'--junitxml={junit}', *TEST_FILES[name]]
     if workers > 0 and _has_module('xdist'):
         command[3:3] = ['-n', str(workers)]
     run = _run_child(command, budget_s, out / LOG_NAME)
@@ -1231,7 +1236,7 @@ def dry_run(args) -> int:
     for module in ('triton', 'mmengine', 'mmseg', 'pytest', 'numpy'):
         if not _has_module(module):
             problems.append(f'{module} is not importable')
-    for name in (*TEST_FILES.values(), *UPERNET_CONFIGS):
+    for name in (*(path for paths in TEST_FILES.values() for path in paths), *UPERNET_CONFIGS):
         if not (REPO_ROOT / name).is_file():
             problems.append(f'{name} is missing')
     problems += plan_problems()

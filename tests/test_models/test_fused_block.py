@@ -29,17 +29,18 @@ pytest.importorskip('triton')
 SMALL = dict(arch=None, embed_dims=[16, 32, 32, 64], depths=[1, 1, 1, 1],
              num_heads=[1, 2, 2, 4], mlp_ratios=[2, 2, 2, 2], layer_init_values=[0.5] * 4,
              drop_path_rate=0.0, mala_impl='torch')
+DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 FUSED_OPS = {'fused_position_norm': 'position_norm', 'fused_lepe_gate': 'gated_lepe',
              'fused_ffn_middle': 'ffn_middle'}
 
 
 def small_model(depthwise_impl: str, seed: int = 0, **kwargs) -> MAViT:
     torch.manual_seed(seed)
-    return MAViT(depthwise_impl=depthwise_impl, **SMALL, **kwargs)
+    return MAViT(depthwise_impl=depthwise_impl, **SMALL, **kwargs).to(DEVICE)
 
 
 def image(size=(32, 32)) -> torch.Tensor:
-    return torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
+    return torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1)).to(DEVICE)
 
 
 class OpCount(TorchDispatchMode):
@@ -64,7 +65,7 @@ def test_the_fused_stages_compute_the_modules_model(one_torch_thread):
         outputs = model(x)
         if upstream is None:
             upstream = [torch.randn(out.shape, generator=torch.Generator().manual_seed(i))
-                        for i, out in enumerate(outputs)]
+                        .to(DEVICE) for i, out in enumerate(outputs)]
             expected = outputs
         else:
             for ours, reference in zip(outputs, expected):
@@ -81,7 +82,7 @@ def test_the_fused_stages_compute_the_modules_model(one_torch_thread):
     halves = []
     for model in (modules, fused):
         model.eval()
-        with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        with torch.no_grad(), torch.autocast(DEVICE.type, dtype=torch.bfloat16):
             halves.append(model(x))
     for ours, reference in zip(*halves):
         assert ours.dtype == torch.bfloat16
@@ -105,10 +106,8 @@ def test_each_fused_switch_replaces_its_modules_with_one_op(switch):
 
 
 def test_depthwise_impl_auto_runs_the_modules_off_cuda():
-    if torch.cuda.is_available():
-        pytest.skip('auto runs the kernels on CUDA')
     with torch.no_grad(), OpCount() as log:
-        small_model('auto').eval()(image())
+        small_model('auto').cpu().eval()(image().cpu())
     assert not set(FUSED_OPS.values()) & set(log.ops)
 
 
@@ -152,7 +151,7 @@ def test_the_residual_adds_never_write_into_the_block_input(monkeypatch):
     monkeypatch.setattr(MAViTBlock, 'position', lambda self, x: (x, self.norm1(x)))
     model = small_model('torch').eval()
     block, rope = model.layers[0].blocks[0], model.layers[0].RoPE(8, 8)
-    x = torch.randn(1, 16, 8, 8).contiguous(memory_format=torch.channels_last)
+    x = torch.randn(1, 16, 8, 8, device=DEVICE).contiguous(memory_format=torch.channels_last)
     kept = x.clone()
     with torch.no_grad():
         out = block(x, rope)

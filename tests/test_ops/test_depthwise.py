@@ -207,3 +207,25 @@ def test_exports_take_the_plain_formula():
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         torch.testing.assert_close(traced(h), ffn_middle_reference(h, weight, bias))
+
+
+def test_compiled_training_step_gives_the_eager_gradients():
+    """AOT autograd traces the ops' backward ops (aot_eager: the graphs run
+    as traced, so the comparison is exact)."""
+    x = channels_last(1, 8, 3, 5)
+    attention, gate = channels_last(1, 8, 3, 5, seed=3), channels_last(1, 8, 3, 5, seed=4)
+    weight, bias, norm_weight, norm_bias = parameters(8, 3)
+    weight5, _, _, _ = parameters(8, 5)
+    inputs = (x, attention, gate, weight, bias, norm_weight, norm_bias, weight5)
+
+    def loss(x, attention, gate, weight, bias, norm_weight, norm_bias, weight5):
+        stream, normed = position_norm(x, weight, bias, norm_weight, norm_bias, 1e-6,
+                                       impl='triton')
+        gated = gated_lepe(normed, weight5, bias, attention, gate, impl='triton')
+        return (stream * ffn_middle(gated, weight, bias, impl='triton')).sum()
+
+    expected = torch.autograd.grad(loss(*inputs), inputs)
+    torch._dynamo.reset()
+    compiled = torch.compile(loss, backend='aot_eager', fullgraph=True)
+    for ours, reference in zip(torch.autograd.grad(compiled(*inputs), inputs), expected):
+        torch.testing.assert_close(ours, reference, rtol=0, atol=0)
