@@ -336,14 +336,7 @@ def _kernel_launches(plan, layout: str, pair_loads: str):
 
 
 def _compile_for(kernel, meta: dict, io_type: str, capability: int, layout: str) -> dict:
-    import os
-    import subprocess
-    import tempfile
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    from mavit_mm.tooling.gpu_compile_report import compile_for_gpu
     meta = dict(meta)
     unit_stride = 'n' if layout == 'nchw' else 'd'
     options = dict(num_warps=meta.pop('num_warps'), num_stages=meta.pop('num_stages', 3))
@@ -367,33 +360,15 @@ def _compile_for(kernel, meta: dict, io_type: str, capability: int, layout: str)
             # ... and the other integers (N, W, d, strides) are multiples of 16.
             signature[arg] = 'i32'
             attrs[(index,)] = [['tt.divisibility', 16]]
-    compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
-                              target=GPUTarget('cuda', capability, 32),
-                              options=options)
-    with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
-        cubin.write(compiled.asm['cubin'])
-        cubin.flush()
-        tool = Path(triton.__file__).parent / 'backends' / 'nvidia' / 'bin' / 'cuobjdump'
-        usage = subprocess.run([os.fspath(tool), '--dump-resource-usage', cubin.name],
-                               capture_output=True, text=True).stdout
-    registers = re.search(r'REG:(\d+)', usage)
-    stack = re.search(r'STACK:(\d+)', usage)
-    ptx = compiled.asm['ptx']
+    compiled, usage = compile_for_gpu(kernel, signature, constants, attrs, capability, options)
     resident = None
-    if registers:
+    if usage['registers']:
         # The rule the launches size their split-N grids by on a GPU, with an
         # A100 / H100 SM's budget.
         from mavit_mm.ops.mala.plan import KernelResources, resident_blocks
-        resident = resident_blocks(KernelResources(int(registers.group(1)),
-                                                   compiled.metadata.shared, options['num_warps']))
-    return dict(num_warps=options['num_warps'], resident_per_sm=resident,
-                registers=int(registers.group(1)) if registers else None,
-                stack_bytes=int(stack.group(1)) if stack else None,
-                shared_bytes=compiled.metadata.shared,
-                global_loads=len(re.findall(r'ld\.global\.', ptx)),
-                vector_loads=len(re.findall(r'ld\.global\.[^ \t]*v[248]\.', ptx)),
-                global_stores=len(re.findall(r'st\.global\.', ptx)),
-                vector_stores=len(re.findall(r'st\.global\.[^ \t]*v[248]\.', ptx)))
+        resident = resident_blocks(KernelResources(usage['registers'], compiled.metadata.shared,
+                                                   options['num_warps']))
+    return dict(num_warps=options['num_warps'], resident_per_sm=resident, **usage)
 
 
 def compile_report(args) -> int:

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -83,9 +80,7 @@ def variants():
 
 def compile_for(kernel, constexprs: dict, map_type: str, capability: int,
                 channels: int) -> dict:
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from mavit_mm.tooling.gpu_compile_report import compile_for_gpu
     signature, constants, attrs = {}, dict(constexprs), {}
     for index, arg in enumerate(kernel.arg_names):
         if arg in constants:
@@ -101,25 +96,8 @@ def compile_for(kernel, constexprs: dict, map_type: str, capability: int,
             signature[arg] = 'i32'
             if arg.startswith('s') or (arg == 'C' and channels % 16 == 0):
                 attrs[(index,)] = [['tt.divisibility', 16]]
-    compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
-                              target=GPUTarget('cuda', capability, 32),
-                              options=dict(num_warps=4, num_stages=3))
-    with tempfile.NamedTemporaryFile(suffix='.cubin') as cubin:
-        cubin.write(compiled.asm['cubin'])
-        cubin.flush()
-        tool = Path(triton.__file__).parent / 'backends' / 'nvidia' / 'bin' / 'cuobjdump'
-        usage = subprocess.run([os.fspath(tool), '--dump-resource-usage', cubin.name],
-                               capture_output=True, text=True).stdout
-    registers = re.search(r'REG:(\d+)', usage)
-    stack = re.search(r'STACK:(\d+)', usage)
-    ptx = compiled.asm['ptx']
-    return dict(registers=int(registers.group(1)) if registers else None,
-                stack_bytes=int(stack.group(1)) if stack else None,
-                shared_bytes=compiled.metadata.shared,
-                global_loads=len(re.findall(r'ld\.global\.', ptx)),
-                vector_loads=len(re.findall(r'ld\.global\.[^ \t]*v[248]\.', ptx)),
-                global_stores=len(re.findall(r'st\.global\.', ptx)),
-                vector_stores=len(re.findall(r'st\.global\.[^ \t]*v[248]\.', ptx)))
+    return compile_for_gpu(kernel, signature, constants, attrs, capability,
+                           dict(num_warps=4, num_stages=3))[1]
 
 
 def main(argv=None) -> int:

@@ -43,6 +43,19 @@ def _gelu_grad(x):
 
 
 @triton.jit
+def _row_tile(H, W, C, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The program's tile: its grid row (image ``b``, row ``h``), ``BLOCK_W``
+    pixels ``ws`` of that row and ``BLOCK_C`` channels ``cs``, with their
+    masks. ``h`` is a vector over the pixels: Triton's interpreter rejects
+    masks that combine scalar and vector conditions."""
+    row = tl.program_id(0)
+    ws = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    cs = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+    h = row % H + tl.zeros([BLOCK_W], dtype=tl.int32)
+    return row, row // H, h, ws, cs, ws < W, cs < C
+
+
+@triton.jit
 def _depthwise_forward_kernel(
         X, sxb, sxh, sxw, Wt, Bias,
         A, sab, sah, saw, G, sgb, sgh, sgw,
@@ -52,15 +65,7 @@ def _depthwise_forward_kernel(
         K: tl.constexpr, PRE_GELU: tl.constexpr, ADD_INPUT: tl.constexpr,
         GATE: tl.constexpr, STORE_SUM: tl.constexpr, NORM: tl.constexpr,
         BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
-    row = tl.program_id(0)
-    b = row // H
-    ws = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    cs = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
-    # The row index as a vector over the tile's pixels: Triton's interpreter
-    # rejects masks that combine scalar and vector conditions.
-    h = row % H + tl.zeros([BLOCK_W], dtype=tl.int32)
-    in_w = ws < W
-    in_c = cs < C
+    row, b, h, ws, cs, in_w, in_c = _row_tile(H, W, C, BLOCK_W, BLOCK_C)
     pad: tl.constexpr = K // 2
     x_image = X + b.to(tl.int64) * sxb
     acc = tl.zeros([BLOCK_W, BLOCK_C], dtype=tl.float32)
@@ -116,13 +121,7 @@ def _depthwise_backward_kernel(
         H, W, C,
         K: tl.constexpr, PRE_GELU: tl.constexpr, ADD_INPUT: tl.constexpr,
         BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
-    row = tl.program_id(0)
-    b = row // H
-    ws = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    cs = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
-    h = row % H + tl.zeros([BLOCK_W], dtype=tl.int32)
-    in_w = ws < W
-    in_c = cs < C
+    row, b, h, ws, cs, in_w, in_c = _row_tile(H, W, C, BLOCK_W, BLOCK_C)
     mask = in_w[:, None] & in_c[None, :]
     pad: tl.constexpr = K // 2
     dz_image = DZ + b.to(tl.int64) * sdb
@@ -171,13 +170,7 @@ def _norm_backward_kernel(
         BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
     """``dy = ds + LN'(y)^T dz`` for pixels of one row, all channels; per
     program the partial ``sum dz * yhat`` and ``sum dz`` (rows 0 and 1)."""
-    row = tl.program_id(0)
-    b = row // H
-    ws = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    cs = tl.arange(0, BLOCK_C)
-    h = row % H + tl.zeros([BLOCK_W], dtype=tl.int32)
-    in_w = ws < W
-    in_c = cs < C
+    row, b, h, ws, cs, in_w, in_c = _row_tile(H, W, C, BLOCK_W, BLOCK_C)   # (grid: 2-D)
     mask = in_w[:, None] & in_c[None, :]
     pixels = ws[:, None]
     dz = tl.load(DZ + b.to(tl.int64) * sdb + h[:, None] * sdh + pixels * sdw + cs[None, :], mask=mask,
