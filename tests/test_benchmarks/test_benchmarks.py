@@ -769,3 +769,21 @@ def test_ncu_mala_builds_its_inputs_in_the_layout_asked(monkeypatch):
     with pytest.raises(Built):
         ncu_mala.main(['--layout', 'contiguous'])
     assert asked == ['contiguous']
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='compiles for sm_90 ahead of time on a CPU')
+def test_depthwise_kernels_compile_for_sm90_without_spills():
+    """Every launch variant of the fused depthwise stages compiles for an H100
+    / H200 (Triton's own ptxas, no GPU), with its tiles held in registers: a
+    tile change that spills shows here first."""
+    import ast
+    pytest.importorskip('triton')
+    result = run_script('benchmarks/depthwise_compile_report.py', '--capability', '90',
+                        '--dtypes', 'bf16')
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if not line.startswith('#')]
+    assert len(rows) == 32, result.stdout                # 6 variants x 4 widths, 2 x 4 hidden
+    for row in rows:
+        usage = ast.literal_eval(row[row.index('{'):])
+        assert usage['stack_bytes'] == 0 and usage['registers'] <= 255, row
+        assert usage['vector_loads'] > 0, row             # channels read as vectors
