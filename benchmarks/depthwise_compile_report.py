@@ -44,8 +44,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 def variants():
     """(name, kernel, constexprs, channels) of every launch the stages make,
     with the tile sizes of ``function.py``."""
-    import triton
-
     from mavit_mm.ops.depthwise import function, kernels
     forward, backward, norm_backward = (kernels._depthwise_forward_kernel,
                                         kernels._depthwise_backward_kernel,
@@ -53,11 +51,7 @@ def variants():
     flags = dict(PRE_GELU=False, ADD_INPUT=False, GATE=False, STORE_SUM=False, NORM=False)
 
     def tile(channels, norm=False):
-        if norm:
-            block_w, block_c = function._norm_blocks(channels)
-        else:
-            block_w, block_c = function.BLOCK_W, min(function.BLOCK_C,
-                                                      triton.next_power_of_2(channels))
+        block_w, block_c = (function.norm_blocks if norm else function.conv_blocks)(channels)
         return dict(BLOCK_W=block_w, BLOCK_C=block_c)
 
     for c in CHANNELS:

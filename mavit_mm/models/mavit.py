@@ -135,9 +135,13 @@ class PointwiseConv2d(Conv2d):
         self.as_matmul = fast_paths.matmul_1x1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.as_matmul:
-            return super().forward(x)
-        return pointwise_conv(x, *self.weights_for(x))
+        return self.product(x, *self.weights_for(x))
+
+    def product(self, x: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor | None) -> torch.Tensor:
+        """This layer's 1x1 product of ``x`` with ``weight`` and ``bias`` (its
+        own, or a slice of them), as the switch says."""
+        return pointwise_conv(x, weight, bias) if self.as_matmul else F.conv2d(x, weight, bias)
 
 
 class LayerNorm2d(nn.Module):
@@ -408,9 +412,8 @@ class GatedAttention(nn.Module):
         dim, split = self.dim, self.fast_paths.channel_split
         if self.rotates_qk and self._dense_rope(x):
             weight, bias = self.qkvo.weights_for(x)
-            v_and_o = (pointwise_conv(x, weight[2 * dim:], bias[2 * dim:]) if self.qkvo.as_matmul
-                       else F.conv2d(x, weight[2 * dim:], bias[2 * dim:]))
-            v, o = channel_split(v_and_o, (dim, dim), split)
+            v, o = channel_split(self.qkvo.product(x, weight[2 * dim:], bias[2 * dim:]),
+                                 (dim, dim), split)
             qk = self.split_heads(self._rotated_qk(x, rope))
         else:
             qk, v, o = channel_split(self.qkvo(x), (2 * dim, dim, dim), split)

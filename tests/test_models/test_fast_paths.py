@@ -6,11 +6,9 @@ What runs is read op by op with a dispatch mode, without a clock.
 """
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from helpers.op_log import OpLog
 
 from mavit_mm.models import MAViT
 from mavit_mm.ops.fast_paths import FAST_PATHS, FastPaths
@@ -32,22 +30,6 @@ def model_with(fast_paths=None, seed: int = 0, **kwargs) -> MAViT:
 
 def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
     return ((ours.double() - reference.double()).norm() / reference.double().norm()).item()
-
-
-class OpLog(TorchDispatchMode):
-    """Every aten op a call dispatches: its name and its tensor arguments' dtypes."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = Counter()
-        self.complex_muls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        self.ops[name] += 1
-        if name == 'mul' and any(isinstance(a, torch.Tensor) and a.is_complex() for a in args):
-            self.complex_muls += 1
-        return func(*args, **(kwargs or {}))
 
 
 # -- the argument ------------------------------------------------------------------

@@ -12,12 +12,11 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 
 import pytest
 import torch
+from helpers.op_log import OpLog
 from helpers.paths import REPO_ROOT
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from mavit_mm.models import MAViT
 from mavit_mm.ops.fast_paths import DEPTHWISE_KERNEL_SWITCHES
@@ -41,16 +40,6 @@ def small_model(depthwise_impl: str, seed: int = 0, **kwargs) -> MAViT:
 
 def image(size=(32, 32)) -> torch.Tensor:
     return torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1)).to(DEVICE)
-
-
-class OpCount(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def test_the_fused_stages_compute_the_modules_model(one_torch_thread):
@@ -95,7 +84,7 @@ def test_each_fused_switch_replaces_its_modules_with_one_op(switch):
     counts = {}
     for name, fast_paths in (('on', None), ('off', {switch: False})):
         model = small_model('triton', fast_paths=fast_paths).eval()
-        with torch.no_grad(), fused_launches_skipped(), OpCount() as log:
+        with torch.no_grad(), fused_launches_skipped(), OpLog() as log:
             model(image())
         counts[name] = log.ops
     blocks = sum(SMALL['depths'])
@@ -106,7 +95,7 @@ def test_each_fused_switch_replaces_its_modules_with_one_op(switch):
 
 
 def test_depthwise_impl_auto_runs_the_modules_off_cuda():
-    with torch.no_grad(), OpCount() as log:
+    with torch.no_grad(), OpLog() as log:
         small_model('auto').cpu().eval()(image().cpu())
     assert not set(FUSED_OPS.values()) & set(log.ops)
 
@@ -138,7 +127,7 @@ def test_a_1x1_convolution_compiles_to_a_matrix_product_with_the_bias_inside():
     targets = [str(node.target) for graph in counter.graphs for node in graph.graph.nodes]
     assert 'aten.addmm.default' in targets or any('addmm' in t for t in targets), targets
     # Eager on the CPU: oneDNN's convolution, which adds the bias inside.
-    with OpCount() as log:
+    with OpLog() as log:
         pointwise_conv(x, weight, bias)
     assert log.ops['convolution'] == 1 and log.ops['addmm'] == 0
 

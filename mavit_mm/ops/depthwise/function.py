@@ -10,11 +10,10 @@ maps in the input's dtype; weights are read in whatever dtype they have
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 
+from ..mala.triton_support import on_device
 from . import kernels
 
 # One program: BLOCK_W pixels of a row times BLOCK_C channels. The norm holds
@@ -24,16 +23,11 @@ BLOCK_C = 64
 NORM_TILE = 2048            # BLOCK_W * BLOCK_C of the stages with the norm
 
 
-def _empty_map(batch: int, channels: int, height: int, width: int, dtype: torch.dtype,
-               device: torch.device) -> torch.Tensor:
-    """A channels_last ``(B, C, H, W)`` map (NHWC memory)."""
-    return torch.empty(batch, height, width, channels, dtype=dtype,
-                       device=device).permute(0, 3, 1, 2)
-
-
 def _empty_like_map(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A channels_last map (NHWC memory) of ``x``'s shape."""
     batch, channels, height, width = x.shape
-    return _empty_map(batch, channels, height, width, dtype or x.dtype, x.device)
+    return torch.empty(batch, height, width, channels, dtype=dtype or x.dtype,
+                       device=x.device).permute(0, 3, 1, 2)
 
 
 def _strides(t: torch.Tensor) -> tuple[int, int, int]:
@@ -41,13 +35,26 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(2), t.stride(3)
 
 
-def _on_device(device: torch.device):
-    return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
+def conv_blocks(channels: int) -> tuple[int, int]:
+    """``(BLOCK_W, BLOCK_C)`` of the convolution kernels' programs."""
+    return BLOCK_W, min(BLOCK_C, triton.next_power_of_2(channels))
 
 
-def _norm_blocks(channels: int) -> tuple[int, int]:
+def norm_blocks(channels: int) -> tuple[int, int]:
+    """``(BLOCK_W, BLOCK_C)`` of the programs that normalise: every channel."""
     block_c = triton.next_power_of_2(channels)
     return max(1, min(BLOCK_W, NORM_TILE // block_c)), block_c
+
+
+def _grid(x: torch.Tensor, block_w: int, block_c: int) -> tuple[int, int, int]:
+    """One program per image row, ``block_w`` pixels and ``block_c`` channels."""
+    batch, channels, height, width = x.shape
+    return batch * height, triton.cdiv(width, block_w), triton.cdiv(channels, block_c)
+
+
+def _gated_dtype(v: torch.Tensor, attention: torch.Tensor, gate: torch.Tensor) -> torch.dtype:
+    """The dtype of ``gate * (attention + dwconv(v))``, as PyTorch promotes it."""
+    return torch.promote_types(torch.promote_types(v.dtype, attention.dtype), gate.dtype)
 
 
 def _forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, *,
@@ -56,10 +63,8 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: tor
              second: torch.Tensor | None = None, norm: tuple | None = None) -> None:
     """Launch ``_depthwise_forward_kernel``: ``out`` (and ``second``: the
     gate's sum, or the normed map) written."""
-    batch, channels, height, width = x.shape
-    ksize = weight.shape[-1]
-    block_w, block_c = _norm_blocks(channels) if norm is not None else (
-        BLOCK_W, min(BLOCK_C, triton.next_power_of_2(channels)))
+    _, channels, height, width = x.shape
+    block_w, block_c = norm_blocks(channels) if norm is not None else conv_blocks(channels)
     gate_args = (attention, *_strides(attention), gate, *_strides(gate)) if gate is not None \
         else (x, 0, 0, 0, x, 0, 0, 0)
     second_args = (second, *_strides(second)) if second is not None else (x, 0, 0, 0)
@@ -68,13 +73,12 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: tor
     else:
         norm_weight = norm_bias = mean = rstd = bias
         eps = 0.0
-    grid = (batch * height, triton.cdiv(width, block_w), triton.cdiv(channels, block_c))
-    with _on_device(x.device):
-        kernels._depthwise_forward_kernel[grid](
+    with on_device(x.device):
+        kernels._depthwise_forward_kernel[_grid(x, block_w, block_c)](
             x, *_strides(x), weight.contiguous(), bias.contiguous(), *gate_args,
             out, *_strides(out), *second_args, norm_weight.contiguous(),
             norm_bias.contiguous(), mean, rstd, height, width, channels, eps,
-            K=ksize, PRE_GELU=pre_gelu, ADD_INPUT=add_input, GATE=gate is not None,
+            K=weight.shape[-1], PRE_GELU=pre_gelu, ADD_INPUT=add_input, GATE=gate is not None,
             STORE_SUM=gate is not None and second is not None, NORM=norm is not None,
             BLOCK_W=block_w, BLOCK_C=block_c)
 
@@ -84,14 +88,14 @@ def _backward(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: tor
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dx, dweight, dbias)`` of ``[x +] dwconv(act(x)) + b`` given the
     gradient ``dz`` of its result."""
-    batch, channels, height, width = x.shape
+    _, channels, height, width = x.shape
     ksize = weight.shape[-1]
-    block_w, block_c = BLOCK_W, min(BLOCK_C, triton.next_power_of_2(channels))
-    grid = (batch * height, triton.cdiv(width, block_w), triton.cdiv(channels, block_c))
+    block_w, block_c = conv_blocks(channels)
+    grid = _grid(x, block_w, block_c)
     dx = _empty_like_map(x)
     partials = torch.empty(grid[0] * grid[1], ksize * ksize + 1, channels, dtype=torch.float32,
                            device=x.device)
-    with _on_device(x.device):
+    with on_device(x.device):
         kernels._depthwise_backward_kernel[grid](
             dz, *_strides(dz), x, *_strides(x), weight.contiguous(), dx, *_strides(dx),
             partials, height, width, channels, K=ksize, PRE_GELU=pre_gelu,
@@ -136,12 +140,12 @@ def position_norm_backward_op(d_stream: torch.Tensor, d_normed: torch.Tensor, x:
                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                          torch.Tensor, torch.Tensor]:
     x, d_stream, d_normed = map(_channel_stride_one, (x, d_stream, d_normed))
-    batch, channels, height, width = x.shape
-    block_w, block_c = _norm_blocks(channels)
-    grid = (batch * height, triton.cdiv(width, block_w))
+    _, channels, height, width = x.shape
+    block_w, block_c = norm_blocks(channels)
+    grid = _grid(x, block_w, block_c)[:2]          # every channel in one program
     dy = _empty_like_map(x)
     partials = torch.empty(grid[0] * grid[1], 2, channels, dtype=torch.float32, device=x.device)
-    with _on_device(x.device):
+    with on_device(x.device):
         kernels._norm_backward_kernel[grid](
             d_normed, *_strides(d_normed), stream, *_strides(stream), d_stream,
             *_strides(d_stream), mean, rstd, norm_weight.contiguous(), dy, *_strides(dy),
@@ -184,7 +188,7 @@ def gated_lepe_op(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     """``gate * (attention + dwconv(v) + b)``, and the sum in brackets where
     ``keep_sum`` (backward's ``dgate``); else an empty tensor."""
     v, attention, gate = map(_channel_stride_one, (v, attention, gate))
-    dtype = torch.promote_types(torch.promote_types(v.dtype, attention.dtype), gate.dtype)
+    dtype = _gated_dtype(v, attention, gate)
     out = _empty_like_map(v, dtype)
     total = _empty_like_map(v, dtype) if keep_sum else v.new_empty(0, dtype=dtype)
     _forward(v, weight, bias, out, attention=attention, gate=gate,
@@ -194,7 +198,7 @@ def gated_lepe_op(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
 
 @gated_lepe_op.register_fake
 def _gated_lepe_fake(v, weight, bias, attention, gate, keep_sum):
-    dtype = torch.promote_types(torch.promote_types(v.dtype, attention.dtype), gate.dtype)
+    dtype = _gated_dtype(v, attention, gate)
     total = _empty_like_map(v, dtype) if keep_sum else v.new_empty(0, dtype=dtype)
     return _empty_like_map(v, dtype), total
 

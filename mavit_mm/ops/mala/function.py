@@ -18,9 +18,9 @@ from .launches import (
     ForwardLaunches,
     LaunchPlan,
     _empty_like_layout,
-    _on_device,
 )
 from .plan import planned_case
+from .triton_support import on_device
 
 
 def mala_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tensor,
@@ -47,7 +47,7 @@ def mala_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tens
             width: int, block_n: int = 0, tokens_per_chunk: int = 0,
             tokens_per_program: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
-    with _on_device(q.device):
+    with on_device(q.device):
         case = planned_case(q, k, v, angle, width, block_n, tokens_per_chunk, tokens_per_program)
         return mala_forward(q, k, v, angle, width, case.plan, case.compiled)
 
@@ -66,7 +66,7 @@ def mala_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                      tokens_per_chunk: int = 0, tokens_per_program: int = 0
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     angle = angle.to(device=q.device, dtype=torch.float32).contiguous()
-    with _on_device(q.device):
+    with on_device(q.device):
         case = planned_case(q, k, v, angle, width, block_n, tokens_per_chunk,
                             tokens_per_program, dout=dout, stats=stats)
         return mala_backward(dout, q, k, v, angle, stats, width, case.plan, case.compiled)

@@ -393,7 +393,3 @@ class BackwardLaunches(_Launches):
         return self.dq, self.dk, self.dv
 
 
-def _on_device(device: torch.device):
-    """Triton launches on the current CUDA device: make it the tensors' one."""
-    return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
-

@@ -23,9 +23,8 @@ from .launches import (
     KernelTile,
     LaunchPlan,
     _Launches,
-    _on_device,
 )
-from .triton_support import OutOfResources
+from .triton_support import OutOfResources, on_device
 
 # fp32 inputs get exact fp32 dots. Half inputs use tf32 tensor cores on fp32
 # operands: fp32 range (a half KV would overflow at large activations) and,
@@ -464,7 +463,7 @@ def _compiled_shortfall(q, k, v, width: int, backward: bool) -> str | None:
         # Planned past the plan cache: these plans launch nothing (the
         # backward's incoming gradient is a stand-in laid out like q), so they
         # must not become cases with compiled kernels of their own.
-        with _on_device(q.device):
+        with on_device(q.device):
             forward = ForwardLaunches(q, k, v, angle, width,
                                       _plan_for(q, k, v, angle, width),
                                       allocate=False)

@@ -6,6 +6,9 @@ with the reason, so ``impl='auto'`` keeps the PyTorch path and
 """
 from __future__ import annotations
 
+import contextlib
+
+import torch
 import triton
 
 # setup.py's 'triton' extra says the same.
@@ -27,4 +30,11 @@ try:  # where Triton raises it when a compiled kernel needs more than the GPU ha
 except ImportError:  # pragma: no cover - older layouts
     from triton.runtime.autotuner import OutOfResources
 
-__all__ = ['SUPPORTED_TRITON', 'OutOfResources']
+
+
+def on_device(device: torch.device):
+    """Triton launches on the current CUDA device: make it the tensors' one."""
+    return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
+
+
+__all__ = ['SUPPORTED_TRITON', 'OutOfResources', 'on_device']
