@@ -22,7 +22,7 @@ setup(
     extras_require={
         'det': ['mmcv==2.1.0', 'mmdet==3.3.0', 'pycocotools'],
         'seg': ['mmcv==2.1.0', 'mmsegmentation==1.2.2', 'ftfy', 'regex'],
-        'triton': ['triton>=3.2,<3.10'],  # mavit_mm/ops/mala/triton_support.py: SUPPORTED_TRITON
+        'triton': ['triton>=3.2,<3.10'],  # mavit_mm/ops/triton_support.py: SUPPORTED_TRITON
         'tests': ['pytest'],
     },
     license='Apache-2.0',

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import re
 import statistics
@@ -326,9 +327,9 @@ def _kernel_launches(plan, layout: str, pair_loads: str):
     """(kernel, its compile-time meta) for every kernel of a plan, with q, k
     (and the gradients) in ``layout``; ``pair_loads`` 'auto' reads RoPE pairs
     as the launches do (whole tiles where channels are contiguous:
-    ``launches.whole_pairs``), 'strided' one tile per parity whatever the
+    ``function.whole_pairs``), 'strided' one tile per parity whatever the
     layout (the kernels before whole-tile loads)."""
-    from mavit_mm.ops.mala.launches import launch_table, whole_pairs
+    from mavit_mm.ops.mala.function import launch_table, whole_pairs
     from mavit_mm.tooling.mala_inputs import mala_inputs
     q = mala_inputs(1, 2, 2, 2, 2, layout=layout, device='meta')[0]   # its strides only
     whole = pair_loads == 'auto' and whole_pairs(q)
@@ -336,7 +337,11 @@ def _kernel_launches(plan, layout: str, pair_loads: str):
 
 
 def _compile_for(kernel, meta: dict, io_type: str, capability: int, layout: str) -> dict:
-    from mavit_mm.tooling.gpu_compile_report import compile_for_gpu
+    from mavit_mm.tooling.gpu_compile_report import (
+        KernelResources,
+        compile_for_gpu,
+        resident_blocks,
+    )
     meta = dict(meta)
     unit_stride = 'n' if layout == 'nchw' else 'd'
     options = dict(num_warps=meta.pop('num_warps'), num_stages=meta.pop('num_stages', 3))
@@ -360,19 +365,21 @@ def _compile_for(kernel, meta: dict, io_type: str, capability: int, layout: str)
             # ... and the other integers (N, W, d, strides) are multiples of 16.
             signature[arg] = 'i32'
             attrs[(index,)] = [['tt.divisibility', 16]]
-    compiled, usage = compile_for_gpu(kernel, signature, constants, attrs, capability, options)
+    _, usage = compile_for_gpu(kernel, signature, constants, attrs, capability, options)
     resident = None
     if usage['registers']:
-        # The rule the launches size their split-N grids by on a GPU, with an
-        # A100 / H100 SM's budget.
-        from mavit_mm.ops.mala.plan import KernelResources, resident_blocks
-        resident = resident_blocks(KernelResources(usage['registers'], compiled.metadata.shared,
+        # Blocks per SM by the CUDA occupancy rules, with an A100 / H100 SM's
+        # budget (the split-N kernel's is RESIDENT_PROGRAMS_PER_SM).
+        resident = resident_blocks(KernelResources(usage['registers'], usage['shared_bytes'],
                                                    options['num_warps']))
     return dict(num_warps=options['num_warps'], resident_per_sm=resident, **usage)
 
 
 def compile_report(args) -> int:
-    from mavit_mm.ops.mala.plan import make_launch_plan
+    # Compiled-mode kernels, whatever TRITON_INTERPRET says: the interpreter's
+    # have nothing to compile (decided when kernels.py is first imported).
+    os.environ['TRITON_INTERPRET'] = '0'
+    from mavit_mm.ops.mala.function import make_launch_plan
     for capability in args.compile_report:
         for dtype_name in args.dtypes:
             for head_dim in args.head_dims:

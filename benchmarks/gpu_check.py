@@ -77,8 +77,7 @@ Steps (``--steps`` runs any of them in any order):
                   stage 1, 128x512, 1 head; stage 2, 64x256, 2 heads; d 64;
                   batch 1 and 8), bf16, under the profiler: GPU kernel time
                   per call against the wall time per call, the host's launch
-                  time per call (with direct launches and through Triton's
-                  launch path), and where the host's time goes (cProfile).
+                  time per call, and where the host's time goes (cProfile).
 ``sdpa``          MAViT-T forward+backward at 512x2048 and 1024x2048 (fp32 and
                   bf16 autocast) with SDPA restricted to its flash and
                   memory-efficient kernels, and the SDPA kernels a profiled
@@ -745,8 +744,6 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda', shapes=None,
                        'wall_us: median of synchronised calls (triton.testing.do_bench); '
                        'host_issue_us: host time per call over un-synchronised calls, i.e. what '
                        'the CPU spends launching; host-bound when host_issue_us > kernel_us; '
-                       'host_issue_us_tritons_launch_path: the same with every kernel launched '
-                       "through Triton's JITFunction.run (launches.DIRECT_LAUNCH = False); "
                        'host_python: cProfile of the calls, the functions with the most own '
                        'time, per call (inflated by cProfile: read the shares)',
                   dtype=str(dtype).replace('torch.', ''), impl=impl, layout=layout,
@@ -775,22 +772,17 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda', shapes=None,
             kernels = {name: round(us / calls, 2) for name, us, _ in _profiled_kernels(prof) if us}
             wall_us = _median_ms(step, device, 25, 100) * 1e3
             host_us = _host_issue_us(step, device, calls)
-            from mavit_mm.ops.mala.launches import direct_launches
-            with direct_launches(False):   # every launch through Triton's JITFunction.run
-                host_triton_us = _host_issue_us(step, device, calls)
             kernel_us = sum(kernels.values())
             row.update(wall_us=round(wall_us, 2), kernel_us=round(kernel_us, 2),
-                       host_issue_us=round(host_us, 2),
-                       host_issue_us_tritons_launch_path=round(host_triton_us, 2),
-                       kernels=kernels, host_bound=bool(on_cuda and host_us > kernel_us),
+                       host_issue_us=round(host_us, 2), kernels=kernels,
+                       host_bound=bool(on_cuda and host_us > kernel_us),
                        host_python=_python_profile(step, device, calls))
             rows.append(row)
             _write(out / STEP_FILES['profile'], report)
             print(f'  stage {shape["stage"]} batch {shape["batch"]} heads {shape["heads"]} '
                   f'{shape["height"]}x{shape["width"]} d={shape["head_dim"]} {layout} '
                   f'{pass_name:8} wall {wall_us:8.1f} us, kernels {kernel_us:8.1f} us, '
-                  f'host issue {host_us:8.1f} us ({host_triton_us:.1f} through Triton\'s '
-                  f'launch path)', flush=True)
+                  f'host issue {host_us:8.1f} us', flush=True)
     report['complete'] = not any('skipped' in row for row in rows)
     _write(out / STEP_FILES['profile'], report)
     return {'rows': len(rows), 'complete': report['complete']}

@@ -52,7 +52,6 @@ WHAT_IT_DOES = [
     ('test_openmmlab_tools.py', "mmdet's / mmseg's own tools as subprocesses"),
     ('test_distributed_launch.py', 'two-process data-parallel runs (gloo)'),
     ('test_benchmark_fps.py', 'benchmark_fps.py, torch.compile (inductor C++ kernels)'),
-    ('test_direct_launch.py', 'compiles the fused kernels for sm_90 (ptxas), stub CUDA driver'),
     ('test_mala_triton.py', "the fused kernels in Triton's CPU interpreter"),
     ('test_op_census.py', 'counts a bf16 forward; torch.compile (aot_eager)'),
     ('test_main_job.py', 'the main job on tiny data'),

@@ -15,11 +15,12 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
   flops             docs/speed.md      model-complexity-*.json    benchmarks/model_complexity.py
   demo-train-step   docs/speed.md      demo-train-step-*.json     benchmarks/demo_train_step.py
   onnxruntime-speed docs/deployment.md onnxruntime-speed-*.json   benchmarks/onnxruntime_speed.py
-  gpu-op            docs/gpu.md        gpu-*/*/bench_mala.json    benchmarks/gpu_check.py
-  gpu-model         docs/gpu.md        gpu-*/*/sweep.json         benchmarks/gpu_check.py
-  gpu-model-batch8  docs/gpu.md        gpu-*/*/sweep-b8.json      gpu_check.py --sweep-batch 8
-  gpu-model-graphs  docs/gpu.md        gpu-*/*/sweep-graphs.json  gpu_check.py --cuda-graphs
-  gpu-checks        docs/gpu.md        gpu-*/*/sdpa.json          benchmarks/gpu_check.py
+  gpu-checks        docs/gpu.md        gpu-*/*/sdpa.json          gpu_check.py (sdpa, the test steps)
+  gpu-op-calls      docs/gpu.md        gpu-*/*/profile.json       gpu_check.py --steps profile
+  gpu-op            docs/gpu.md        gpu-*/*/bench_mala.json    gpu_check.py --steps bench
+  gpu-model-profile docs/gpu.md        gpu-*/*/model-profile.json gpu_check.py --steps model-profile
+  gpu-model         docs/gpu.md        gpu-*/*/sweep.json         gpu_check.py --steps sweep
+  gpu-model-graphs  docs/gpu.md        gpu-*/*/sweep-graphs.json  gpu_check.py --steps sweep --cuda-graphs
 
 The paper's published figures (``PAPER``) are typed here, labelled as the
 paper's; everything else in a block comes from a results file.
@@ -67,13 +68,27 @@ README = REPO_ROOT / 'README.md'
 TARGET_FILES = {'README.md': README,
                 **{f'docs/{name}.md': REPO_ROOT / 'docs' / f'{name}.md'
                    for name in ('backbone', 'speed', 'deployment', 'gpu')}}
-# The fused op's targets (the GPU issue): bf16, N = 65536, d = 64.
-OP_TARGETS = (
-    # (B*heads, pass, minimum % of the copy bandwidth, minimum speed-up, maximum memory ratio)
-    (16, 'fwd', 70, 10, None),
-    (16, 'fwd+bwd', 50, 8, 0.3),
-    (1, 'fwd', 50, None, None),
-)
+# The MALA op's GPU targets, as benchmarks/gpu_check.py's GPU_TARGETS state
+# them (a test ties the two); bf16, d = 64, q, k, v in the model's layout.
+# The op's share of the copy bandwidth, minimum %, by (B*heads, N, pass):
+OP_COPY_TARGETS = {
+    (16, 65536, 'fwd'): 50,
+    (16, 65536, 'fwd+bwd'): 35,
+    (8, 65536, 'fwd'): 40,      # MAViT-T's stage-1 call at batch 8
+    (16, 16384, 'fwd'): 40,     # MAViT-T's stage-2 call at batch 8 (2 heads)
+}
+# What each bench row is, where it is one of the model's calls (batch 8) or a target's shape.
+OP_BENCH_CALLS = {(8, 65536): 'stage 1, batch 8', (16, 16384): 'stage 2, batch 8',
+                  (1, 65536): 'stage 1, batch 1'}
+# Each MAViT-T stage call at batch 1: its GPU kernel time, maximum µs, by pass.
+OP_CALL_TARGETS_US = {'fwd': 20, 'fwd+bwd': 60}
+# The eager MAViT-T backbone forward at 512x2048: the op's calls' GPU time,
+# maximum µs, and the forward's GPU kernels, maximum count.
+MODEL_MALA_TARGET_US = 80
+MODEL_KERNELS_TARGET = 300
+# The forward's split-N reduction (k^T v and the key sums per chunk): the
+# kernel the op-calls block names apart.
+PARTIALS_KERNEL = '_forward_partials_kernel'
 TASK_NAMES = {'backbone-forward': 'backbone forward',
               'backbone-train': 'backbone training step (fwd + bwd + AdamW)',
               'upernet-forward': 'UperNet forward'}
@@ -277,48 +292,162 @@ def _gpu_env(source: str) -> dict:
     return json.loads(path.read_text())
 
 
-def _gpu_source_line(source: str, what: str) -> str:
+def _gpu_source_line(source: str, what: str, report: dict | None = None) -> str:
+    """Where a GPU block's figures come from: the run's GPU and versions (its
+    env.json), the commit it measured (``recorded_commit``), the copy
+    bandwidth and the folder of the raw files."""
     env = _gpu_env(source)
+    commit = recorded_commit(REPO_ROOT / source, report or {})
     return (f"{what} on an {env['device']} (driver {env['driver']}, CUDA {env['cuda']}), torch "
-            f"{env['torch']}, Triton {env['triton']}, {env['date'][:10]}; device-to-device copy "
+            f"{env['torch']}, Triton {env['triton']}, "
+            f"{f'commit {commit}, ' if commit else ''}{env['date'][:10]}; device-to-device copy "
             f"measured in the same run: {env['copy_bandwidth_tbps']:.2f} TB/s; raw: "
             f"`{Path(source).parent.as_posix()}/`.")
 
 
-def _against_target(value: float, fmt: str, minimum=None, maximum=None) -> str:
-    """``value`` with its target and verdict, e.g. ``35.8 (≥ 70: **missed**)``;
-    the bare value where there is no target."""
+def _against_target(value: float, fmt: str, minimum=None, maximum=None, unit: str = '') -> str:
+    """``value`` with its target and verdict, e.g. ``35.8 (≥ 70: **missed**)``
+    (``unit`` after both numbers); the bare value where there is no target."""
     if minimum is None and maximum is None:
-        return f'{value:{fmt}}'
+        return f'{value:{fmt}}{unit}'
     met = (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
     bound = f'≥ {minimum}' if maximum is None else f'≤ {maximum}'
-    return f"{value:{fmt}} ({bound}: {'met' if met else '**missed**'})"
+    return f"{value:{fmt}}{unit} ({bound}{unit}: {'met' if met else '**missed**'})"
 
 
 def render_gpu_op(report: dict, source: str) -> str:
-    """The fused op against its targets (bf16, N = 65536, d = 64)."""
-    rows = {(row['batch_heads'], row['pass'], row['impl']): row for row in report['results']
-            if row['dtype'] == 'bf16' and row['tokens'] == 65536 and row['head_dim'] == 64}
-    layouts = {row.get('layout') for row in rows.values()}
-    layout = ('q, k, v in the layout ' + ', '.join(f'`{name}`' for name in sorted(layouts))
-              if None not in layouts else
-              'q, k, v as token-contiguous views of an NCHW map (`nchw`: the run predates '
-              "layout names and the model's `channels_last`)")
-    lines = [_gpu_source_line(source, 'Measured') + ' bf16, N = 65,536 tokens, d = 64, '
-             f'{layout}, median of `triton.testing.do_bench`; "% copy": the byte model of '
-             '`benchmarks/bench_mala.py` over the time, against the copy bandwidth.',
+    """The op at the bandwidth targets' shapes and at MAViT-T's calls at batch
+    8, fused against PyTorch, d = 64: every row of the file, the copy-bandwidth
+    targets (``OP_COPY_TARGETS``, bf16) beside theirs; a target's shape the
+    run did not time is a row that says so."""
+    rows = {(row['dtype'], row['batch_heads'], row['tokens'], row['pass'], row['impl']): row
+            for row in report['results'] if row['head_dim'] == 64}
+    cases = {key[:4] for key in rows} | {('bf16', *key) for key in OP_COPY_TARGETS}
+    dtypes, passes = ('bf16', 'fp16', 'fp32'), ('fwd', 'fwd+bwd')
+    layouts = ', '.join(f'`{name}`' for name in sorted({row['layout'] for row in rows.values()}))
+    byte_model = '; '.join(f'{name}: {text}' for name, text in report['byte_model'].items())
+    lines = [_gpu_source_line(source, 'Measured', report) + f' d = 64, q, k, v in the layout '
+             f'{layouts}, median of `triton.testing.do_bench`. "% copy": the bytes moved '
+             f'(`benchmarks/bench_mala.py`\'s model, {byte_model}) over the time, against the '
+             'copy bandwidth; the targets are for bf16.',
              '',
-             '| B·heads | pass | fused ms | PyTorch ms | % copy (target) | speed-up (target) '
-             '| memory vs PyTorch (target) |',
-             '| ---: | --- | ---: | ---: | --- | --- | --- |']
-    for batch_heads, pass_name, copy_min, speedup_min, memory_max in OP_TARGETS:
-        fused = rows[(batch_heads, pass_name, 'triton')]
-        torch_row = rows[(batch_heads, pass_name, 'torch')]
+             '| dtype | B·heads | N | MAViT-T call | pass | fused ms | PyTorch ms | % copy (target) '
+             '| speed-up | memory vs PyTorch |',
+             '| --- | ---: | ---: | --- | --- | ---: | ---: | --- | ---: | ---: |']
+
+    def order(case):
+        dtype, batch_heads, tokens, pass_name = case
+        return (dtypes.index(dtype) if dtype in dtypes else len(dtypes), -tokens, -batch_heads,
+                passes.index(pass_name) if pass_name in passes else len(passes))
+    for case in sorted(cases, key=order):
+        dtype, batch_heads, tokens, pass_name = case
+        target = OP_COPY_TARGETS.get((batch_heads, tokens, pass_name)) if dtype == 'bf16' else None
+        fused, torch_row = rows.get((*case, 'triton')), rows.get((*case, 'torch'))
+        head = (f'| {dtype} | {batch_heads} | {tokens:,} | '
+                f'{OP_BENCH_CALLS.get((batch_heads, tokens), "")} | {pass_name} | ')
+        if fused is None:
+            lines.append(head + f'not measured | | not measured (≥ {target}) | | |'
+                         if target else head + 'not measured | | | | |')
+            continue
         lines.append(
-            f"| {batch_heads} | {pass_name} | {fused['time_ms']:.3f} | {torch_row['time_ms']:.3f} "
-            f"| {_against_target(fused['percent_of_copy'], '.1f', minimum=copy_min)} "
-            f"| {_against_target(fused['speedup_vs_torch'], '.2f', minimum=speedup_min)} "
-            f"| {_against_target(fused['memory_vs_torch'], '.3f', maximum=memory_max)} |")
+            head + f"{fused['time_ms']:.3f} | "
+            + (f"{torch_row['time_ms']:.3f}" if torch_row else 'n/a')
+            + f" | {_against_target(fused['percent_of_copy'], '.1f', minimum=target)} | "
+            + (f"{fused['speedup_vs_torch']:.2f}" if fused.get('speedup_vs_torch') else 'n/a')
+            + ' | '
+            + (f"{fused['memory_vs_torch']:.3f}" if fused.get('memory_vs_torch') else 'n/a')
+            + ' |')
+    return '\n'.join(lines)
+
+
+# Bytes per element of the dtypes the GPU check names.
+ELEMENT_BYTES = {'bfloat16': 2, 'float16': 2, 'float32': 4, 'bf16': 2, 'fp16': 2, 'fp32': 4}
+
+
+def _byte_factors(folder: Path) -> dict[str, int]:
+    """The elements moved per (B*heads * N * d), by pass, from the byte model
+    that the same GPU run's ``bench_mala.json`` records ({} without one)."""
+    path = _same_run_file(folder, 'bench_mala.json')
+    model = json.loads(path.read_text()).get('byte_model', {}) if path else {}
+    found = {name: re.search(r'(\d+) \* BH \* N \* d \* bytes', text)
+             for name, text in model.items()}
+    return {name: int(match.group(1)) for name, match in found.items() if match}
+
+
+def render_gpu_op_calls(report: dict, source: str) -> str:
+    """The op at MAViT-T's own calls (``gpu_check.py``'s ``profile`` step): GPU
+    kernel time against the batch-1 targets (``OP_CALL_TARGETS_US``), the
+    split-N partial sums apart, the bytes at copy speed, the wall time and
+    the host's time per call."""
+    folder = (REPO_ROOT / source).parent
+    env = _gpu_env(source)
+    factors = _byte_factors(folder)
+    rows = [row for row in report['results'] if 'wall_us' in row]
+    # Runs of commits that launched compiled kernels directly timed the host
+    # both ways; the second is the launch path the op takes now.
+    both_paths = any('host_issue_us_tritons_launch_path' in row for row in rows)
+    host = (['host µs, direct launches', "host µs, Triton's `JITFunction.run`"] if both_paths
+            else ['host µs'])
+    lines = [_gpu_source_line(source, 'Measured', report) +
+             f" {report['dtype']}, `{report['impl']}`, q, k, v in the layout `{report['layout']}`."
+             ' GPU kernels: their time per call under `torch.profiler` (target: each call at '
+             'batch 1); partial sums: the forward\'s split-N reduction of k^T v and the key sums '
+             f'(`{PARTIALS_KERNEL}`); copy speed: the bytes of `benchmarks/bench_mala.py`\'s model '
+             'at the copy bandwidth; wall: median of synchronised calls; host: the CPU\'s time per '
+             'call over unsynchronised calls (host-bound where it exceeds the GPU kernels\' time).',
+             '',
+             '| call | GPU kernels µs (target) | partial sums µs | at copy speed µs | wall µs | '
+             + ' | '.join(host) + ' |',
+             '| --- | --- | ---: | ---: | ---: | ' + ' | '.join('---:' for _ in host) + ' |']
+    for row in rows:
+        target = OP_CALL_TARGETS_US.get(row['pass_name']) if row['batch'] == 1 else None
+        partials = (row.get('kernels') or {}).get(PARTIALS_KERNEL)
+        factor = factors.get(row['pass_name'])
+        copy_us = (factor * row['batch_heads'] * row['tokens'] * row['head_dim']
+                   * ELEMENT_BYTES[report['dtype']] / (env['copy_bandwidth_tbps'] * 1e6)
+                   if factor and 'tokens' in row else None)
+        cells = [row['host_issue_us'], row.get('host_issue_us_tritons_launch_path')][:len(host)]
+        lines.append(
+            f"| stage {row['stage']}, batch {row['batch']}, {row['heads']} head(s) of "
+            f"d = {row['head_dim']} over {row['height']}x{row['width']}, {row['pass_name']} | "
+            f"{_against_target(row['kernel_us'], '.1f', maximum=target)} | "
+            + ' | '.join('n/a' if value is None else f'{value:.1f}'
+                         for value in (partials, copy_us, row['wall_us'], *cells)) + ' |')
+    return '\n'.join(lines)
+
+
+def render_gpu_model_profile(report: dict, source: str) -> str:
+    """Where an eager backbone forward's GPU time goes (``gpu_check.py``'s
+    ``model-profile`` step), by kernel category, MAViT-T beside Swin-T, with
+    MAViT-T's targets: the op's GPU time and the forward's kernel count."""
+    models = report['results']
+    mavit = next(row for row in models if row['model'].startswith('MAViT'))
+    names = [row['model'].split(' ')[0] for row in models]
+    lines = [_gpu_source_line(source, 'Measured', report) +
+             f" {report['height']}x{report['width']}; models: "
+             + ', '.join(f"`{row['model']}`" for row in models) + f"; {report['note']}. "
+             "Categories: `benchmarks/gpu_check.py`'s `kernel_category` (`mala`: the op's "
+             'kernels).',
+             '',
+             '| category | ' + ' | '.join(f'{name} µs | {name} kernels | {name} share'
+                                         for name in names) + ' |',
+             '| --- | ' + ' | '.join('---: | ---: | ---:' for _ in names) + ' |']
+    for category in report['categories']:
+        cells = [row['categories'].get(category, {}) for row in models]
+        if not any(cell.get('kernels') for cell in cells):
+            continue
+        lines.append(f'| {category} | ' + ' | '.join(
+            f"{cell.get('time_us', 0):.1f} | {cell.get('kernels', 0)} | "
+            f"{100 * cell.get('share', 0):.1f}%" for cell in cells) + ' |')
+    lines.append('| **all** | ' + ' | '.join(
+        f"**{row['gpu_time_us']:.1f}** | **{row['kernel_count']}** | " for row in models) + ' |')
+    mala = mavit['categories']['mala']
+    lines += ['', "MAViT-T's targets: the op's GPU time per forward "
+              f"{_against_target(mala['time_us'], '.1f', maximum=MODEL_MALA_TARGET_US, unit=' µs')}"
+              f" in {mala['kernels']} kernels; GPU kernels per forward "
+              f"{_against_target(mavit['kernel_count'], 'd', maximum=MODEL_KERNELS_TARGET)}. "
+              'Eager forward, wall time: ' + ', '.join(
+                  f"{name} {row['forward_ms']:.1f} ms" for name, row in zip(names, models)) + '.']
     return '\n'.join(lines)
 
 
@@ -326,7 +455,9 @@ def render_gpu_model(report: dict, source: str) -> str:
     """MAViT-T (fused and PyTorch MALA) against Swin-T over resolutions."""
     graphs = ' Each forward captured once in a CUDA graph; the replays are timed.' \
         if report.get('cuda_graphs') else ''
-    lines = [_gpu_source_line(source, 'Measured') + ' ' + report['note'] + '.' + graphs,
+    names = sorted({row['model'] for row in report['forward'] + report['training']})
+    lines = [_gpu_source_line(source, 'Measured', report) + ' ' + report['note'] + '. Models: '
+             + ', '.join(f'`{name}`' for name in names) + ' (fused: `triton`).' + graphs,
              '',
              '| size | precision | batch | MAViT-T fused ms | MAViT-T PyTorch ms | Swin-T ms '
              '| fused / Swin-T | PyTorch / Swin-T |',
@@ -443,10 +574,10 @@ def _check_run_environment(path: Path, report: dict, env: dict) -> None:
 
 
 def render_gpu_checks(report: dict, source: str) -> str:
-    """What the GPU run checked: the kernel and model tests, SDPA's kernels and
-    the op's host time against its kernel time."""
+    """What the GPU run checked: the kernel and model tests, and the SDPA
+    kernels MAViT-T's softmax stages run."""
     folder = (REPO_ROOT / source).parent
-    lines = [_gpu_source_line(source, 'Checked'), '']
+    lines = [_gpu_source_line(source, 'Checked', report), '']
     for name in ('kernel-tests', 'model-tests'):
         path = _same_run_file(folder, f'{name}.json')
         if path:
@@ -463,22 +594,6 @@ def render_gpu_checks(report: dict, source: str) -> str:
                      f"{row['precision']} with only {row['allowed']} allowed: "
                      + (f'ran; unrestricted, the forward picks {ops}' if row.get('ok')
                         else f"failed: {row.get('error')}") + '.')
-    profile_path = _same_run_file(folder, 'profile.json')
-    if profile_path:
-        profile = json.loads(profile_path.read_text())
-        rows = [row for row in profile['results'] if 'wall_us' in row]
-        # Older runs timed square maps of one head; newer ones MAViT-T's calls.
-        by_stage = all('stage' in row for row in rows)
-        header = (f"op call in MAViT-T ({profile['dtype']}, {profile['layout']})" if by_stage
-                  else 'op call (bf16, N = 65,536, d = 64, `nchw`)')
-        lines += ['', f'| {header} | wall µs | GPU kernels µs | host issue µs |',
-                  '| --- | ---: | ---: | ---: |']
-        for row in rows:
-            call = (f"stage {row['stage']}, batch {row['batch']}, {row['heads']} head(s) of "
-                    f"d = {row['head_dim']} over {row['height']}x{row['width']}" if by_stage
-                    else f"B·heads {row['batch_heads']}")
-            lines.append(f"| {call}, {row['pass_name']} | {row['wall_us']:.1f} | "
-                         f"{row['kernel_us']:.1f} | {row['host_issue_us']:.1f} |")
     return '\n'.join(lines)
 
 
@@ -602,11 +717,13 @@ BLOCKS: dict[str, Block] = {
                              target='docs/speed.md'),
     'onnxruntime-speed': Block('onnxruntime-speed-*.json', render_onnxruntime_speed,
                                target='docs/deployment.md'),
-    'gpu-op': Block('gpu-*/*/bench_mala.json', render_gpu_op, target='docs/gpu.md'),
-    'gpu-model': Block('gpu-*/*/sweep.json', render_gpu_model, target='docs/gpu.md'),
-    'gpu-model-batch8': Block('gpu-*/*/sweep-b8.json', render_gpu_model, target='docs/gpu.md'),
-    'gpu-model-graphs': Block('gpu-*/*/sweep-graphs.json', render_gpu_model, target='docs/gpu.md'),
     'gpu-checks': Block('gpu-*/*/sdpa.json', render_gpu_checks, target='docs/gpu.md'),
+    'gpu-op-calls': Block('gpu-*/*/profile.json', render_gpu_op_calls, target='docs/gpu.md'),
+    'gpu-op': Block('gpu-*/*/bench_mala.json', render_gpu_op, target='docs/gpu.md'),
+    'gpu-model-profile': Block('gpu-*/*/model-profile.json', render_gpu_model_profile,
+                               target='docs/gpu.md'),
+    'gpu-model': Block('gpu-*/*/sweep.json', render_gpu_model, target='docs/gpu.md'),
+    'gpu-model-graphs': Block('gpu-*/*/sweep-graphs.json', render_gpu_model, target='docs/gpu.md'),
 }
 
 

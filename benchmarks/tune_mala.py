@@ -5,7 +5,7 @@ chunking and the tokens per program, with ``triton.testing.do_bench``.
 For each shape it prints, per kernel, the fastest candidate against the current
 table, then the whole forward and forward+backward with the winners against the
 defaults, and writes everything as JSON. The chosen values go into
-``KERNEL_TILES`` (``mavit_mm/ops/mala/plan.py``) by hand, with the JSON
+``KERNEL_TILES`` (``mavit_mm/ops/mala/function.py``) by hand, with the JSON
 committed under ``benchmarks/results/`` as the evidence.
 
 q, k, v come from ``mavit_mm.tooling.mala_inputs`` in ``--layout`` (default
@@ -80,8 +80,8 @@ class Case:
 
     def __init__(self, dtype, batch_heads, num_tokens, head_dim, device,
                  layout: str = DEFAULT_LAYOUT):
-        from mavit_mm.ops.mala import launches, plan
-        self.launch_module, self.plan_module = launches, plan
+        from mavit_mm.ops.mala import function
+        self.function = function
         self.views, rope = mala_case_inputs(batch_heads, num_tokens, head_dim, dtype, device,
                                             requires_grad=False, layout=layout)
         self.layout = layout
@@ -94,35 +94,35 @@ class Case:
 
     def plan(self, **overrides):
         batch_heads, num_tokens, head_dim = self.shape
-        return self.plan_module.make_launch_plan(num_tokens, batch_heads, head_dim, self.dtype,
-                                                 self.device, **overrides)
+        return self.function.make_launch_plan(num_tokens, batch_heads, head_dim, self.dtype,
+                                              self.device, **overrides)
 
-    def launches(self, plan):
+    def launches(self, plan) -> dict[str, Callable]:
+        """Every launch of a forward and a backward with ``plan``, by name
+        (``partials``, ``combine``, ``output``, ``query``, ``chunk_sum``,
+        ``key``), on buffers that each has filled once (in order: a launch
+        may be timed alone)."""
         q, k, v = self.views
-        forward = self.launch_module.ForwardLaunches(q, k, v, self.angle, self.width, plan)
-        out, stats = forward.run()
-        backward = self.launch_module.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
+        _, stats, forward = self.function.forward_launches(q, k, v, self.angle, self.width,
+                                                           plan)
+        *_, backward = self.function.backward_launches(self.dout, q, k, v, self.angle, stats,
                                                        self.width, plan)
-        backward.run()
-        return forward, backward
+        steps = dict(forward + backward)
+        for launch in steps.values():
+            launch()
+        return steps
 
     def kernel_step(self, kernel: str, plan) -> Callable:
-        forward, backward = self.launches(plan)
-        if kernel in ('partials', 'combine', 'output'):
-            return getattr(forward, kernel)
-        if kernel == 'query':
-            return backward.query
-        return backward.key
+        return self.launches(plan)[kernel]
 
     def pass_step(self, plan, with_backward: bool) -> Callable:
         q, k, v = self.views
+        function = self.function
 
         def step():
-            _, stats = self.launch_module.ForwardLaunches(q, k, v, self.angle, self.width,
-                                                          plan).run()
+            _, stats = function.mala_forward(q, k, v, self.angle, self.width, plan)
             if with_backward:
-                self.launch_module.BackwardLaunches(self.dout, q, k, v, self.angle, stats,
-                                                    self.width, plan).run()
+                function.mala_backward(self.dout, q, k, v, self.angle, stats, self.width, plan)
         return step
 
 
@@ -222,8 +222,8 @@ def tune_shape(case: Case, kernels: list[str], rep: int, record: dict,
     for tiles_per_program in TILES_PER_PROGRAM:
         block = best_tiles.get('output', (default.output.block_n,))[0]
         plan = case.plan(tiles=best_tiles, tokens_per_program=tiles_per_program * block)
-        out_ms = bench(lambda: case.launches(plan)[0].output, rep)
-        key_ms = bench(lambda: case.launches(plan)[1].key, rep)
+        out_ms = bench(lambda: case.kernel_step('output', plan), rep)
+        key_ms = bench(lambda: case.kernel_step('key', plan), rep)
         program_timings.append({'tiles_per_program': tiles_per_program, 'output_ms': out_ms,
                                 'key_ms': key_ms})
         record['tokens_per_program'] = program_timings
@@ -243,10 +243,11 @@ def tune_shape(case: Case, kernels: list[str], rep: int, record: dict,
 
 
 def _reduce_step(case: Case, plan, direction: str) -> Callable:
-    forward, backward = case.launches(plan)
-    if direction == 'forward':
-        return lambda: (forward.partials(), forward.combine())
-    return lambda: (backward.query(), backward.chunk_sum())
+    """The split-N reduction of one pass: the forward's partial sums and their
+    combine, or the backward's query pass and its sum over chunks."""
+    launches = case.launches(plan)
+    first, second = ('partials', 'combine') if direction == 'forward' else ('query', 'chunk_sum')
+    return lambda: (launches[first](), launches[second]())
 
 
 def _us(ms):

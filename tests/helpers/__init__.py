@@ -1,6 +1,17 @@
 """Helper modules shared by the tests, importable from every test folder
-(``pytest.ini`` puts ``tests/`` on ``sys.path``): ``helpers.paths`` (the
-repository's folders), ``helpers.models`` (configs, models and batches),
-``helpers.tools`` (tiny data and configs, running the tools),
-``helpers.op_log`` (the aten ops a call runs) and ``helpers.dist_probe`` (a
-hook the distributed runs load)."""
+(``pytest.ini`` puts ``tests/`` on ``sys.path``):
+
+- ``helpers.paths``: the repository's folders (``REPO_ROOT``, ``TESTS_DIR``);
+- ``helpers.models``: configs, models built without pretrained weights, and
+  small CPU batches with real ground truth;
+- ``helpers.tools``: tiny data and configs derived from the demo configs,
+  running the tools;
+- ``helpers.op_log``: ``OpLog``, the aten ops a call runs;
+- ``helpers.threads``: ``torch_threads``, PyTorch's thread count for a block;
+- ``helpers.shared_runs``: work a test session does once for all its workers
+  (the demo data, the demo detectors' training runs);
+- ``helpers.xdist_groups``: which tests ``make test``'s pytest-xdist workers
+  must run together (``conftest.py`` applies it);
+- ``helpers.dist_probe``: a hook the distributed runs load, writing what each
+  process did.
+"""

@@ -222,7 +222,9 @@ def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, mo
             raise RuntimeError('out of resource: shared memory')
         return lambda: None
     monkeypatch.setattr(case, 'kernel_step', kernel_step)
-    monkeypatch.setattr(case, 'launches', lambda plan: (_Stub(), _Stub()))
+    monkeypatch.setattr(case, 'launches', lambda plan: {
+        name: (lambda: None) for name in ('partials', 'combine', 'output', 'query',
+                                          'chunk_sum', 'key')})
     monkeypatch.setattr(case, 'pass_step', lambda plan, backward: (lambda: None))
     monkeypatch.setattr(triton.testing, 'do_bench',
                         lambda step, **kwargs: (step(), 0.01 * (1 + len(built) % 3))[1])
@@ -242,11 +244,6 @@ def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, mo
     assert len(snapshots) >= len(timings)
     assert len(snapshots[0]['results'][0]['kernels']['partials']['timings']) == 1
     assert not snapshots[-1]['complete']
-
-
-class _Stub:
-    def __getattr__(self, name):
-        return lambda: None
 
 
 def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
@@ -292,8 +289,7 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
         (1, 1, 'fwd'), (1, 1, 'fwd+bwd'), (2, 2, 'fwd'), (2, 2, 'fwd+bwd')]
     # The layout each row names is the one of the tensors it timed (layout_of).
     assert {row['layout'] for row in profile['results']} == {'nchw'}
-    assert all(row['wall_us'] > 0 and row['host_issue_us'] > 0
-               and row['host_issue_us_tritons_launch_path'] > 0 for row in profile['results'])
+    assert all(row['wall_us'] > 0 and row['host_issue_us'] > 0 for row in profile['results'])
     for row in profile['results']:
         functions = [entry['function'] for entry in row['host_python']]
         assert len(functions) == 15 and all(entry['own_us'] >= 0 for entry in row['host_python'])
@@ -423,8 +419,7 @@ def test_kernel_category_of_real_cuda_kernel_names(name, category):
 def test_mala_kernels_are_the_kernels_the_op_launches():
     """The names the profile looks for are the kernels of ops/mala's launch table."""
     from benchmarks import gpu_check
-    from mavit_mm.ops.mala.launches import launch_table
-    from mavit_mm.ops.mala.plan import make_launch_plan
+    from mavit_mm.ops.mala.function import launch_table, make_launch_plan
     plan = make_launch_plan(4096, 2, 64, torch.bfloat16, torch.device('cpu'))
     launched = {kernel.__name__ for kernel, _ in launch_table(plan).values()}
     assert gpu_check.mala_kernel_names() == launched and len(launched) == 5

@@ -61,7 +61,8 @@ def test_check_fails_when_a_figure_is_edited(name, tmp_path, monkeypatch):
     readme = tmp_path / 'page.md'
     text = target_text(name)
     block = readme_tables.block_for(name)
-    number = re.search(r'\| \**(\d+\.\d+)', block)
+    # A table's first decimal, else (the checks' list) the first count of tests.
+    number = re.search(r'\| \**(\d+\.\d+)', block) or re.search(r'\b(\d+) passed', block)
     assert number, block
     edited = block.replace(number.group(1), '0.01' if number.group(1) != '0.01' else '0.02', 1)
     readme.write_text(readme_tables.with_block(text, name, edited))
@@ -88,9 +89,10 @@ def test_gpu_checks_block_names_test_files_where_they_are_now():
     assert len(paths) == 2 and all((REPO_ROOT / path).is_file() for path in paths)
 
 
-def test_gpu_checks_block_reads_the_files_of_the_run_s_other_parts(tmp_path):
-    """gpu_check.py's parts split the steps: the tests and the profile of MAViT-T's
-    op calls come from part 1's folder, SDPA's rows from part 2's."""
+def test_gpu_blocks_read_the_files_of_the_run_s_other_parts(tmp_path):
+    """gpu_check.py's parts split the steps: the tests, the profile of MAViT-T's
+    op calls and the byte model (bench_mala.json) come from part 1's folder,
+    SDPA's rows from part 2's."""
     env = dict(device='GPU', driver='1', cuda='13', torch='2', triton='3', date='2026-12-01',
                copy_bandwidth_tbps=3.0)
     run = tmp_path / 'gpu-test-2026-12-01'
@@ -100,10 +102,16 @@ def test_gpu_checks_block_reads_the_files_of_the_run_s_other_parts(tmp_path):
     (run / 'part1' / 'kernel-tests.json').write_text(json.dumps(dict(
         command='-m pytest tests/test_mala_cuda.py', passed=3, failed=0, skipped=1,
         failures=[])))
+    (run / 'part1' / 'bench_mala.json').write_text(json.dumps(dict(
+        byte_model={'fwd': 'read q, k, v; write out: 4 * BH * N * d * bytes'}, results=[])))
     (run / 'part1' / 'profile.json').write_text(json.dumps(dict(
-        dtype='bfloat16', layout='channels_last', results=[
-            dict(stage=2, batch=8, heads=2, head_dim=64, height=64, width=256,
-                 pass_name='fwd', wall_us=12.34, kernel_us=5.0, host_issue_us=7.0),
+        dtype='bfloat16', impl='triton', layout='channels_last', results=[
+            dict(stage=2, batch=8, heads=2, head_dim=64, height=64, width=256, tokens=16384,
+                 batch_heads=16, pass_name='fwd', wall_us=12.34, kernel_us=5.0,
+                 host_issue_us=7.0, kernels={'_forward_partials_kernel': 4.0}),
+            dict(stage=2, batch=1, heads=2, head_dim=64, height=64, width=256, tokens=16384,
+                 batch_heads=2, pass_name='fwd+bwd', wall_us=50.0, kernel_us=40.0,
+                 host_issue_us=70.0),
             dict(stage=1, batch=1, heads=1, head_dim=64, height=128, width=512,
                  pass_name='fwd', skipped='time budget spent')])))
     report = dict(results=[dict(height=512, width=2048, precision='bf16', allowed='flash',
@@ -112,10 +120,31 @@ def test_gpu_checks_block_reads_the_files_of_the_run_s_other_parts(tmp_path):
     assert '- `kernel-tests` (tests/test_ops/test_mala/test_mala_cuda.py): 3 passed' in block
     assert 'only flash allowed: ran; unrestricted, the forward picks ' \
            '`_scaled_dot_product_cudnn_attention`' in block
-    assert '| op call in MAViT-T (bfloat16, channels_last) | wall µs |' in block
-    assert '| stage 2, batch 8, 2 head(s) of d = 64 over 64x256, fwd | 12.3 | 5.0 | 7.0 |' \
-        in block
+    profile = json.loads((run / 'part1' / 'profile.json').read_text())
+    block = readme_tables.render_gpu_op_calls(profile, str(run / 'part1' / 'profile.json'))
+    assert '| call | GPU kernels µs (target) | partial sums µs | at copy speed µs | wall µs | ' \
+           'host µs |' in block
+    # 4 * 16 * 16384 * 64 bf16 elements (2 bytes each) at 3 TB/s: 44.7 µs.
+    assert '| stage 2, batch 8, 2 head(s) of d = 64 over 64x256, fwd | 5.0 | 4.0 | 44.7 | 12.3 | ' \
+           '7.0 |' in block
+    # A batch-1 call has its target; no byte model for fwd+bwd, no partials: n/a.
+    assert '| stage 2, batch 1, 2 head(s) of d = 64 over 64x256, fwd+bwd | 40.0 (≤ 60: met) | ' \
+           'n/a | n/a | 50.0 | 70.0 |' in block
     assert 'stage 1' not in block   # a row the budget cut has no figures
+
+
+def test_gpu_blocks_targets_are_gpu_check_s():
+    """The targets the GPU blocks judge by are GPU_TARGETS' (benchmarks/gpu_check.py)."""
+    from benchmarks import gpu_check
+    targets = {(t.step, t.target) for t in gpu_check.GPU_TARGETS if t.goal == 'MALA op'}
+    assert {('bench', f'≥ {minimum}%') for minimum in
+            readme_tables.OP_COPY_TARGETS.values()} == {t for t in targets if t[0] == 'bench'}
+    assert {('profile', f'≤ {maximum} µs') for maximum in
+            readme_tables.OP_CALL_TARGETS_US.values()} == {t for t in targets if t[0] == 'profile'}
+    assert {t for t in targets if t[0] == 'model-profile'} == {
+        ('model-profile', f'≤ {readme_tables.MODEL_MALA_TARGET_US} µs')}
+    assert ('model-profile', f'≤ {readme_tables.MODEL_KERNELS_TARGET}') in {
+        (t.step, t.target) for t in gpu_check.GPU_TARGETS}
 
 
 # --------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import warnings
 
 import torch
 
-from ..mala.interpreter import triton_interpreter_enabled
+from ..triton_support import triton_interpreter_enabled
 from .reference import ffn_middle_reference, gated_lepe_reference, position_norm_reference
 
 DEPTHWISE_IMPLS = ('auto', 'torch', 'triton')
@@ -47,7 +47,7 @@ def _triton_unavailable() -> str | None:
     if not _import_tried:
         _import_tried = True
         try:
-            importlib.import_module('..mala.triton_support', __package__)
+            importlib.import_module("..triton_support", __package__).check_triton_release()
             _function = importlib.import_module('.function', __package__)
         except ImportError as exc:
             _import_error = f'triton is not available ({exc})'

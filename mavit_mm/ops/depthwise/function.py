@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from ..mala.triton_support import on_device
+from ..triton_support import on_device
 from . import kernels
 
 # One program: BLOCK_W pixels of a row times BLOCK_C channels. The norm holds

@@ -3,9 +3,15 @@
 Grids are (token blocks or split-N chunks, batch * heads); every kernel reads
 the big tensors through their strides, so any layout is consumed as it is:
 the backbone's channel-contiguous views of channels_last maps (``(B, N, heads,
-d)`` memory), token-contiguous views of NCHW maps, contiguous tensors. A head's channels are handled as
+d)`` memory), token-contiguous views of NCHW maps, contiguous tensors. A head's channels are rotated as
 interleaved RoPE pairs: one tile of the even channels and one of the odd
-channels, so the rotation is elementwise. The rotation angles come from the
+channels (split in registers where the channels are contiguous), so the
+rotation is elementwise; the rotated tiles are joined back into channel order
+(``_whole``) before every product, so each term is one (d x d) tensor-core
+product a tile (wgmma on sm_90) and the small per-head buffers are in channel
+order throughout. The split-N loops keep their token sums per row in
+registers and reduce them once after the loop: no iteration waits on a
+cross-warp reduction. The rotation angles come from the
 token's row / column (``n // W``, ``n % W``) and the stage's small angle vector;
 no sin / cos tables are read. Everything a token produces is computed in fp32
 registers; only loads and stores touch the input dtype. Each pass reads or
@@ -46,8 +52,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..triton_support import triton_interpreter_enabled
 from . import naive
-from .interpreter import triton_interpreter_enabled
 
 MALA_EPS = tl.constexpr(naive.MALA_EPS)
 # 2*pi split in two (Cody-Waite): the first part has 8 significant bits, so
@@ -234,37 +240,12 @@ def _store_tile(base, tokens, channels, stride_n, stride_d, mask, value):
 
 
 @triton.jit
-def _load_stat_pairs(row_base, head_dim, pairs, channels, mask):
-    """Rows 2p and 2p+1 of a (d, d) fp32 matrix stored row-major at ``row_base``."""
-    offsets = (2 * pairs)[:, None] * head_dim + channels[None, :]
-    even = tl.load(row_base + offsets, mask=mask, other=0.0)
-    odd = tl.load(row_base + offsets + head_dim, mask=mask, other=0.0)
-    return even, odd
-
-
-@triton.jit
-def _store_stat_pairs(row_base, head_dim, pairs, channels, mask, even, odd):
-    offsets = (2 * pairs)[:, None] * head_dim + channels[None, :]
-    tl.store(row_base + offsets, even, mask=mask)
-    tl.store(row_base + offsets + head_dim, odd, mask=mask)
-
-
-@triton.jit
 def _load_vector_pairs(vector_ptr, pairs, mask):
     even = tl.load(vector_ptr + 2 * pairs, mask=mask, other=0.0)
     odd = tl.load(vector_ptr + 2 * pairs + 1, mask=mask, other=0.0)
     return even, odd
 
 
-@triton.jit
-def _store_vector_pairs(vector_ptr, pairs, mask, even, odd):
-    tl.store(vector_ptr + 2 * pairs, even, mask=mask)
-    tl.store(vector_ptr + 2 * pairs + 1, odd, mask=mask)
-
-
-# --------------------------------------------------------------------------
-# Activated, rotated tiles
-# --------------------------------------------------------------------------
 @triton.jit
 def _key_value_block(k_base, v_base, tokens, pairs, channels, token_ok, pair_ok, channel_ok,
                      head_dim, angle, is_row_pair, width,
@@ -305,6 +286,13 @@ def _query_terms(q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
 # Forward
 # --------------------------------------------------------------------------
 @triton.jit
+def _whole(even, odd):
+    """The (tokens, 2 * pairs) tile in natural channel order of its two parities
+    (the inverse of the split in ``_load_pairs``; pairs stay within a thread)."""
+    return tl.reshape(tl.join(even, odd), (even.shape[0], 2 * even.shape[1]))
+
+
+@triton.jit
 def _forward_partials_kernel(
         k_ptr, v_ptr, angle_ptr, ws_ptr,
         stride_kb, stride_kh, stride_kn, stride_kd,
@@ -312,7 +300,14 @@ def _forward_partials_kernel(
         num_heads, num_tokens, width, head_dim, tokens_per_chunk,
         BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
         DOT_PRECISION: tl.constexpr, WHOLE_PAIRS: tl.constexpr):
-    """Shifted k / v sums of one chunk of tokens (see the module docstring)."""
+    """Shifted k / v sums of one chunk of tokens (see the module docstring).
+
+    Built for a latency-bound loop (at batch 1 a GPU holds one or two chunks
+    per SM): the rotated keys are put back in channel order, so the KV partial
+    is one (d x tokens) @ (tokens x d) product a tile, and the token sums are
+    kept per row in registers and reduced once after the loop, so no
+    iteration waits on a cross-warp reduction.
+    """
     chunk = tl.program_id(0)
     bh = tl.program_id(1)
     num_chunks = tl.num_programs(0)
@@ -320,6 +315,7 @@ def _forward_partials_kernel(
     v_base = _head_base(v_ptr, bh, num_heads, stride_vb, stride_vh)
     pairs = tl.arange(0, BLOCK_P)
     channels = tl.arange(0, BLOCK_D)
+    key_channels = tl.arange(0, 2 * BLOCK_P)   # the keys' natural order (pairs joined)
     pair_ok = pairs < head_dim // 2
     channel_ok = channels < head_dim
     angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
@@ -332,47 +328,44 @@ def _forward_partials_kernel(
     first_ok = first_tokens < chunk_end
     _, _, first_kr_even, first_kr_odd, first_v = _key_value_block(
         k_base, v_base, first_tokens, pairs, channels, first_ok, pair_ok, channel_ok,
-        head_dim, angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd, WHOLE_PAIRS)
+        head_dim, angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd,
+        WHOLE_PAIRS)
     first_count = tl.sum(first_ok.to(tl.float32), axis=0)
-    kr_shift_even = tl.sum(first_kr_even, axis=0) / first_count
-    kr_shift_odd = tl.sum(first_kr_odd, axis=0) / first_count
+    kr_shift = tl.sum(_whole(first_kr_even, first_kr_odd), axis=0) / first_count
     v_shift = tl.sum(first_v, axis=0) / first_count
 
-    kv_even = tl.zeros((BLOCK_P, BLOCK_D), dtype=tl.float32)
-    kv_odd = tl.zeros((BLOCK_P, BLOCK_D), dtype=tl.float32)
-    k_sum_even = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    k_sum_odd = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    kr_dev_even = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    kr_dev_odd = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    v_dev = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    kv = tl.zeros((2 * BLOCK_P, BLOCK_D), dtype=tl.float32)
+    ka_rows = tl.zeros((BLOCK_N, 2 * BLOCK_P), dtype=tl.float32)
+    kr_rows = tl.zeros((BLOCK_N, 2 * BLOCK_P), dtype=tl.float32)
+    v_rows = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     for block_start in range(chunk_start, chunk_end, BLOCK_N):
         tokens = block_start + tl.arange(0, BLOCK_N)
         token_ok = tokens < chunk_end
         ka_even, ka_odd, kr_even, kr_odd, v = _key_value_block(
             k_base, v_base, tokens, pairs, channels, token_ok, pair_ok, channel_ok,
-            head_dim, angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd, WHOLE_PAIRS)
-        pair_mask = token_ok[:, None] & pair_ok[None, :]
-        kr_even = tl.where(pair_mask, kr_even - kr_shift_even[None, :], 0.0)
-        kr_odd = tl.where(pair_mask, kr_odd - kr_shift_odd[None, :], 0.0)
+            head_dim, angle, is_row_pair, width, stride_kn, stride_kd, stride_vn, stride_vd,
+            WHOLE_PAIRS)
+        kr = tl.where(token_ok[:, None] & (key_channels < head_dim)[None, :],
+                      _whole(kr_even, kr_odd) - kr_shift[None, :], 0.0)
         v = tl.where(token_ok[:, None] & channel_ok[None, :], v - v_shift[None, :], 0.0)
-        kv_even = tl.dot(tl.trans(kr_even), v, kv_even, input_precision=DOT_PRECISION)
-        kv_odd = tl.dot(tl.trans(kr_odd), v, kv_odd, input_precision=DOT_PRECISION)
-        k_sum_even += tl.sum(ka_even, axis=0)
-        k_sum_odd += tl.sum(ka_odd, axis=0)
-        kr_dev_even += tl.sum(kr_even, axis=0)
-        kr_dev_odd += tl.sum(kr_odd, axis=0)
-        v_dev += tl.sum(v, axis=0)
+        kv = tl.dot(tl.trans(kr), v, kv, input_precision=DOT_PRECISION)
+        ka_rows += _whole(ka_even, ka_odd)
+        kr_rows += kr
+        v_rows += v
 
     ws_chunk = _matrix_base(ws_ptr, bh.to(tl.int64) * num_chunks + chunk,
                             head_dim + FWD_EXTRA_ROWS, head_dim)
-    matrix_mask = pair_ok[:, None] & channel_ok[None, :]
-    _store_stat_pairs(ws_chunk, head_dim, pairs, channels, matrix_mask, kv_even, kv_odd)
+    key_ok = key_channels < head_dim
+    tl.store(ws_chunk + key_channels[:, None] * head_dim + channels[None, :], kv,
+             mask=key_ok[:, None] & channel_ok[None, :])
     extra = ws_chunk + head_dim * head_dim
-    _store_vector_pairs(extra + FWD_ROW_K_SUM * head_dim, pairs, pair_ok, k_sum_even, k_sum_odd)
-    _store_vector_pairs(extra + FWD_ROW_KR_DEV * head_dim, pairs, pair_ok, kr_dev_even, kr_dev_odd)
-    _store_vector_pairs(extra + FWD_ROW_KR_SHIFT * head_dim, pairs, pair_ok,
-                        kr_shift_even, kr_shift_odd)
-    tl.store(extra + FWD_ROW_V_DEV * head_dim + channels, v_dev, mask=channel_ok)
+    tl.store(extra + FWD_ROW_K_SUM * head_dim + key_channels, tl.sum(ka_rows, axis=0),
+             mask=key_ok)
+    tl.store(extra + FWD_ROW_KR_DEV * head_dim + key_channels, tl.sum(kr_rows, axis=0),
+             mask=key_ok)
+    tl.store(extra + FWD_ROW_KR_SHIFT * head_dim + key_channels, kr_shift, mask=key_ok)
+    tl.store(extra + FWD_ROW_V_DEV * head_dim + channels, tl.sum(v_rows, axis=0),
+             mask=channel_ok)
     tl.store(extra + FWD_ROW_V_SHIFT * head_dim + channels, v_shift, mask=channel_ok)
 
 
@@ -481,15 +474,25 @@ def _forward_combine_kernel(
 
 
 @triton.jit
-def _load_forward_stats(stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok):
+def _load_forward_means(stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok):
+    """km, krm (as pairs) and vm of a head's forward stats."""
     stats_head = _matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
-    kv_even, kv_odd = _load_stat_pairs(stats_head, head_dim, pairs, channels,
-                                       pair_ok[:, None] & channel_ok[None, :])
     extra = stats_head + head_dim * head_dim
     km_even, km_odd = _load_vector_pairs(extra + STATS_ROW_KM * head_dim, pairs, pair_ok)
     krm_even, krm_odd = _load_vector_pairs(extra + STATS_ROW_KRM * head_dim, pairs, pair_ok)
     vm = tl.load(extra + STATS_ROW_VM * head_dim + channels, mask=channel_ok, other=0.0)
-    return kv_even, kv_odd, km_even, km_odd, krm_even, krm_odd, vm
+    return km_even, km_odd, krm_even, krm_odd, vm
+
+
+@triton.jit
+def _load_natural_kv(matrix_ptr, bh, head_dim, ROWS: tl.constexpr, channels, channel_ok,
+                     extra_rows: tl.constexpr = STATS_EXTRA_ROWS):
+    """The (d, d) matrix at the head of a per-head fp32 buffer, in channel order,
+    padded to ``ROWS`` rows."""
+    head = _matrix_base(matrix_ptr, bh.to(tl.int64), head_dim + extra_rows, head_dim)
+    rows = tl.arange(0, ROWS)
+    return tl.load(head + rows[:, None] * head_dim + channels[None, :],
+                   mask=(rows < head_dim)[:, None] & channel_ok[None, :], other=0.0)
 
 
 @triton.jit
@@ -509,8 +512,9 @@ def _forward_output_kernel(
     pair_ok = pairs < head_dim // 2
     channel_ok = channels < head_dim
     angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
-    kv_even, kv_odd, km_even, km_odd, krm_even, krm_odd, vm = _load_forward_stats(
+    km_even, km_odd, krm_even, krm_odd, vm = _load_forward_means(
         stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
+    kv = _load_natural_kv(stats_ptr, bh, head_dim, 2 * BLOCK_P, channels, channel_ok)
 
     q_base = _head_base(q_ptr, bh, num_heads, stride_qb, stride_qh)
     out_base = _head_base(out_ptr, bh, num_heads, stride_ob, stride_oh)
@@ -525,8 +529,7 @@ def _forward_output_kernel(
         _, _, qr_even, qr_odd, _, _, _, _, _, gain, coef = _query_terms(
             q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
             km_even, km_odd, krm_even, krm_odd, scale)
-        attended = tl.dot(qr_even, kv_even, input_precision=DOT_PRECISION)
-        attended = tl.dot(qr_odd, kv_odd, attended, input_precision=DOT_PRECISION)
+        attended = tl.dot(_whole(qr_even, qr_odd), kv, input_precision=DOT_PRECISION)
         out = gain[:, None] * attended + coef[:, None] * vm[None, :]
         _store_tile(out_base, tokens, channels, stride_on, stride_od,
                     token_ok[:, None] & channel_ok[None, :], out)
@@ -550,30 +553,40 @@ def _backward_query_kernel(
       dz  = -(u + s a w) inv^2 - w
       dqr = g dout KVc^T + s g w krm
       dqa = rope^T(dqr) + s dz km
+
+    As in the forward's partials: the rotated queries in channel order, one
+    product per term, and the token sums kept per row until the loop ends.
     """
     chunk = tl.program_id(0)
     bh = tl.program_id(1)
     num_chunks = tl.num_programs(0)
     pairs = tl.arange(0, BLOCK_P)
     channels = tl.arange(0, BLOCK_D)
+    query_channels = tl.arange(0, 2 * BLOCK_P)   # the queries' natural order (pairs joined)
     pair_ok = pairs < head_dim // 2
     channel_ok = channels < head_dim
+    query_ok = query_channels < head_dim
     angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
-    kv_even, kv_odd, km_even, km_odd, krm_even, krm_odd, vm = _load_forward_stats(
-        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
+    stats_head = _matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
+    kv = tl.load(stats_head + query_channels[:, None] * head_dim + channels[None, :],
+                 mask=query_ok[:, None] & channel_ok[None, :], other=0.0)
+    stats_extra = stats_head + head_dim * head_dim
+    km_even, km_odd = _load_vector_pairs(stats_extra + STATS_ROW_KM * head_dim, pairs, pair_ok)
+    krm_even, krm_odd = _load_vector_pairs(stats_extra + STATS_ROW_KRM * head_dim, pairs,
+                                           pair_ok)
+    krm = tl.load(stats_extra + STATS_ROW_KRM * head_dim + query_channels, mask=query_ok,
+                  other=0.0)
+    vm = tl.load(stats_extra + STATS_ROW_VM * head_dim + channels, mask=channel_ok, other=0.0)
     q_base = _head_base(q_ptr, bh, num_heads, stride_qb, stride_qh)
     dout_base = _head_base(dout_ptr, bh, num_heads, stride_gb, stride_gh)
     dq_base = _head_base(dq_ptr, bh, num_heads, stride_dqb, stride_dqh)
     chunk_start = chunk * tokens_per_chunk
     chunk_end = tl.minimum(chunk_start + tokens_per_chunk, num_tokens)
 
-    dkv_even = tl.zeros((BLOCK_P, BLOCK_D), dtype=tl.float32)
-    dkv_odd = tl.zeros((BLOCK_P, BLOCK_D), dtype=tl.float32)
-    qvec_even = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    qvec_odd = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    dz_qa_even = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    dz_qa_odd = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    coef_dout = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    dkv = tl.zeros((2 * BLOCK_P, BLOCK_D), dtype=tl.float32)
+    qvec_rows = tl.zeros((BLOCK_N, 2 * BLOCK_P), dtype=tl.float32)
+    dz_qa_rows = tl.zeros((BLOCK_N, 2 * BLOCK_P), dtype=tl.float32)
+    coef_dout_rows = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
     for block_start in range(chunk_start, chunk_end, BLOCK_N):
         tokens = block_start + tl.arange(0, BLOCK_N)
         token_ok = tokens < chunk_end
@@ -583,47 +596,42 @@ def _backward_query_kernel(
         qa_even, qa_odd, qr_even, qr_odd, cos, sin, z, a, inv, gain, coef = _query_terms(
             q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
             km_even, km_odd, krm_even, krm_odd, scale)
+        qr = _whole(qr_even, qr_odd)
         dout = _load_tile(dout_base, tokens, channels, stride_gn, stride_gd,
                           token_ok[:, None] & channel_ok[None, :])
 
-        attended = tl.dot(qr_even, kv_even, input_precision=DOT_PRECISION)
-        attended = tl.dot(qr_odd, kv_odd, attended, input_precision=DOT_PRECISION)
+        attended = tl.dot(qr, kv, input_precision=DOT_PRECISION)
         u = tl.sum(dout * attended, axis=1)
         w = tl.sum(dout * vm[None, :], axis=1)
         dz = -(u + scale * a * w) * inv * inv - w
 
-        mean_term = scale * gain * w
-        dqr_even = (gain[:, None] * tl.dot(dout, tl.trans(kv_even), input_precision=DOT_PRECISION)
-                    + mean_term[:, None] * krm_even[None, :])
-        dqr_odd = (gain[:, None] * tl.dot(dout, tl.trans(kv_odd), input_precision=DOT_PRECISION)
-                   + mean_term[:, None] * krm_odd[None, :])
+        dqr = (gain[:, None] * tl.dot(dout, tl.trans(kv), input_precision=DOT_PRECISION)
+               + (scale * gain * w)[:, None] * krm[None, :])
+        dqr_even, dqr_odd = tl.split(tl.reshape(dqr, (BLOCK_N, BLOCK_P, 2)))
         dqa_even, dqa_odd = _rotate_back(dqr_even, dqr_odd, cos, sin)
         dqa_even += scale * dz[:, None] * km_even[None, :]
         dqa_odd += scale * dz[:, None] * km_odd[None, :]
         _store_pairs(dq_base, tokens, pairs, stride_dqn, stride_dqd, token_ok, pair_ok, head_dim,
                      dqa_even * _elu_grad(q_even), dqa_odd * _elu_grad(q_odd), WHOLE_PAIRS)
 
-        gqr_even = gain[:, None] * qr_even
-        gqr_odd = gain[:, None] * qr_odd
-        dkv_even = tl.dot(tl.trans(gqr_even), dout, dkv_even, input_precision=DOT_PRECISION)
-        dkv_odd = tl.dot(tl.trans(gqr_odd), dout, dkv_odd, input_precision=DOT_PRECISION)
-        qvec_even += tl.sum(gqr_even * w[:, None], axis=0)
-        qvec_odd += tl.sum(gqr_odd * w[:, None], axis=0)
-        dz_qa_even += tl.sum(dz[:, None] * qa_even, axis=0)
-        dz_qa_odd += tl.sum(dz[:, None] * qa_odd, axis=0)
-        coef_dout += tl.sum(coef[:, None] * dout, axis=0)
+        gqr = gain[:, None] * qr
+        dkv = tl.dot(tl.trans(gqr), dout, dkv, input_precision=DOT_PRECISION)
+        qvec_rows += gqr * w[:, None]
+        dz_qa_rows += dz[:, None] * _whole(qa_even, qa_odd)
+        coef_dout_rows += coef[:, None] * dout
 
     key_scale = scale / num_tokens
     ws_chunk = _matrix_base(ws_ptr, bh.to(tl.int64) * num_chunks + chunk,
                             head_dim + GRAD_EXTRA_ROWS, head_dim)
-    _store_stat_pairs(ws_chunk, head_dim, pairs, channels, pair_ok[:, None] & channel_ok[None, :],
-                      dkv_even * key_scale, dkv_odd * key_scale)
+    tl.store(ws_chunk + query_channels[:, None] * head_dim + channels[None, :],
+             dkv * key_scale, mask=query_ok[:, None] & channel_ok[None, :])
     extra = ws_chunk + head_dim * head_dim
-    _store_vector_pairs(extra + GRAD_ROW_QVEC * head_dim, pairs, pair_ok,
-                        qvec_even * key_scale, qvec_odd * key_scale)
-    _store_vector_pairs(extra + GRAD_ROW_DKM * head_dim, pairs, pair_ok,
-                        dz_qa_even * key_scale, dz_qa_odd * key_scale)
-    tl.store(extra + GRAD_ROW_CDOUT * head_dim + channels, coef_dout / num_tokens, mask=channel_ok)
+    tl.store(extra + GRAD_ROW_QVEC * head_dim + query_channels,
+             tl.sum(qvec_rows, axis=0) * key_scale, mask=query_ok)
+    tl.store(extra + GRAD_ROW_DKM * head_dim + query_channels,
+             tl.sum(dz_qa_rows, axis=0) * key_scale, mask=query_ok)
+    tl.store(extra + GRAD_ROW_CDOUT * head_dim + channels,
+             tl.sum(coef_dout_rows, axis=0) / num_tokens, mask=channel_ok)
 
 
 @triton.jit
@@ -649,13 +657,15 @@ def _backward_key_kernel(
     pair_ok = pairs < head_dim // 2
     channel_ok = channels < head_dim
     angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
-    _, _, _, _, krm_even, krm_odd, vm = _load_forward_stats(
+    _, _, krm_even, krm_odd, vm = _load_forward_means(
         stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
     grads_head = _matrix_base(grads_ptr, bh.to(tl.int64), head_dim + GRAD_EXTRA_ROWS, head_dim)
-    dkv_even, dkv_odd = _load_stat_pairs(grads_head, head_dim, pairs, channels,
-                                         pair_ok[:, None] & channel_ok[None, :])
+    dkv = _load_natural_kv(grads_ptr, bh, head_dim, 2 * BLOCK_P, channels, channel_ok,
+                           GRAD_EXTRA_ROWS)
+    key_channels = tl.arange(0, 2 * BLOCK_P)
     extra = grads_head + head_dim * head_dim
-    qvec_even, qvec_odd = _load_vector_pairs(extra + GRAD_ROW_QVEC * head_dim, pairs, pair_ok)
+    qvec = tl.load(extra + GRAD_ROW_QVEC * head_dim + key_channels,
+                   mask=key_channels < head_dim, other=0.0)
     dkm_even, dkm_odd = _load_vector_pairs(extra + GRAD_ROW_DKM * head_dim, pairs, pair_ok)
     coef_dout = tl.load(extra + GRAD_ROW_CDOUT * head_dim + channels, mask=channel_ok, other=0.0)
 
@@ -678,17 +688,14 @@ def _backward_key_kernel(
         v = _load_tile(v_base, tokens, channels, stride_vn, stride_vd, channel_mask)
 
         v_centred = tl.where(channel_mask, v - vm[None, :], 0.0)
-        dkr_even = (tl.dot(v_centred, tl.trans(dkv_even), input_precision=DOT_PRECISION)
-                    + qvec_even[None, :])
-        dkr_odd = (tl.dot(v_centred, tl.trans(dkv_odd), input_precision=DOT_PRECISION)
-                   + qvec_odd[None, :])
+        dkr = tl.dot(v_centred, tl.trans(dkv), input_precision=DOT_PRECISION) + qvec[None, :]
+        dkr_even, dkr_odd = tl.split(tl.reshape(dkr, (BLOCK_N, BLOCK_P, 2)))
         dka_even, dka_odd = _rotate_back(dkr_even, dkr_odd, cos, sin)
         _store_pairs(dk_base, tokens, pairs, stride_dkn, stride_dkd, token_ok, pair_ok, head_dim,
                      (dka_even + dkm_even[None, :]) * _elu_grad(k_even),
                      (dka_odd + dkm_odd[None, :]) * _elu_grad(k_odd), WHOLE_PAIRS)
 
-        kr_centred_even = tl.where(pair_mask, kr_even - krm_even[None, :], 0.0)
-        kr_centred_odd = tl.where(pair_mask, kr_odd - krm_odd[None, :], 0.0)
-        dv = tl.dot(kr_centred_even, dkv_even, input_precision=DOT_PRECISION)
-        dv = tl.dot(kr_centred_odd, dkv_odd, dv, input_precision=DOT_PRECISION) + coef_dout[None, :]
+        kr_centred = _whole(tl.where(pair_mask, kr_even - krm_even[None, :], 0.0),
+                            tl.where(pair_mask, kr_odd - krm_odd[None, :], 0.0))
+        dv = tl.dot(kr_centred, dkv, input_precision=DOT_PRECISION) + coef_dout[None, :]
         _store_tile(dv_base, tokens, channels, stride_dvn, stride_dvd, channel_mask, dv)

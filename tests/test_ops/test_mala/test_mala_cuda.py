@@ -13,10 +13,9 @@ if not torch.cuda.is_available():
     pytest.skip('needs a CUDA GPU', allow_module_level=True)
 
 from mavit_mm import MAViT  # noqa: E402
+from mavit_mm.ops.mala import dispatch as mala_dispatch  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
-from mavit_mm.ops.mala import launches as mala_launches  # noqa: E402
 from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
-from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
 from mavit_mm.tooling.mala_inputs import MALA_LAYOUTS, mala_inputs  # noqa: E402
 
@@ -119,31 +118,58 @@ def test_dispatch_auto_takes_the_kernels_on_cuda(monkeypatch):
 
 
 @pytest.mark.parametrize('head_dim', [64, 96])
-def test_split_grid_from_the_compiled_kernels_occupancy(head_dim):
-    """On a GPU the split-N grid fills whole waves by what the compiled
-    partials / query kernels leave room for, read from their own metadata."""
-    size, batch_heads = (128, 512), 16
-    q, k, v = make_qkv(1, batch_heads, size, head_dim, torch.bfloat16, 'channels_last')
-    angle = RoPE2d(head_dim).angle.to(DEVICE)
-    width = size[1]
+def test_default_split_grid_fills_whole_waves_on_this_gpu(head_dim):
+    """The split-N grid of stage 1's case at B*heads 16 fills whole waves of
+    RESIDENT_PROGRAMS_PER_SM programs on each of this GPU's SMs."""
     sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
-    limits = mala_plan.sm_limits(torch.cuda.current_device())
-    assert mala_plan.resource_shortfall(q, k, v, width, backward=True) is None
-    forward_plan = mala_plan.plan_for(q, k, v, angle, width)
-    forward = mala_launches.ForwardLaunches(q, k, v, angle, width, forward_plan, allocate=False)
-    stats = torch.empty(batch_heads, head_dim + mala_launches.kernels.STATS_EXTRA_ROWS.value,
-                        head_dim, device=DEVICE)
-    backward_plan = mala_plan.plan_for(q, k, v, angle, width, dout=q, stats=stats)
-    backward = mala_launches.BackwardLaunches(q, q, k, v, angle, stats, width, backward_plan,
-                                              allocate=False)
-    for plan, launches, name in ((forward_plan, forward, 'partials'),
-                                 (backward_plan, backward, 'query')):
-        resources = mala_plan.compiled_resources(launches, name)
-        assert resources is not None, "this Triton release hides the compiled kernel's registers"
-        assert resources.registers > 0 and resources.num_warps == getattr(plan, name).num_warps
-        slots = mala_plan.resident_blocks(resources, limits) * sms
-        programs = plan.num_chunks * batch_heads
-        assert programs <= slots or programs % slots == 0, (name, resources, programs, slots)
+    assert mala_function.sm_count(DEVICE) == sms
+    batch_heads = 16
+    plan = mala_function.make_launch_plan(128 * 512, batch_heads, head_dim, torch.bfloat16,
+                                          DEVICE)
+    slots = mala_function.RESIDENT_PROGRAMS_PER_SM * sms
+    programs = plan.num_chunks * batch_heads
+    assert programs <= slots or programs % slots == 0, (programs, slots)
+
+
+class SharedMemoryOf:
+    """A kernel of the launch table whose launches note the shared memory the
+    compiled kernel takes (Triton's CompiledKernel.metadata.shared)."""
+
+    def __init__(self, name, kernel, shared):
+        self.name, self.kernel, self.shared = name, kernel, shared
+
+    def __getitem__(self, grid):
+        def run(*args, **meta):
+            compiled = self.kernel[grid](*args, **meta)
+            self.shared[self.name] = max(self.shared.get(self.name, 0), compiled.metadata.shared)
+            return compiled
+        return run
+
+
+@pytest.mark.parametrize('dtype_name', sorted(DTYPES))
+@pytest.mark.parametrize('head_dim', [64, 128])
+def test_the_static_gpu_check_covers_the_compiled_kernels(monkeypatch, head_dim, dtype_name):
+    """dispatch.TRITON_SHARED_BYTES (forward, backward per padded head dim) is
+    no less than what the kernels compiled for this GPU take, and this GPU
+    passes the check."""
+    for backward in (False, True):
+        assert mala_dispatch._gpu_shortfall(DEVICE, head_dim, backward) is None
+    shared = {}
+    launch_table = mala_function.launch_table
+
+    def noting(*args, **kwargs):
+        return {name: (SharedMemoryOf(name, kernel, shared), meta)
+                for name, (kernel, meta) in launch_table(*args, **kwargs).items()}
+    monkeypatch.setattr(mala_function, 'launch_table', noting)
+    q, k, v = make_qkv(1, 2, (16, 24), head_dim, DTYPES[dtype_name], 'channels_last')
+    angle = RoPE2d(head_dim).angle.to(DEVICE)
+    plan = mala_function.make_launch_plan(16 * 24, 2, head_dim, q.dtype, DEVICE)
+    out, stats = mala_function.mala_forward(q, k, v, angle, 24, plan)
+    mala_function.mala_backward(torch.ones_like(out), q, k, v, angle, stats, 24, plan)
+    assert set(shared) == {*mala_function.FORWARD_KERNELS, *mala_function.BACKWARD_KERNELS}
+    forward_bytes, backward_bytes = mala_dispatch.TRITON_SHARED_BYTES[head_dim]
+    assert max(shared[name] for name in mala_function.FORWARD_KERNELS) <= forward_bytes, shared
+    assert max(shared[name] for name in mala_function.BACKWARD_KERNELS) <= backward_bytes, shared
 
 
 def test_backbone_bf16_forward_backward_at_512x2048_is_finite():
@@ -180,31 +206,3 @@ def test_backbone_triton_and_torch_paths_agree_in_bf16():
         reference = model(images)
     for index, (a, b) in enumerate(zip(fused, reference)):
         assert relative_error(a.float(), b.float()) <= 5e-2, f'stage {index}'
-
-
-def test_direct_launches_match_tritons_path(monkeypatch):
-    """After a case's first launches, its compiled kernels are launched directly
-    (CompiledLaunches): on this Triton release the direct path is taken for all
-    five kernels and gives bit-identical results to Triton's launch path."""
-    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
-    q, k, v = make_qkv(1, 4, (32, 48), 64, torch.bfloat16, 'channels_last')
-    rope = RoPE2d(64).to(DEVICE)(32, 48)
-    dout = torch.randn(q.shape, device=DEVICE, dtype=q.dtype)
-
-    def forward_backward():
-        out = mala_attention(q, k, v, rope, impl='triton')
-        return (out, *torch.autograd.grad(out, (q, k, v), dout))
-
-    monkeypatch.setattr(mala_launches, 'DIRECT_LAUNCH', False)
-    expected = forward_backward()
-    monkeypatch.setattr(mala_launches, 'DIRECT_LAUNCH', True)
-    for _ in range(2):
-        for name, actual, wanted in zip(('out', 'dq', 'dk', 'dv'), forward_backward(), expected):
-            assert torch.equal(actual, wanted), name
-    cases = list(mala_plan._plans._entries.values())
-    kernels = mala_launches.ForwardLaunches.KERNELS + mala_launches.BackwardLaunches.KERNELS
-    assert len(cases) == 2
-    assert all(case.compiled.direct(name) for case in cases
-               for name in case.compiled._kernels), \
-        {name: case.compiled.direct(name) for case in cases for name in case.compiled._kernels}
-    assert sorted(name for case in cases for name in case.compiled._kernels) == sorted(kernels)

@@ -4,7 +4,9 @@ Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1`
 from tests/conftest.py), which is slow: shapes stay tiny. The reference is
 ``mala_naive`` in float64 on the same inputs.
 """
+import ast
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -17,15 +19,9 @@ pytest.importorskip('triton')
 from helpers.paths import REPO_ROOT  # noqa: E402
 
 from mavit_mm import MAViT  # noqa: E402
-from mavit_mm.ops import mala as mala_ops  # noqa: E402
+from mavit_mm.ops.mala import dispatch as mala_dispatch  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
-from mavit_mm.ops.mala import launches as mala_launches  # noqa: E402
-from mavit_mm.ops.mala import (  # noqa: E402
-    mala_attention,
-    mala_naive,
-    triton_support,  # noqa: E402
-)
-from mavit_mm.ops.mala import plan as mala_plan  # noqa: E402
+from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d, RotaryTables  # noqa: E402
 from mavit_mm.tooling.mala_inputs import mala_inputs  # noqa: E402
 
@@ -149,7 +145,7 @@ def test_fp16_large_activations_stay_finite():
 # --------------------------------------------------------------------------
 @pytest.fixture
 def fresh_fallback_warnings(monkeypatch):
-    monkeypatch.setattr(mala_ops, '_warned_fallback_reasons', set())
+    monkeypatch.setattr(mala_dispatch, '_warned_fallback_reasons', set())
 
 
 def plain_qkv(head_dim, dtype=torch.float32, device=DEVICE):
@@ -168,7 +164,7 @@ def test_auto_on_cpu_uses_torch_path_silently(monkeypatch, fresh_fallback_warnin
     # interpreter on ('auto' never runs the interpreter).
     def no_triton(*args):
         raise AssertionError("'auto' must not run the kernels on CPU")
-    monkeypatch.setattr(mala_ops, '_triton_mala', no_triton)
+    monkeypatch.setattr(mala_dispatch, '_triton_mala', no_triton)
     q, k, v = plain_qkv(32)
     rope = RoPE2d(32)(HEIGHT, WIDTH)
     with warnings.catch_warnings(record=True) as caught:
@@ -204,7 +200,7 @@ def test_triton_rejects_float64():
 
 
 def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
-    monkeypatch.setattr(mala_ops, 'triton_interpreter_enabled', lambda: False)
+    monkeypatch.setattr(mala_dispatch, 'triton_interpreter_enabled', lambda: False)
     q, k, v = plain_qkv(32, device='cpu')
     with pytest.raises(RuntimeError, match='CUDA'):
         mala_attention(q, k, v, RoPE2d(32)(HEIGHT, WIDTH), impl='triton')
@@ -279,6 +275,23 @@ def test_mavit_with_triton_mala_matches_published_outputs(parity_data, monkeypat
 FP32, BF16 = (torch.float32, 1e-4), (torch.bfloat16, 2e-2)
 
 
+@pytest.fixture
+def fresh_plans():
+    """The op's plan cache, empty, and emptied again afterwards: its plans may
+    come from a patched SM count or tile table. (A plan is a function of the
+    case's sizes, and of the SM count, which is fixed per device.)"""
+    mala_function.cached_launch_plan.cache_clear()
+    yield mala_function.cached_launch_plan
+    mala_function.cached_launch_plan.cache_clear()
+
+
+@pytest.fixture
+def eight_sms(monkeypatch, fresh_plans):
+    """A GPU of 8 SMs, whatever DEVICE is: on the CPU (1 "SM") and on a real
+    GPU the default plans of the small maps below would differ."""
+    monkeypatch.setattr(mala_function, 'sm_count', lambda device: 8)
+
+
 # Each map size, dtype and layout twice. The maps are as small as keeps every
 # path of a full-size map (with 8 SMs: 3 split-N chunks, the last one partial
 # at 40x40; 3 tiles per output / key program, the last program partial at
@@ -287,21 +300,22 @@ FP32, BF16 = (torch.float32, 1e-4), (torch.bfloat16, 2e-2)
     (40, 40, 32, *FP32, 'channels_last'), (40, 40, 32, *BF16, 'contiguous'),
     (30, 56, 64, *FP32, 'contiguous'), (30, 56, 64, *BF16, 'channels_last')])
 def test_default_plan_with_chunks_and_token_loops_matches_reference(
-        monkeypatch, height, width, head_dim, dtype, tolerance, layout):
+        eight_sms, height, width, head_dim, dtype, tolerance, layout):
     # 8 SMs: the default plan splits N into several chunks and has each output /
     # key program loop over several tiles, the paths full-size maps take on a GPU.
-    if DEVICE.type == 'cpu':
-        monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 8)
     q, k, v = make_qkv(1, 3, head_dim, dtype, layout=layout, height=height, width=width)
-    plan = mala_plan.make_launch_plan(height * width, 3, head_dim, dtype, DEVICE)
-    if DEVICE.type == 'cpu':
-        assert plan.num_chunks > 1
-        assert plan.output_tokens_per_program > plan.output.block_n
-        assert plan.key_tokens_per_program > plan.key.block_n
+    plan = mala_function.make_launch_plan(height * width, 3, head_dim, dtype, DEVICE)
+    assert plan.num_chunks > 1
+    assert plan.output_tokens_per_program > plan.output.block_n
+    assert plan.key_tokens_per_program > plan.key.block_n
     rope = RoPE2d(head_dim)(height, width)
     check_against_reference(q, k, v, rope, tolerance)
+    assert mala_function.cached_launch_plan.cache_info().currsize == 1   # the plan above
+    assert mala_function.cached_launch_plan(height * width, 3, head_dim, dtype, DEVICE) == plan
 
 
+# With 2 programs resident per SM (the expected counts are for it; the
+# default, RESIDENT_PROGRAMS_PER_SM, follows the kernels' compile).
 @pytest.mark.parametrize('sm_count,batch_heads,num_tokens,expected_programs', [
     (132, 16, 65536, 528),   # two whole waves of 264 programs, not 17 x 16 in three
     (132, 1, 65536, 128),    # B*heads = 1: 512-token chunks, one program per SM
@@ -309,13 +323,50 @@ def test_default_plan_with_chunks_and_token_loops_matches_reference(
 ])
 def test_split_n_grid_fills_whole_waves(monkeypatch, sm_count, batch_heads, num_tokens,
                                         expected_programs):
-    monkeypatch.setattr(mala_plan, '_sm_count', lambda device: sm_count)
-    plan = mala_plan.make_launch_plan(num_tokens, batch_heads, 64, torch.bfloat16, DEVICE)
-    assert plan.num_chunks * batch_heads == expected_programs
-    slots = mala_plan.RESIDENT_PROGRAMS_PER_SM * sm_count
-    programs = plan.num_chunks * batch_heads
-    assert programs <= slots or programs % slots == 0
-    assert plan.tokens_per_chunk >= mala_plan.MIN_TOKENS_PER_CHUNK
+    monkeypatch.setattr(mala_function, 'sm_count', lambda device: sm_count)
+    for resident in (2, mala_function.RESIDENT_PROGRAMS_PER_SM):
+        plan = mala_function.make_launch_plan(num_tokens, batch_heads, 64, torch.bfloat16,
+                                              DEVICE, resident_per_sm=resident)
+        slots = resident * sm_count
+        programs = plan.num_chunks * batch_heads
+        assert programs <= slots or programs % slots == 0, (resident, programs)
+        assert plan.tokens_per_chunk >= mala_function.MIN_TOKENS_PER_CHUNK
+        assert mala_function.fastest_chunk_count(num_tokens, batch_heads, slots) == \
+            plan.num_chunks
+        if resident == 2:
+            assert programs == expected_programs
+    # The default is RESIDENT_PROGRAMS_PER_SM.
+    assert mala_function.make_launch_plan(num_tokens, batch_heads, 64, torch.bfloat16,
+                                          DEVICE) == plan
+
+
+@pytest.mark.parametrize('registers,shared_kib,num_warps,expected', [
+    (124, 40, 8, 2),    # 8 warps of 124 registers: 128 x 256 = 32K each, 2 in 64K
+    (255, 40, 8, 1),    # 256 x 256 fills the 64K registers
+    (32, 100, 4, 2),    # shared memory binds: 2 x (100 + 1 reserved) KiB of 228
+    (32, 0, 4, 16),     # tiny blocks: threads (2048 / 128) and the block limit
+    (255, 0, 16, 1),    # never below 1
+])
+def test_resident_blocks_follow_the_tightest_sm_limit(registers, shared_kib, num_warps,
+                                                      expected):
+    # The rule behind the compile report's resident_per_sm, which
+    # RESIDENT_PROGRAMS_PER_SM follows (test_default_resident_count_..._sm90_compile).
+    from mavit_mm.tooling.gpu_compile_report import KernelResources, resident_blocks
+    assert resident_blocks(KernelResources(registers, shared_kib * 1024, num_warps)) == expected
+
+
+def test_resident_count_shapes_the_split_grid(monkeypatch):
+    # 132 SMs, B*heads = 16, N = 65536: whole waves whatever the SM holds.
+    monkeypatch.setattr(mala_function, 'sm_count', lambda device: 132)
+    chunks = {}
+    for resident in (1, 2, 3):
+        plan = mala_function.make_launch_plan(65536, 16, 64, torch.bfloat16, DEVICE,
+                                              resident_per_sm=resident)
+        slots = resident * 132
+        programs = plan.num_chunks * 16
+        assert programs <= slots or programs % slots == 0, (resident, programs)
+        chunks[resident] = plan.num_chunks
+    assert len(set(chunks.values())) > 1, chunks   # the count does change the grid
 
 
 # --------------------------------------------------------------------------
@@ -402,7 +453,7 @@ def test_loading_unpaired_angles_is_caught_at_load_time():
 # Resource and version safety
 # --------------------------------------------------------------------------
 def out_of_resources():
-    return triton_support.OutOfResources(300000, 232448, 'shared memory')
+    return mala_function.OutOfResources(300000, 232448, 'shared memory')
 
 
 def test_out_of_resources_falls_back_under_auto(monkeypatch, fresh_fallback_warnings):
@@ -413,8 +464,8 @@ def test_out_of_resources_falls_back_under_auto(monkeypatch, fresh_fallback_warn
     rope = RoPE2d(32)(HEIGHT, WIDTH)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        out = mala_ops._triton_or_fallback(q, k, v, rope, 'auto')
-        mala_ops._triton_or_fallback(q, k, v, rope, 'auto')
+        out = mala_dispatch._triton_or_fallback(q, k, v, rope, 'auto')
+        mala_dispatch._triton_or_fallback(q, k, v, rope, 'auto')
     messages = [str(w.message) for w in caught if 'falls back' in str(w.message)]
     assert len(messages) == 1 and 'do not fit' in messages[0] and 'shared memory' in messages[0]
     assert torch.equal(out, mala_attention(q, k, v, rope, impl='torch'))
@@ -424,10 +475,10 @@ def test_out_of_resources_falls_back_under_auto(monkeypatch, fresh_fallback_warn
 
 def test_head_offsets_past_int32_are_refused():
     q = torch.empty_strided((1, 1, 65536, 64), (0, 0, 1, 2 ** 26), device='meta')
-    reason = mala_ops._int32_offset_overflow(q, q, q)
+    reason = mala_dispatch._int32_offset_overflow(q, q, q)
     assert reason is not None and 'int32' in reason
     small = torch.empty_strided((1, 1, 65536, 64), (0, 0, 1, 65536), device='meta')
-    assert mala_ops._int32_offset_overflow(small, small, small) is None
+    assert mala_dispatch._int32_offset_overflow(small, small, small) is None
 
 
 def test_unsupported_triton_version_is_refused_with_its_reason():
@@ -449,94 +500,20 @@ def test_unsupported_triton_version_is_refused_with_its_reason():
     assert 'triton 3.11.0 is outside the versions' in result.stdout
 
 
-@pytest.mark.parametrize('registers,shared_kib,num_warps,expected', [
-    (124, 40, 8, 2),    # d = 64 partials on sm_90: registers allow 2 (128 x 256 = 32K each)
-    (255, 40, 8, 1),    # d = 96 / query kernel: 256 x 256 fills the 64K registers
-    (32, 100, 4, 2),    # shared memory binds: 2 x (100 + 1 reserved) KiB of 228
-    (32, 0, 4, 16),     # tiny blocks: threads (2048 / 128) and the block limit
-    (255, 0, 16, 1),    # never below 1
-])
-def test_resident_blocks_follow_the_tightest_sm_limit(registers, shared_kib, num_warps,
-                                                      expected):
-    resources = mala_plan.KernelResources(registers, shared_kib * 1024, num_warps)
-    assert mala_plan.resident_blocks(resources) == expected
-
-
-def test_resident_blocks_shape_the_split_grid(monkeypatch):
-    # 132 SMs, B*heads = 16, N = 65536: whole waves whatever the SM holds.
-    monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 132)
-    chunks = {}
-    for resident in (1, 2, 3):
-        plan = mala_plan.make_launch_plan(65536, 16, 64, torch.bfloat16, DEVICE,
-                                              resident_per_sm=resident)
-        slots = resident * 132
-        programs = plan.num_chunks * 16
-        assert programs <= slots or programs % slots == 0, (resident, programs)
-        chunks[resident] = plan.num_chunks
-    assert len(set(chunks.values())) > 1, chunks   # the count does change the grid
-
-
-def _launch_signature(launches, name):
-    """What Triton specialises a launch on: grid, dtypes, alignment, ints, for
-    the arguments as compiled_resources hands them to the compiler."""
-    grid, args = launches.arguments(name)
-    return grid, [mala_plan._specialisation(mala_plan._for_compiling(arg))
-                  for arg in args]
-
-
-@pytest.mark.parametrize('layout', ['channels_last', 'contiguous'])
-def test_stand_in_buffers_compile_what_the_launch_runs(layout):
-    # compiled_resources compiles the kernels with stand-in buffers (no GPU
-    # memory): every argument must specialise as the real launch's does, or the
-    # GPU would compile and measure a different binary.
-    q, k, v = make_qkv(2, 3, 32, torch.bfloat16, layout=layout, height=8, width=12)
-    angle = RoPE2d(32).angle.to(DEVICE)
-    plan = mala_plan.make_launch_plan(96, 6, 32, torch.bfloat16, DEVICE, block_n=16,
-                                          tokens_per_chunk=32)
-    real = mala_launches.ForwardLaunches(q, k, v, angle, 12, plan)
-    stand_in = mala_launches.ForwardLaunches(q, k, v, angle, 12, plan, allocate=False)
-    for name in real.KERNELS:
-        assert _launch_signature(stand_in, name) == _launch_signature(real, name), name
-    assert all(buffer.is_meta for buffer in (stand_in.out, stand_in.workspace,
-                                             stand_in.stats))   # nothing allocated
-    out, stats = real.run()
-    dout = random_like(out)
-    real_back = mala_launches.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan)
-    stand_in_back = mala_launches.BackwardLaunches(dout, q, k, v, angle, stats, 12, plan,
-                                                   allocate=False)
-    for name in real_back.KERNELS:
-        assert _launch_signature(stand_in_back, name) == _launch_signature(real_back, name), name
-    with pytest.raises(KeyError, match="'query' is not a forward kernel"):
-        real.arguments('query')
-
-
-def test_no_resource_check_off_cuda():
-    q, k, v = make_qkv(batch=1, heads=2, head_dim=32)
-    assert mala_plan.resource_shortfall(q, k, v, WIDTH, backward=True) is None
-
-
-def test_resource_check_adds_no_cases_to_the_plan_cache(monkeypatch):
-    """The GPU check of whether the kernels fit plans a forward and a backward
-    whose incoming gradient is a stand-in laid out like q: those plans launch
-    nothing and must not become cached cases (on an H200 the direct-launch
-    test found a third case, the stand-in's backward). Run on the CPU with the
-    compile step stubbed."""
-    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
-    monkeypatch.setattr(mala_plan, '_shortfalls', mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
-    compiled = []
-    monkeypatch.setattr(mala_plan, 'compiled_resources',
-                        lambda launches, name: compiled.append(name))
-    q, k, v = make_qkv(batch=1, heads=2, head_dim=32)
-    assert mala_plan._compiled_shortfall(q, k, v, WIDTH, backward=True) is None
-    assert compiled == ['partials', 'combine', 'output', 'query', 'key']
-    assert len(mala_plan._plans) == 0
+def test_no_gpu_check_off_cuda():
+    # The CPU (the interpreter) has no GPU to be short of.
+    for head_dim in (16, 64, 96, 128):
+        for backward in (False, True):
+            assert mala_dispatch._gpu_shortfall(torch.device('cpu'), head_dim,
+                                                backward) is None
 
 
 @pytest.mark.skipif(DEVICE.type == 'cuda', reason='compiles for sm_90 ahead of time on a CPU')
-def test_default_resident_count_is_the_sm90_compile(tmp_path):
-    # RESIDENT_PROGRAMS_PER_SM (the plan where no compiled kernel can be asked)
-    # must be what resident_blocks gives for the sm_90 compile of the d = 64
-    # split-N forward kernel.
+def test_default_resident_count_and_shared_memory_are_the_sm90_compile(tmp_path):
+    # RESIDENT_PROGRAMS_PER_SM (the plans' programs per SM) must be what the
+    # CUDA occupancy rules give for the sm_90 compile of the d = 64 split-N
+    # forward kernel, and dispatch's TRITON_SHARED_BYTES (the static GPU check)
+    # no less than what each d = 64 kernel's sm_90 compile takes.
     env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
     env['TRITON_CACHE_DIR'] = str(tmp_path / 'triton-cache')
     result = subprocess.run(
@@ -544,202 +521,159 @@ def test_default_resident_count_is_the_sm90_compile(tmp_path):
          '90', '--dtypes', 'bf16', '--head-dims', '64'],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    line = next(line for line in result.stdout.splitlines() if '_forward_partials_kernel' in line)
-    assert 'FAILED' not in line, line
-    assert f"'resident_per_sm': {mala_plan.RESIDENT_PROGRAMS_PER_SM}," in line, line
+    lines = {name: next(line for line in result.stdout.splitlines() if f'_{name}_kernel' in line)
+             for name in ('forward_partials', 'forward_combine', 'forward_output',
+                          'backward_query', 'backward_key')}
+    assert not [line for line in lines.values() if 'FAILED' in line], result.stdout
+    partials = lines['forward_partials']
+    assert f"'resident_per_sm': {mala_function.RESIDENT_PROGRAMS_PER_SM}," in partials, partials
+    shared = {name: int(re.search(r"'shared_bytes': (\d+)", line).group(1))
+              for name, line in lines.items()}
+    forward_bytes, backward_bytes = mala_dispatch.TRITON_SHARED_BYTES[64]
+    assert max(shared[name] for name in shared if name.startswith('forward')) <= forward_bytes, \
+        shared
+    assert max(shared[name] for name in shared if name.startswith('backward')) <= backward_bytes, \
+        shared
+    # The kernels' design on the model's layout: no spills, and every token
+    # pass a Hopper warp-group product (the channel-order tiles; the pair-split
+    # tiles of 32 rows compiled to mma.sync).
+    usage = {name: ast.literal_eval(line[line.index('{'):]) for name, line in lines.items()}
+    assert all(u['stack_bytes'] == 0 for u in usage.values()), usage
+    assert all(usage[name]['wgmma'] > 0 for name in
+               ('forward_partials', 'forward_output', 'backward_query', 'backward_key')), usage
 
 
-def test_compiled_resources_reads_the_loaded_kernel_once(monkeypatch):
-    # The GPU path without a GPU: warmup must get the launch's own grid,
-    # arguments and meta-parameters; the loaded kernel's registers, shared
-    # memory and warps are read once per specialisation; internals a Triton
-    # release lacks give None (plan defaults) rather than a failed forward.
-    q, k, v = make_qkv(batch=1, heads=2, head_dim=32)
-    angle = RoPE2d(32).angle.to(DEVICE)
-    plan = mala_plan.make_launch_plan(HEIGHT * WIDTH, 2, 32, q.dtype, DEVICE)
-    launches = mala_launches.ForwardLaunches(q, k, v, angle, WIDTH, plan, allocate=False)
-    calls = []
-
-    class Loaded:
-        n_regs = 124
-        metadata = type('Metadata', (), dict(shared=40960, num_warps=8))
-
-        def _init_handles(self):
-            calls.append('load')
-
-    class Kernel:
-        def warmup(self, *args, grid, **meta):
-            calls.append((grid, args, meta))
-            return Loaded()
-
-    kernel, meta = launches.table['partials']
-    launches.table = dict(launches.table, partials=(Kernel(), meta))
-    monkeypatch.setattr(torch.cuda, 'current_device', lambda: 0)
-    monkeypatch.setattr(mala_plan, '_compiled_resources', {})
-    resources = mala_plan.compiled_resources(launches, 'partials')
-    assert resources == mala_plan.KernelResources(124, 40960, 8)
-    assert mala_plan.resident_blocks(resources) == 2
-    grid, args = launches.arguments('partials')
-    assert calls[1:] == ['load'] and calls[0][0] == grid and calls[0][2] == meta
-    assert [mala_plan._specialisation(arg) for arg in calls[0][1]] == [
-        mala_plan._specialisation(mala_plan._for_compiling(arg)) for arg in args]
-    assert not any(isinstance(arg, torch.Tensor) and arg.is_meta for arg in calls[0][1])
-    assert all((given is arg) if isinstance(arg, torch.Tensor) else given == arg
-               for given, arg in zip(calls[0][1], args)   # the rest untouched
-               if not (isinstance(arg, torch.Tensor) and arg.is_meta))
-    mala_plan.compiled_resources(launches, 'partials')
-    assert len(calls) == 2    # cached
-    del Loaded.n_regs         # a release without it
-    monkeypatch.setattr(mala_plan, '_compiled_resources', {})
-    assert mala_plan.compiled_resources(launches, 'partials') is None
+def test_every_launch_says_its_fp_fusion():
+    # The kernels ask for fused multiply-adds themselves (function.FP_FUSION),
+    # so Triton 3.9 has no default to warn about and 3.10's new default
+    # changes nothing.
+    for head_dim in (32, 96):
+        plan = mala_function.make_launch_plan(HEIGHT * WIDTH, 2, head_dim, torch.bfloat16, DEVICE)
+        table = mala_function.launch_table(plan, whole_q_pairs=False, whole_k_pairs=True)
+        assert set(table) == set(mala_function.FORWARD_KERNELS + mala_function.BACKWARD_KERNELS)
+        assert all(meta['enable_fp_fusion'] is mala_function.FP_FUSION is True
+                   for _, meta in table.values())
+        assert table['output'][1]['WHOLE_PAIRS'] is False   # q's layout
+        assert table['key'][1]['WHOLE_PAIRS'] is True       # k's layout
 
 
 # --------------------------------------------------------------------------
 # The host path: plans made once per case, the cache bounded
 # --------------------------------------------------------------------------
-@pytest.fixture
-def counted_plans(monkeypatch):
-    """A fresh plan cache, and the plans made (make_launch_plan calls) since."""
-    monkeypatch.setattr(mala_plan, '_plans',
-                        mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
-    made = []
-    make = mala_plan.make_launch_plan
-
-    def counting(*args, **kwargs):
-        made.append(args[:4])
-        return make(*args, **kwargs)
-    monkeypatch.setattr(mala_plan, 'make_launch_plan', counting)
-    return made
+def plan_of(q, block_n=0, tokens_per_chunk=0, tokens_per_program=0):
+    """The plan the op takes for ``q`` (forward and backward alike)."""
+    return mala_function._case_plan(q, block_n, tokens_per_chunk, tokens_per_program)
 
 
-def plan_of(q, k=None, v=None, angle=None, width=WIDTH, **overrides):
-    angle = RoPE2d(q.shape[-1]).angle.to(q.device) if angle is None else angle
-    return mala_plan.plan_for(q, q if k is None else k, q if v is None else v, angle, width,
-                                  **overrides)
-
-
-def test_a_layer_plans_once_and_stays_exact(counted_plans):
-    # New tensors (new addresses, new values) of the same case: the forward and
-    # backward plans are made on the first call only, and results stay exact.
+def test_a_layer_plans_once_and_stays_exact(fresh_plans):
+    # New tensors (new addresses, new values) of the same case: the one plan of
+    # its forward and backward is made on the first call only, and results
+    # stay exact.
     rope = RoPE2d(32)(HEIGHT, WIDTH)
-    made = []
     for seed in range(3):
         q, k, v = make_qkv(batch=1, heads=2, head_dim=32, seed=seed)
         check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
-        made.append(len(counted_plans))
-    assert made[0] >= 2 and made == [made[0]] * 3, made   # forward + backward, once
-    if DEVICE.type == 'cpu':
-        assert made[0] == 2
-    assert len(mala_plan._plans) == 2
+        info = fresh_plans.cache_info()
+        assert (info.misses, info.currsize) == (1, 1), info
+    assert info.hits == 2 * 3 - 1, info     # a lookup per forward and per backward
 
 
-def test_another_case_makes_another_plan(monkeypatch, counted_plans):
+def test_another_case_makes_another_plan(fresh_plans):
     q = torch.randn(1, 2, HEIGHT * WIDTH, 32, device=DEVICE)
     first = plan_of(q)
-    made = len(counted_plans)
-    assert plan_of(torch.randn_like(q)) is first and len(counted_plans) == made
     misaligned = torch.randn(q.numel() + 1, device=DEVICE)[1:].view(q.shape)
     assert misaligned.data_ptr() % 16 != 0
-    stats = torch.empty(2, 32 + 3, 32, device=DEVICE)
-    cases = {
-        'strides': lambda: plan_of(q.transpose(-1, -2).contiguous().transpose(-1, -2)),
-        'k strides': lambda: plan_of(q, k=q.transpose(1, 2).contiguous().transpose(1, 2)),
-        'shape': lambda: plan_of(torch.randn(2, 2, HEIGHT * WIDTH, 32, device=DEVICE)),
-        'tokens': lambda: plan_of(torch.randn(1, 2, 48, 32, device=DEVICE)),
-        'dtype': lambda: plan_of(q.half()),
-        'alignment': lambda: plan_of(misaligned),
-        'width': lambda: plan_of(q, width=5),
-        'overrides': lambda: plan_of(q, block_n=16),
-        'backward': lambda: plan_of(q, dout=q, stats=stats),
+    # What the kernels read (strides, alignment, the map's width) is no part
+    # of a plan: Triton specialises its launches on them itself.
+    same = {
+        'new tensors': torch.randn_like(q),
+        'strides': q.transpose(-1, -2).contiguous().transpose(-1, -2),
+        'channels_last': q.transpose(1, 2).contiguous().transpose(1, 2),
+        'alignment': misaligned,
+        'batch x heads': torch.randn(2, 1, HEIGHT * WIDTH, 32, device=DEVICE),
     }
-    for name, plan in cases.items():
-        made = len(counted_plans)
+    for name, other in same.items():
+        assert plan_of(other) is first, name
+    assert fresh_plans.cache_info().misses == 1
+    others = {
+        'batch': lambda: plan_of(torch.randn(2, 2, HEIGHT * WIDTH, 32, device=DEVICE)),
+        'tokens': lambda: plan_of(torch.randn(1, 2, 48, 32, device=DEVICE)),
+        'head dim': lambda: plan_of(torch.randn(1, 2, HEIGHT * WIDTH, 48, device=DEVICE)),
+        'dtype': lambda: plan_of(q.half()),
+        'block_n': lambda: plan_of(q, block_n=16),
+        'tokens_per_chunk': lambda: plan_of(q, tokens_per_chunk=16),
+        'tokens_per_program': lambda: plan_of(q, tokens_per_program=32),
+    }
+    for name, plan in others.items():
+        made = fresh_plans.cache_info().misses
+        assert plan() is not first, name                          # a new case: planned
+        assert fresh_plans.cache_info().misses == made + 1, name
         plan()
-        assert len(counted_plans) > made, name        # a new case: planned
-        made = len(counted_plans)
-        plan()
-        assert len(counted_plans) == made, name       # and then cached
+        assert fresh_plans.cache_info().misses == made + 1, name  # and then cached
     assert plan_of(q, block_n=16).output.block_n == 16
+    assert plan_of(q, tokens_per_chunk=16).num_chunks == 3
     assert plan_of(q.half()).dot_precision == 'tf32' and first.dot_precision == 'ieee'
-    # What the plan is computed from (the SM count) is part of the case too.
-    monkeypatch.setattr(mala_plan, '_sm_count', lambda device: 8)
-    made = len(counted_plans)
-    plan_of(q)
-    assert len(counted_plans) > made
 
 
-def test_a_failed_plan_is_not_cached(counted_plans):
+def test_a_failed_plan_is_not_cached(fresh_plans):
     q = torch.randn(1, 2, HEIGHT * WIDTH, 32, device=DEVICE)
     for _ in range(2):
         with pytest.raises(ValueError, match='block_n'):
             plan_of(q, block_n=24)
-    assert len(counted_plans) == 2 and len(mala_plan._plans) == 0
+    info = fresh_plans.cache_info()
+    assert (info.misses, info.currsize) == (2, 0), info
 
 
-def test_plan_cache_is_bounded_and_drops_the_least_recent(monkeypatch, counted_plans):
-    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(3))
-    qs = [torch.randn(1, 2, num_tokens, 32, device=DEVICE) for num_tokens in (16, 32, 48, 64)]
-    for q in qs[:3]:
-        plan_of(q)
-    plan_of(qs[0])                 # now the most recently used
-    plan_of(qs[3])                 # a fourth case: qs[1] goes
-    assert len(mala_plan._plans) == 3
-    made = len(counted_plans)
-    for q in (qs[0], qs[2], qs[3]):
-        plan_of(q)
-    assert len(counted_plans) == made
-    plan_of(qs[1])
-    assert len(counted_plans) > made
-    # The default bound holds too.
-    size = mala_plan.PLAN_CACHE_SIZE
-    monkeypatch.setattr(mala_plan, '_plans', mala_plan._LRUCache(size))
-    for num_tokens in range(1, size + 21):
-        plan_of(torch.empty(1, 1, num_tokens, 32, device=DEVICE))
-    assert len(mala_plan._plans) == size
-    assert isinstance(mala_plan._shortfalls, mala_plan._LRUCache)
-    assert mala_plan._shortfalls.maxsize == size
+def test_plan_cache_is_bounded_and_drops_the_least_recent(fresh_plans):
+    size = mala_function.PLAN_CACHE_SIZE
+    assert fresh_plans.cache_info().maxsize == size
 
+    def plan(num_tokens):
+        return plan_of(torch.empty(1, 1, num_tokens, 32, device=DEVICE))
 
-def test_shortfall_verdicts_are_cached_and_bounded(monkeypatch):
-    # The GPU's verdict without a GPU: the kernels "compiled" are counted.
-    compiled = []
-    monkeypatch.setattr(mala_plan, 'compiled_resources',
-                        lambda launches, name: compiled.append(name))
-    monkeypatch.setattr(mala_plan, '_shortfalls', mala_plan._LRUCache(2))
-    qs = [torch.randn(1, 2, num_tokens, 32) for num_tokens in (16, 32, 48)]
-    for q in qs + [qs[2], qs[1]]:
-        assert mala_plan._compiled_shortfall(q, q, q, 4, backward=False) is None
-    per_case = len(mala_launches.ForwardLaunches.KERNELS)
-    assert len(compiled) == 3 * per_case and len(mala_plan._shortfalls) == 2
-    mala_plan._compiled_shortfall(qs[0], qs[0], qs[0], 4, backward=False)
-    assert len(compiled) == 4 * per_case                  # dropped as the least recent, redone
+    for num_tokens in range(1, size + 1):
+        plan(num_tokens)
+    plan(1)                        # now the most recently used
+    plan(size + 1)                 # one case too many: 2 goes
+    info = fresh_plans.cache_info()
+    assert (info.currsize, info.misses) == (size, size + 1), info
+    plan(1)
+    plan(size + 1)
+    assert fresh_plans.cache_info().misses == size + 1
+    plan(2)
+    assert fresh_plans.cache_info().misses == size + 2
+    for num_tokens in range(size + 2, size + 22):
+        plan(num_tokens)
+    assert fresh_plans.cache_info().currsize == size
 
 
 @pytest.mark.parametrize('shape', [(2, 3, 5, 4), (1, 2, 5, 4), (2, 1, 1, 4), (2, 3, 0, 4)])
 def test_output_layouts_follow_the_input_stride_order(shape):
-    # The cached dense strides are what permuting a buffer laid out in the
-    # inputs' stride order gives (the rule before the cache), for every order.
+    # Results are dense with their dimensions in memory in the order of the
+    # input's strides (ties, size-1 dimensions, in the logical order), for
+    # every order: what permuting a buffer laid out that way gives.
     import itertools
     for order in itertools.permutations(range(4)):
         x = torch.empty([shape[dim] for dim in order]).permute([order.index(d) for d in range(4)])
         expected_order = sorted(range(4), key=lambda dim: (-x.stride(dim), dim))
         expected = x.new_empty([x.shape[dim] for dim in expected_order]).permute(
             [expected_order.index(dim) for dim in range(4)])
-        out = mala_launches._empty_like_layout(x)
+        out = mala_function.empty_like_layout(x)
         assert (out.shape, out.stride()) == (expected.shape, expected.stride()), order
+        assert out.permute(expected_order).is_contiguous(), order
 
 
 def test_dynamic_shapes_compile_the_op_with_symbolic_layouts(monkeypatch):
-    # Under torch.compile(dynamic=True) the fake op sees symbolic sizes, which
-    # the layout cache cannot hash: the rule is applied uncached, and the
-    # compiled graph gives the eager results and layouts for two token counts.
+    # Under torch.compile(dynamic=True) the fake op lays its results out from
+    # symbolic sizes and strides, and the compiled graph gives the eager
+    # results and layouts for two token counts.
     symbolic = []
-    memory_order = mala_launches._memory_order
+    empty_like_layout = mala_function.empty_like_layout
 
-    def recording(strides):
-        symbolic.append(any(isinstance(s, torch.SymInt) for s in strides))
-        return memory_order(strides)
-    monkeypatch.setattr(mala_launches, '_memory_order', recording)
+    def recording(x):
+        symbolic.append(any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride())))
+        return empty_like_layout(x)
+    monkeypatch.setattr(mala_function, 'empty_like_layout', recording)
     angle = RoPE2d(32).angle.to(DEVICE)
 
     def mala(x):
@@ -765,7 +699,7 @@ def test_dynamic_shapes_compile_the_op_with_symbolic_layouts(monkeypatch):
 def test_host_overhead_benchmark_runs_the_whole_path_with_stub_launches(tmp_path, launch):
     # The host-time benchmark (interpreter off, launches stubbed) checks the
     # launches a call makes: 3 for a forward, 5 for forward + backward. Under
-    # the stub driver it runs Triton's launch path, direct and not.
+    # the stub driver it runs Triton's launch path (the only one there is).
     env = {key: value for key, value in os.environ.items() if key != 'TRITON_INTERPRET'}
     output = tmp_path / 'host.json'
     result = subprocess.run(
@@ -777,14 +711,11 @@ def test_host_overhead_benchmark_runs_the_whole_path_with_stub_launches(tmp_path
     import json
     report = json.loads(output.read_text())
     assert report['launch'] == launch
-    assert set(report['results']) == {'forward', 'train', 'plan'}
-    runs = [report['results']] + ([report['triton_path']] if launch == 'stub-driver' else [])
-    assert all(stage['median_us'] > 0 for results in runs for mode in results.values()
+    assert {'forward', 'train'} <= set(report['results'])
+    assert all(stage['median_us'] > 0 for mode in report['results'].values()
                for stage in mode['stages'])
-    if launch == 'stub-driver':
-        assert set(report['direct_launch_speedup']) == {'forward', 'train', 'plan'}
-    else:
-        assert 'triton_path' not in report
+    # No direct launches any more: one launch path, nothing to compare it with.
+    assert 'triton_path' not in report and 'direct_launch_speedup' not in report
 
 
 # --------------------------------------------------------------------------
@@ -810,35 +741,33 @@ COMBINE_BLOCKS = {'many chunks': (225, 128, 64), 'one chunk': (1, 1, 1),
 
 def combine_case_plan(name):
     height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
-    return mala_plan.make_launch_plan(
+    return mala_function.make_launch_plan(
         height * width, 1, head_dim, torch.float32, DEVICE, block_n=16,
         tokens_per_chunk=tokens_per_chunk, tiles=None if tile is None else {'combine': tile})
 
 
 @pytest.fixture
-def combine_tile(monkeypatch):
+def combine_tile(monkeypatch, fresh_plans):
     """Sets the default combine tile of the case's head width (fused_mala takes
     no tile overrides), with a fresh plan cache so no other test sees it."""
-    monkeypatch.setattr(mala_plan, '_plans',
-                        mala_plan._LRUCache(mala_plan.PLAN_CACHE_SIZE))
 
     def use(head_dim, tile):
         if tile is not None:
-            family = mala_plan.tile_family(head_dim)
-            tiles = {name: dict(table) for name, table in mala_plan.KERNEL_TILES.items()}
+            family = mala_function.tile_family(head_dim)
+            tiles = {name: dict(table) for name, table in mala_function.KERNEL_TILES.items()}
             tiles[family]['combine'] = tile
-            monkeypatch.setattr(mala_plan, 'KERNEL_TILES', tiles)
+            monkeypatch.setattr(mala_function, 'KERNEL_TILES', tiles)
     return use
 
 
 @pytest.mark.parametrize('name', list(COMBINE_CASES))
 def test_combine_chunk_blocks_cover_the_cases(name):
     plan = combine_case_plan(name)
-    meta = mala_launches.launch_table(plan)['combine'][1]
+    meta = mala_function.launch_table(plan)['combine'][1]
     num_chunks, mean_chunks, kv_chunks = COMBINE_BLOCKS[name]
     assert (plan.num_chunks, meta['MEAN_CHUNKS'], meta['KV_CHUNKS']) == COMBINE_BLOCKS[name]
-    assert mala_launches.combine_chunk_blocks(plan) == (mean_chunks, kv_chunks)
-    budget = mala_launches.COMBINE_VALUES_PER_THREAD * plan.combine.num_warps * 32
+    assert mala_function.combine_chunk_blocks(plan) == (mean_chunks, kv_chunks)
+    budget = mala_function.COMBINE_VALUES_PER_THREAD * plan.combine.num_warps * 32
     for chunks, values in ((mean_chunks, plan.block_d),
                            (kv_chunks, plan.combine.block_n * plan.block_d)):
         assert chunks & (chunks - 1) == 0                     # a power of two
@@ -851,10 +780,10 @@ def test_combine_chunk_blocks_of_the_default_tiles():
     # (32 chunks a block, 32 programs of 2 rows), 32 for d = 96 (8 a block, 24
     # programs of 4 rows).
     for head_dim, blocks, programs in ((64, (64, 32), 32), (96, (32, 8), 24)):
-        plan = mala_plan.make_launch_plan(256 * 512, 1, head_dim, torch.bfloat16, DEVICE,
+        plan = mala_function.make_launch_plan(256 * 512, 1, head_dim, torch.bfloat16, DEVICE,
                                               tokens_per_chunk=512)
         assert plan.num_chunks == 256
-        assert mala_launches.combine_chunk_blocks(plan) == blocks
+        assert mala_function.combine_chunk_blocks(plan) == blocks
         assert -(-head_dim // plan.combine.block_n) == programs
 
 
@@ -883,7 +812,7 @@ def test_combine_stats_match_float64(name):
                                               seed=4))
     k, v = k + 3.0, v + 50.0
     rope = RoPE2d(head_dim)(height, width)
-    _, stats = mala_launches.ForwardLaunches(q, k, v, rope.angle_on(DEVICE), width, plan).run()
+    _, stats = mala_function.mala_forward(q, k, v, rope.angle_on(DEVICE), width, plan)
     expected = reference_stats(k, v, rope)
     for part, rows in (('KVc', slice(0, head_dim)), ('km', head_dim), ('krm', head_dim + 1),
                        ('vm', head_dim + 2)):
@@ -894,9 +823,9 @@ def test_combine_stats_match_float64(name):
 def test_combine_blocks_give_reference_outputs_and_grads(name, combine_tile):
     height, width, head_dim, tokens_per_chunk, tile = COMBINE_CASES[name]
     combine_tile(head_dim, tile)
-    plan = mala_plan.make_launch_plan(height * width, 1, head_dim, torch.float32, DEVICE,
+    plan = mala_function.make_launch_plan(height * width, 1, head_dim, torch.float32, DEVICE,
                                           block_n=16, tokens_per_chunk=tokens_per_chunk)
-    assert (plan.num_chunks, *mala_launches.combine_chunk_blocks(plan)) == COMBINE_BLOCKS[name]
+    assert (plan.num_chunks, *mala_function.combine_chunk_blocks(plan)) == COMBINE_BLOCKS[name]
     # B * heads = 1, the case the blocked combine is for.
     q, k, v = make_qkv(1, 1, head_dim, height=height, width=width, seed=5)
     rope = RoPE2d(head_dim)(height, width)

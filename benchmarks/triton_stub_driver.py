@@ -9,12 +9,12 @@ checks, and the launch. Only the driver's C launcher is replaced: it records
 the call (grid, stream, the kernel handle, the packed metadata and the
 arguments) and runs nothing. Tensors may be CPU tensors; nothing reads them.
 
-What it is for: timing the host cost of launches (``benchmarks/
-mala_host_overhead.py``) and checking what a launch hands the driver
-(``tests/test_ops/test_mala/test_direct_launch.py``). It uses Triton's public
-driver switch, ``triton.runtime.driver.driver.set_active``. Kernels must be
-decorated with the interpreter off (``TRITON_INTERPRET=0`` before the
-kernels' module is imported).
+What it is for: timing the host cost of the fused MALA's launches without a
+GPU (``benchmarks/mala_host_overhead.py``, which imports it as
+``benchmarks.triton_stub_driver``; nothing in ``mavit_mm`` uses it). It uses
+Triton's public driver switch, ``triton.runtime.driver.driver.set_active``.
+Kernels must be decorated with the interpreter off (``TRITON_INTERPRET=0``
+before the kernels' module is imported).
 """
 from __future__ import annotations
 

@@ -1,0 +1,235 @@
+"""Which path a MALA call takes: the PyTorch formula or the fused Triton op.
+
+``mala_attention`` is the one entry point the backbone uses; ``impl`` picks the
+PyTorch path (``'torch'``, :mod:`.naive`), the fused Triton kernels
+(``'triton'``: the op in :mod:`.function`, written in :mod:`.kernels`) or the
+best available one (``'auto'``).
+
+* ``'auto'``: Triton for supported CUDA cases. Off CUDA, the PyTorch path,
+  silently. On CUDA cases the kernels cannot run (head dim, dtype, triton
+  missing, a GPU without the tf32 dots or the shared memory the kernels
+  need), the PyTorch path with one warning per distinct reason.
+* ``'triton'``: the fused kernels or a clear error saying why not. On CPU it
+  runs in Triton's interpreter when ``TRITON_INTERPRET=1`` (how CI tests them).
+* Exporting (ONNX, TorchScript tracing, ``torch.export``): the PyTorch path,
+  whatever ``impl`` says.
+
+The Triton modules are imported on first use only: ``import mavit_mm`` works
+without triton installed.
+"""
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import NamedTuple
+
+import torch
+
+from ..amp import autocast_disabled
+from ..rope2d import RotaryTables
+from ..triton_support import triton_interpreter_enabled
+from .naive import MALA_EPS, linear_attention_torch, mala_naive
+
+MALA_IMPLS = ('auto', 'torch', 'triton')
+TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+TRITON_MIN_HEAD_DIM = 16
+TRITON_MAX_HEAD_DIM = 128
+# (B * heads) is the second launch-grid axis, limited to 65535 programs.
+TRITON_MAX_BATCH_HEADS = 65535
+
+_warned_fallback_reasons = set()
+_triton_import_error: str | None = None
+_triton_import_tried = False
+# Shared memory one block of the fused kernels takes, at most, by head dim
+# (padded to a power of two) and pass: (forward, backward) bytes, from the
+# sm_90 compile report of every kernel (``bench_mala.py --compile-report``;
+# a test recompiles them to keep the two in step). Heads up to 64 channels fit
+# every GPU with tf32 dots; wider ones need more than the ~99 KiB per block of
+# sm_86 / sm_89 GPUs in the backward, and run it on the PyTorch path there.
+TRITON_SHARED_BYTES = {64: (40960, 98304), 128: (90112, 155648)}
+# The module with the op (function.py, which imports triton), once imported.
+_function = None
+
+
+class Unsupported(NamedTuple):
+    """Why the Triton path cannot run a case, and the error ``'triton'`` raises."""
+    reason: str
+    error: type
+
+
+def check_mala_impl(impl: str) -> str:
+    if impl not in MALA_IMPLS:
+        raise ValueError(f'mala_impl must be one of {MALA_IMPLS}, got {impl!r}')
+    return impl
+
+
+def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   rope: RotaryTables, impl: str = 'auto') -> torch.Tensor:
+    """MALA over ``(B, heads, N, d)`` q, k, v (pre-activation q and k).
+
+    ``N`` must equal ``rope.height * rope.width``; returns ``(B, heads, N, d)``.
+    Any strides are accepted.
+    """
+    check_mala_impl(impl)
+    _check_shapes(q, k, v, rope)
+    # 'auto' off CUDA: the PyTorch path is the best there is, nothing to warn about.
+    # An exported graph (ONNX, TorchScript, torch.export) gets the PyTorch path
+    # whatever ``impl`` says: the fused op is a CUDA kernel no exported format holds.
+    if (impl == 'torch' or q.numel() == 0 or (impl == 'auto' and q.device.type != 'cuda')
+            or _exporting()):
+        return _torch_mala(q, k, v, rope)
+    unsupported = triton_unsupported(q, k, v, rope, allow_interpreter=impl == 'triton')
+    if unsupported is None:
+        return _triton_or_fallback(q, k, v, rope, impl)
+    if impl == 'triton':
+        raise unsupported.error(f"mala_impl='triton' cannot run this case: {unsupported.reason}")
+    _warn_fallback_once(unsupported.reason)
+    return _torch_mala(q, k, v, rope)
+
+
+def _exporting() -> bool:
+    """An ONNX export (either exporter) or torch.export: the graph must not
+    hold the fused op. A plain ``torch.jit.trace`` (mmengine's FLOP counter)
+    keeps it: the op is a traceable operator with a counted formula."""
+    return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
+
+
+def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:
+    """The fused kernels; a launch the GPU cannot hold (Triton's out-of-resources
+    error) falls back under 'auto' and is a clear error under 'triton'."""
+    import_error = _triton_unavailable()   # explicit: callers may come straight here
+    if import_error is not None:
+        raise RuntimeError(f'the fused MALA kernels cannot run: {import_error}')
+    try:
+        return _triton_mala(q, k, v, rope)
+    except _function.OutOfResources as exc:
+        reason = f'the kernels do not fit this GPU ({exc})'
+        if impl == 'triton':
+            raise RuntimeError(f"mala_impl='triton' cannot run this case: {reason}") from exc
+        _warn_fallback_once(reason)
+        return _torch_mala(q, k, v, rope)
+
+
+def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: RotaryTables,
+                       allow_interpreter: bool) -> Unsupported | None:
+    """``None`` when the fused kernels can run this case, else why not."""
+    device = q.device
+    if device.type != 'cuda' and not (allow_interpreter and triton_interpreter_enabled()):
+        return Unsupported(f'tensors are on {device.type}, the Triton kernels need CUDA '
+                           '(or TRITON_INTERPRET=1 to run them in the CPU interpreter '
+                           "with mala_impl='triton')", RuntimeError)
+    if device.type == 'cuda' and torch.version.hip is not None:
+        return Unsupported('the Triton kernels are written and checked for NVIDIA GPUs only, '
+                           'not ROCm', RuntimeError)
+    import_error = _triton_unavailable()
+    if import_error is not None:
+        return Unsupported(import_error, RuntimeError)
+    if q.dtype not in TRITON_DTYPES:
+        return Unsupported(f'dtype {q.dtype} is not supported (float16, bfloat16 or float32)',
+                           ValueError)
+    if k.dtype != q.dtype or v.dtype != q.dtype or k.device != device or v.device != device:
+        return Unsupported(f'q, k and v must share one dtype and device, got '
+                           f'{q.dtype}/{k.dtype}/{v.dtype} on {device}/{k.device}/{v.device}',
+                           ValueError)
+    head_dim = q.shape[-1]
+    if not (TRITON_MIN_HEAD_DIM <= head_dim <= TRITON_MAX_HEAD_DIM and head_dim % 4 == 0):
+        return Unsupported(f'head dim {head_dim} is not supported (a multiple of 4 in '
+                           f'{TRITON_MIN_HEAD_DIM}..{TRITON_MAX_HEAD_DIM})', ValueError)
+    batch_heads = q.shape[0] * q.shape[1]
+    if batch_heads > TRITON_MAX_BATCH_HEADS:
+        return Unsupported(f'batch * heads = {batch_heads} exceeds {TRITON_MAX_BATCH_HEADS}',
+                           ValueError)
+    too_far = _int32_offset_overflow(q, k, v)
+    if too_far is not None:
+        return Unsupported(too_far, ValueError)
+    if not rope.paired:
+        return Unsupported('the RoPE angle buffer must repeat each frequency twice '
+                           '(the published layout the kernels rely on)', ValueError)
+    needs_backward = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    shortfall = _gpu_shortfall(device, head_dim, needs_backward)
+    if shortfall is not None:
+        return Unsupported(shortfall, RuntimeError)
+    return None
+
+
+def _gpu_shortfall(device: torch.device, head_dim: int, backward: bool) -> str | None:
+    """Why this GPU cannot run the kernels (tf32 dots, shared memory), or None.
+    Judged from tables, without compiling anything. A forward launch that
+    still finds the GPU short raises Triton's OutOfResources, which ``'auto'``
+    turns into the PyTorch path."""
+    if device.type != 'cuda':
+        return None
+    properties = torch.cuda.get_device_properties(device)
+    if (properties.major, properties.minor) < (8, 0):
+        return (f'{properties.name} (sm_{properties.major}{properties.minor}) has no tf32 '
+                'tensor cores; the kernels need sm_80 or newer')
+    padded = 64 if head_dim <= 64 else 128
+    needed = TRITON_SHARED_BYTES[padded][int(backward)]
+    available = getattr(properties, 'shared_memory_per_block_optin', needed)
+    if needed > available:
+        return (f'the {"backward" if backward else "forward"} kernels for head dim {head_dim} '
+                f'need {needed // 1024} KiB of shared memory per block; {properties.name} '
+                f'offers {available // 1024} KiB')
+    return None
+
+
+def _int32_offset_overflow(*tensors: torch.Tensor) -> str | None:
+    # The kernels index within a head in int32 (the head's base is int64).
+    for name, t in zip('qkv', tensors):
+        extent = sum((size - 1) * abs(stride) for size, stride in
+                     zip(t.shape[-2:], t.stride()[-2:]))
+        if extent >= 2 ** 31:
+            return (f'{name} spans {extent + 1} elements within one head with strides '
+                    f'{t.stride()}; the kernels index a head in int32 (at most 2**31)')
+    return None
+
+
+def _check_shapes(q, k, v, rope: RotaryTables) -> None:
+    if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
+        raise ValueError(f'q, k and v must all be (B, heads, N, d), got '
+                         f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
+    if q.shape[-2] != rope.height * rope.width:
+        raise ValueError(f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
+                         'feature map of the rotary tables')
+
+
+def _torch_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
+    # The formula of mala_naive, rotated by the stage's tables in the compute
+    # dtype (one complex multiply in fp32). It picks its own (fp32) precision,
+    # which autocast would undo.
+    with autocast_disabled(q.device.type):
+        return linear_attention_torch(q, k, v, rope, 'mala', 'elu')
+
+
+def _triton_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
+    return _function.fused_mala(q, k, v, rope.angle_on(q.device), rope.width)
+
+
+@torch.compiler.assume_constant_result
+def _triton_unavailable() -> str | None:
+    """Import the Triton modules once; the error text if that fails.
+
+    A constant to Dynamo: a model compiled before its first eager call runs
+    the import when the graph is traced, instead of breaking the graph on an
+    import (which Dynamo refuses to trace).
+    """
+    global _function, _triton_import_error, _triton_import_tried
+    if not _triton_import_tried:
+        _triton_import_tried = True
+        try:
+            _function = importlib.import_module('.function', __package__)
+        except ImportError as exc:
+            _triton_import_error = f'triton is not available ({exc})'
+    return _triton_import_error
+
+
+def _warn_fallback_once(reason: str) -> None:
+    if reason in _warned_fallback_reasons:
+        return
+    _warned_fallback_reasons.add(reason)
+    warnings.warn(f"MALA falls back to the PyTorch path: {reason}. Pass mala_impl='torch' "
+                  'to choose it explicitly.', RuntimeWarning, stacklevel=3)
+
+
+__all__ = ['mala_attention', 'mala_naive', 'check_mala_impl', 'triton_unsupported',
+           'triton_interpreter_enabled', 'MALA_IMPLS', 'MALA_EPS']

@@ -1,0 +1,45 @@
+"""What both fused ops (MALA, the depthwise stages) need of Triton's runtime:
+whether kernels run in the CPU interpreter, the Triton releases they support,
+and the device a launch goes to. Importing this module does not import triton.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+# setup.py's 'triton' extra says the same.
+SUPPORTED_TRITON = ('3.2', '3.10')   # [lowest, first unsupported)
+
+
+def triton_interpreter_enabled() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET)."""
+    # The values Triton itself reads as true (its knobs' env_bool), so this and
+    # Triton never disagree.
+    return os.environ.get('TRITON_INTERPRET', '0').strip().lower() in (
+        '1', 'true', 'yes', 'on', 'y')
+
+
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split('.')[:2]
+    return int(major), int(''.join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def check_triton_release() -> None:
+    """ImportError outside the supported releases: each op's function module
+    calls it before importing its kernels, so ``impl='auto'`` keeps the
+    PyTorch path and ``impl='triton'`` says why it cannot run."""
+    import triton
+    if not _release(SUPPORTED_TRITON[0]) <= _release(triton.__version__) < _release(
+            SUPPORTED_TRITON[1]):
+        raise ImportError(f'triton {triton.__version__} is outside the versions the fused '
+                          f'kernels support (>={SUPPORTED_TRITON[0]},<{SUPPORTED_TRITON[1]})')
+
+
+def on_device(device: torch.device):
+    """Triton launches on the current CUDA device: make it the tensors' one."""
+    return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
+
+
+__all__ = ['SUPPORTED_TRITON', 'check_triton_release', 'on_device', 'triton_interpreter_enabled']
