@@ -33,7 +33,7 @@ MAViT-T forward's worth.
 runs its own copy of this script with the same settings, in subprocesses
 interleaved with this tree's (``--repeats`` each, baseline first), so both
 see the same machine load; per stage the median over the repeats. For commits
-before the host rewrite of issue 40 (direct launches; e.g. ``d725d40``) that
+whose op launched compiled kernels directly (e.g. ``d725d40``), that
 script measures both launch paths of the old tree: ``direct`` (its default)
 and ``triton`` (every launch through ``JITFunction.run``). ``--eager-fps``
 (a ``benchmark_fps.py`` JSON) and ``--gpu-profile`` (the GPU check's
