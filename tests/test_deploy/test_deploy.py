@@ -372,11 +372,11 @@ def test_backbone_exports_with_dynamic_shapes_under_the_default_exporter(tmp_pat
     import onnxruntime as ort
 
     from mavit_mm.models.mavit import MAViT
-    from mavit_mm.ops import mala as mala_ops
+    from mavit_mm.ops.mala import dispatch as mala_dispatch
 
     def no_kernels(*args):
         raise AssertionError('the fused kernels ran during export')
-    monkeypatch.setattr(mala_ops, '_triton_mala', no_kernels)
+    monkeypatch.setattr(mala_dispatch, '_triton_mala', no_kernels)
     torch.manual_seed(0)
     model = MAViT('t', mala_impl='auto').eval()
     sizes = [(64, 96), (96, 128)]
@@ -408,11 +408,11 @@ def test_export_takes_the_pytorch_path_even_when_triton_is_asked_for(dynamo, tmp
     import onnx
 
     from mavit_mm.models.mavit import MAViT
-    from mavit_mm.ops import mala as mala_ops
+    from mavit_mm.ops.mala import dispatch as mala_dispatch
     monkeypatch.setenv('TRITON_INTERPRET', '1')
     calls = []
-    original = mala_ops._triton_mala
-    monkeypatch.setattr(mala_ops, '_triton_mala',
+    original = mala_dispatch._triton_mala
+    monkeypatch.setattr(mala_dispatch, '_triton_mala',
                         lambda *args: calls.append(1) or original(*args))
     model = MAViT('t', depths=[1, 1, 1, 1], mala_impl='triton').eval()
     image = torch.randn(1, 3, 64, 64)
