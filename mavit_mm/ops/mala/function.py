@@ -67,6 +67,10 @@ KERNEL_TILES = {
     'wide': dict(output=(16, 8, 3), partials=(16, 8, 3), query=(16, 8, 1), key=(16, 8, 3),
                  combine=(4, 4, 1)),
 }
+# fp32 inputs (exact fp32 products, no tensor cores) hold twice the bytes a
+# tile: where the half tiles would spill at d <= 64 (sm_90: output 104 B, query
+# 224 B, key 280 B of stack), smaller ones that do not.
+FP32_TILES = {'narrow': dict(output=(32, 4, 1), query=(16, 8, 1), key=(32, 8, 3)), 'wide': {}}
 KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
 FORWARD_KERNELS = ('partials', 'combine', 'output')
 BACKWARD_KERNELS = ('query', 'key')
@@ -150,8 +154,10 @@ def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: to
     unknown = set(tiles or {}) - set(KERNEL_NAMES)
     if unknown:
         raise ValueError(f'unknown kernel names {sorted(unknown)}; choose from {KERNEL_NAMES}')
+    family = tile_family(head_dim)
     chosen = {name: KernelTile(*tile) for name, tile in
-              {**KERNEL_TILES[tile_family(head_dim)], **(tiles or {})}.items()}
+              {**KERNEL_TILES[family], **(FP32_TILES[family] if dtype == torch.float32 else {}),
+               **(tiles or {})}.items()}
     if block_n is not None:
         if block_n < 16 or block_n & (block_n - 1):
             raise ValueError(f'block_n must be a power of two >= 16, got {block_n}')

@@ -518,10 +518,11 @@ def test_default_resident_count_and_shared_memory_are_the_sm90_compile(tmp_path)
     env['TRITON_CACHE_DIR'] = str(tmp_path / 'triton-cache')
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / 'benchmarks' / 'bench_mala.py'), '--compile-report',
-         '90', '--dtypes', 'bf16', '--head-dims', '64'],
+         '90', '--dtypes', 'bf16', 'fp32', '--head-dims', '64'],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = {name: next(line for line in result.stdout.splitlines() if f'_{name}_kernel' in line)
+    bf16_report, fp32_report = result.stdout.split('sm_90 fp32 d=64')
+    lines = {name: next(line for line in bf16_report.splitlines() if f'_{name}_kernel' in line)
              for name in ('forward_partials', 'forward_combine', 'forward_output',
                           'backward_query', 'backward_key')}
     assert not [line for line in lines.values() if 'FAILED' in line], result.stdout
@@ -541,6 +542,23 @@ def test_default_resident_count_and_shared_memory_are_the_sm90_compile(tmp_path)
     assert all(u['stack_bytes'] == 0 for u in usage.values()), usage
     assert all(usage[name]['wgmma'] > 0 for name in
                ('forward_partials', 'forward_output', 'backward_query', 'backward_key')), usage
+    # fp32 (exact products, FP32_TILES): no spills either.
+    fp32_usage = [ast.literal_eval(line[line.index('{'):]) for line in fp32_report.splitlines()
+                  if '_kernel' in line]
+    assert len(fp32_usage) == 5 and all(u['stack_bytes'] == 0 for u in fp32_usage), fp32_usage
+
+
+def test_fp32_takes_its_own_tiles_where_half_tiles_would_spill():
+    for head_dim, family in ((64, 'narrow'), (96, 'wide')):
+        half = mala_function.make_launch_plan(4096, 2, head_dim, torch.bfloat16, DEVICE)
+        full = mala_function.make_launch_plan(4096, 2, head_dim, torch.float32, DEVICE)
+        for name in mala_function.KERNEL_NAMES:
+            expected = mala_function.FP32_TILES[family].get(
+                name, mala_function.KERNEL_TILES[family][name])
+            assert getattr(full, name) == mala_function.KernelTile(*expected)
+            assert getattr(half, name) == mala_function.KernelTile(
+                *mala_function.KERNEL_TILES[family][name])
+    assert mala_function.FP32_TILES['narrow']   # the override is not empty
 
 
 def test_every_launch_says_its_fp_fusion():
