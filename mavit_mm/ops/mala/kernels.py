@@ -567,16 +567,13 @@ def _backward_query_kernel(
     channel_ok = channels < head_dim
     query_ok = query_channels < head_dim
     angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
-    stats_head = _matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
-    kv = tl.load(stats_head + query_channels[:, None] * head_dim + channels[None, :],
-                 mask=query_ok[:, None] & channel_ok[None, :], other=0.0)
-    stats_extra = stats_head + head_dim * head_dim
-    km_even, km_odd = _load_vector_pairs(stats_extra + STATS_ROW_KM * head_dim, pairs, pair_ok)
-    krm_even, krm_odd = _load_vector_pairs(stats_extra + STATS_ROW_KRM * head_dim, pairs,
-                                           pair_ok)
+    km_even, km_odd, krm_even, krm_odd, vm = _load_forward_means(
+        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
+    kv = _load_natural_kv(stats_ptr, bh, head_dim, 2 * BLOCK_P, channels, channel_ok)
+    stats_extra = (_matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
+                   + head_dim * head_dim)
     krm = tl.load(stats_extra + STATS_ROW_KRM * head_dim + query_channels, mask=query_ok,
-                  other=0.0)
-    vm = tl.load(stats_extra + STATS_ROW_VM * head_dim + channels, mask=channel_ok, other=0.0)
+                  other=0.0)   # in channel order too, for the joined dqr
     q_base = _head_base(q_ptr, bh, num_heads, stride_qb, stride_qh)
     dout_base = _head_base(dout_ptr, bh, num_heads, stride_gb, stride_gh)
     dq_base = _head_base(dq_ptr, bh, num_heads, stride_dqb, stride_dqh)
