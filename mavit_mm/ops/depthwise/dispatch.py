@@ -47,7 +47,6 @@ def _triton_unavailable() -> str | None:
     if not _import_tried:
         _import_tried = True
         try:
-            importlib.import_module("..triton_support", __package__).check_triton_release()
             _function = importlib.import_module('.function', __package__)
         except ImportError as exc:
             _import_error = f'triton is not available ({exc})'

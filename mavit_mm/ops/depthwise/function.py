@@ -1,6 +1,7 @@
 """The fused depthwise stages as PyTorch operators, with their autograd.
 
-Imported only where the Triton path is taken (it imports triton). Each
+Imported only where the Triton path is taken (it imports triton, after
+checking its release as MALA's function module does). Each
 stage is a ``torch.library`` custom op (``mavit_mm::position_norm``,
 ``mavit_mm::gated_lepe``, ``mavit_mm::ffn_middle``) with a fake
 implementation, so that torch.compile keeps it as one opaque node and CUDA
@@ -11,10 +12,14 @@ maps in the input's dtype; weights are read in whatever dtype they have
 from __future__ import annotations
 
 import torch
-import triton
 
-from ..triton_support import on_device
-from . import kernels
+from ..triton_support import check_triton_release, on_device
+
+check_triton_release()
+
+import triton  # noqa: E402
+
+from . import kernels  # noqa: E402
 
 # One program: BLOCK_W pixels of a row times BLOCK_C channels. The norm holds
 # every channel of its pixels, so fewer of them at a time.
