@@ -11,8 +11,14 @@ matplotlib's; ``TORCHINDUCTOR_CACHE_DIR``). ``make test`` runs with
 ``PYTEST_ADDOPTS=--durations=N``, so its command stays the README's while
 pytest reports its slowest tests.
 
-Writes JSON (machine, commit, each step's exit status and seconds, the test
-summary line, the slowest tests with what each trains or builds) and a
+Each step's disk is measured too: the free space of the file systems it
+writes to (the clone's and the temporary folder's, where pytest's
+``tmp_path`` lies), sampled every few seconds; its peak use is the most free
+space it took, and what it left is the difference after it. Anything else
+writing to those disks meanwhile counts too.
+
+Writes JSON (machine, commit, each step's exit status, seconds and disk, the
+test summary line, the slowest tests with what each trains or builds) and a
 Markdown table beside it; ``benchmarks/readme_tables.py`` puts the times into
 the README.
 
@@ -76,23 +82,36 @@ def what_it_does(nodeid: str) -> str:
     return next((what for key, what in WHAT_IT_DOES if key in nodeid), '')
 
 
+def free_bytes(paths: list[Path]) -> int:
+    """Free bytes of the file systems that hold ``paths``, each counted once."""
+    devices = {path.stat().st_dev: path for path in paths}
+    return sum(shutil.disk_usage(path).free for path in devices.values())
+
+
 def run_step(name: str, command: list[str], cwd: Path, env: dict, log: Path) -> dict:
     print(f'[newcomer] {name}: {" ".join(command)} (log: {log})', flush=True)
+    disks = [cwd, Path(tempfile.gettempdir())]
+    free_before = lowest_free = free_bytes(disks)
     start = time.monotonic()
     with log.open('w') as out:
         process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out,
                                    stderr=subprocess.STDOUT)
         while process.poll() is None:   # a progress line a minute
             time.sleep(5)
+            lowest_free = min(lowest_free, free_bytes(disks))
             elapsed = time.monotonic() - start
             if int(elapsed) % 60 < 5:
                 last = (log.read_text(errors='replace').strip().splitlines() or [''])[-1]
                 print(f'[newcomer]   {name}: {elapsed / 60:.0f} min so far; {last[-100:]}',
                       flush=True)
     seconds = time.monotonic() - start
-    print(f'[newcomer] {name}: exit {process.returncode} after {seconds / 60:.1f} min', flush=True)
+    gb = 1e9
+    peak, left = (free_before - lowest_free) / gb, (free_before - free_bytes(disks)) / gb
+    print(f'[newcomer] {name}: exit {process.returncode} after {seconds / 60:.1f} min; '
+          f'disk: {peak:.1f} GB at its peak, {left:.1f} GB left', flush=True)
     return dict(command=' '.join(command), returncode=process.returncode,
-                seconds=round(seconds, 1))
+                seconds=round(seconds, 1), peak_disk_gb=round(peak, 2),
+                left_on_disk_gb=round(left, 2))
 
 
 def slowest_tests(output: str) -> list[dict]:
@@ -106,8 +125,10 @@ def markdown(report: dict) -> str:
     lines = [f"# The newcomer's path, {report['date'][:10]}", '',
              f"`benchmarks/newcomer_path.py` on {report['machine']}, commit {report['commit']}: "
              'a fresh clone, empty caches.', '',
-             '| step | exit | minutes |', '| --- | ---: | ---: |']
-    lines += [f"| `{name}` | {step['returncode']} | {step['seconds'] / 60:.1f} |"
+             '| step | exit | minutes | disk at its peak, GB | disk left, GB |',
+             '| --- | ---: | ---: | ---: | ---: |']
+    lines += [f"| `{name}` | {step['returncode']} | {step['seconds'] / 60:.1f} | "
+              f"{step['peak_disk_gb']:.1f} | {step['left_on_disk_gb']:.1f} |"
               for name, step in steps.items()]
     lines += ['', f"Tests: {report['test_summary']}", '',
               '| test | phase | seconds | what it trains or builds |', '| --- | --- | ---: | --- |']

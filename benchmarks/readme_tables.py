@@ -194,19 +194,25 @@ def render_main_job(report: dict, source: str) -> str:
 
 
 def render_newcomer(report: dict, source: str) -> str:
-    """The README's set-up and test commands on a fresh clone, empty caches."""
+    """The README's set-up and test commands on a fresh clone, empty caches;
+    with each step's disk where the report measured it."""
     steps = report['steps']
     minutes = {name: step['seconds'] / 60 for name, step in steps.items()}
     failed = [name for name, step in steps.items() if step['returncode'] != 0]
+    disk = all('peak_disk_gb' in step for step in steps.values())
+    rows = [f"| `{name}` | {minutes[name]:.1f} |" + (
+        f" {step['peak_disk_gb']:.1f} | {step['left_on_disk_gb']:.1f} |" if disk else '')
+        for name, step in steps.items()]
     return '\n'.join([
         f"Timed by `benchmarks/newcomer_path.py` on {report['machine']}, commit "
         f"{report['commit']}, {report['date'][:10]}: a fresh clone, every cache empty "
         f'(the mmcv build, pip, Triton, inductor); raw: `{source}`.'
         + (f" Failed: {', '.join(failed)}." if failed else ''),
         '',
-        '| step | minutes |', '| --- | ---: |',
-        *(f'| `{name}` | {value:.1f} |' for name, value in minutes.items()),
-        f"| **both** | **{sum(minutes.values()):.1f}** |",
+        '| step | minutes |' + (' disk at its peak, GB | disk left after it, GB |' if disk else ''),
+        '| --- | ---: |' + (' ---: | ---: |' if disk else ''),
+        *rows,
+        f"| **both** | **{sum(minutes.values()):.1f}** |" + (' | |' if disk else ''),
         '',
         f"Tests: {report['test_summary']}."])
 

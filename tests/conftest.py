@@ -9,6 +9,8 @@ starts (``OMP_NUM_THREADS``), so that the workers together do not
 oversubscribe the machine: on 2 cores, 2 workers of 1 thread.
 """
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,29 @@ if WORKER_THREADS is not None:
     torch.set_num_threads(WORKER_THREADS)
     for variable in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
         os.environ[variable] = str(WORKER_THREADS)
+
+
+# The most disk ``make test`` takes at once, with margin: its tmp_path folders
+# (checkpoints, exported models) and Triton's and inductor's caches.
+# benchmarks/newcomer_path.py measures it ('make test', peak_disk_gb).
+NEEDED_FREE_GB = 10
+
+
+def pytest_sessionstart(session):
+    """Refuse to start, with the reason, on a disk too full for the run: a
+    full disk midway fails hundreds of tests with unrelated errors."""
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        return   # the controller checked
+    needed = float(os.environ.get('MAVIT_TEST_FREE_GB', NEEDED_FREE_GB))
+    folder = Path(session.config.getoption('basetemp') or tempfile.gettempdir())
+    while not folder.exists():
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free / 1e9
+    if free < needed:
+        pytest.exit(f'{free:.1f} GB free on the disk of {folder}, where the tests write; '
+                    f'they need about {needed:g} GB. Free some space, point TMPDIR (or '
+                    f'--basetemp) at a larger disk, or set MAVIT_TEST_FREE_GB to the GB '
+                    f'to require.', returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.fixture(scope='module')

@@ -98,3 +98,42 @@ def test_make_tests_workers_keep_shared_fixtures_on_one_worker(tmp_path):
                 for i in range(8 if prefix == 'free' else 4)}
     assert len(workers('shared')) == 1 and len(workers('grouped')) == 1
     assert workers('free') <= {'gw0', 'gw1'}
+
+
+def _pytest_alone(args, cwd, **env_changes):
+    """A pytest session of its own (none of this session's xdist variables)."""
+    import os
+    import subprocess
+    import sys
+    env = {key: value for key, value in os.environ.items() if not key.startswith('PYTEST_')}
+    env.update(env_changes)
+    return subprocess.run([sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_passing_test_leaves_nothing_on_the_disk_and_a_failing_one_its_folder(tmp_path):
+    """pytest.ini's retention: a run writes GBs of checkpoints under tmp_path;
+    only a failed test's folder stays, for its post-mortem."""
+    from helpers.paths import REPO_ROOT
+    (tmp_path / 'test_writes.py').write_text(
+        'def test_passes(tmp_path):\n'
+        '    (tmp_path / "passed.bin").write_bytes(bytes(1 << 20))\n'
+        'def test_fails(tmp_path):\n'
+        '    (tmp_path / "failed.bin").write_bytes(bytes(1 << 20))\n'
+        '    assert False\n')
+    temp = tmp_path / 'temp'
+    temp.mkdir()
+    result = _pytest_alone(['-c', str(REPO_ROOT / 'pytest.ini'), '--rootdir', str(tmp_path),
+                            'test_writes.py'], tmp_path, TMPDIR=str(temp))
+    assert '1 failed, 1 passed' in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+    assert [path.name for path in temp.rglob('*.bin')] == ['failed.bin']
+
+
+def test_a_disk_too_full_stops_the_run_before_its_tests_with_the_reason():
+    from helpers.paths import REPO_ROOT
+    result = _pytest_alone(['-p', 'no:xdist', 'tests/test_environment.py::test_stack_imports'],
+                           REPO_ROOT, MAVIT_TEST_FREE_GB='1e12')
+    output = result.stdout + result.stderr
+    assert result.returncode == 4, output[-3000:]
+    assert 'GB free on the disk of' in output and 'MAVIT_TEST_FREE_GB' in output
+    assert 'passed' not in output
