@@ -54,15 +54,23 @@ def test_package_config_bases_resolve(tmp_path, base):
     assert cfg.default_scope == base.split('::')[0]
 
 
+def _pytest_alone(args, cwd, **env_changes):
+    """A pytest session of its own (none of this session's xdist variables)."""
+    import os
+    import subprocess
+    import sys
+    env = {key: value for key, value in os.environ.items() if not key.startswith('PYTEST_')}
+    env.update(env_changes)
+    return subprocess.run([sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
 def test_make_tests_workers_keep_shared_fixtures_on_one_worker(tmp_path):
     """``make test`` runs ``pytest -n auto --dist loadgroup``: tests sharing a
     fixture their module builds once, and tests of one explicit group, run on
     one worker. (pytest 9.2 with pytest-xdist 3.8 silently
     drops the groups: requirements/tests.txt pins pytest below it.)"""
     import json
-    import os
-    import subprocess
-    import sys
 
     from helpers.paths import REPO_ROOT
     (tmp_path / 'conftest.py').write_text(
@@ -86,11 +94,7 @@ def test_make_tests_workers_keep_shared_fixtures_on_one_worker(tmp_path):
                   f'    record("grouped_{i}")\n' for i in range(4))
         + ''.join(f'def test_free_{i}():\n    import time; time.sleep(0.2)\n'
                   f'    record("free_{i}")\n' for i in range(8)))
-    # A session of its own: none of this session's (xdist worker's) variables.
-    env = {key: value for key, value in os.environ.items() if not key.startswith('PYTEST_')}
-    result = subprocess.run([sys.executable, '-m', 'pytest', '-n', '2', '--dist', 'loadgroup',
-                             '-q', '-p', 'no:cacheprovider', str(tmp_path)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    result = _pytest_alone(['-n', '2', '--dist', 'loadgroup', '-q', str(tmp_path)], tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     def workers(prefix):
@@ -98,17 +102,6 @@ def test_make_tests_workers_keep_shared_fixtures_on_one_worker(tmp_path):
                 for i in range(8 if prefix == 'free' else 4)}
     assert len(workers('shared')) == 1 and len(workers('grouped')) == 1
     assert workers('free') <= {'gw0', 'gw1'}
-
-
-def _pytest_alone(args, cwd, **env_changes):
-    """A pytest session of its own (none of this session's xdist variables)."""
-    import os
-    import subprocess
-    import sys
-    env = {key: value for key, value in os.environ.items() if not key.startswith('PYTEST_')}
-    env.update(env_changes)
-    return subprocess.run([sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_a_passing_test_leaves_nothing_on_the_disk_and_a_failing_one_its_folder(tmp_path):
