@@ -13,17 +13,20 @@ to at most ``PART_AIM_MIN`` (7 minutes; ``--dry-run`` prints the sums):
     python benchmarks/gpu_check.py --part 1 --out gpu_results/part-1
     python benchmarks/gpu_check.py --part 2 --out gpu_results/part-2   # and so on
 
-Part 1, the lean forward's targets and the steps it asks for: the backbones against
-Swin-T in the three modes, UperNet's FPS at 512x2048 eager and under a CUDA
-graph (median of three runs), where the compiled backbones' GPU time goes,
-and each fast path switched off in turn. Part 2, the fused block's remaining
-targets, then the MALA op's: the eager backbones' GPU time and
-kernel count, the training step, UperNet compiled at 512x2048, the op's
-calls at MAViT-T's shapes and at the bandwidth targets' shapes. Part 3:
-UperNet at 1024x2048 in every mode, the kernel tests. Part 4, the model
-tests, then what no target needs: SDPA's kernels, the tuning. ``GPU_TARGETS``
-names the step that measures each target (docs/gpu.md, "What measures each
+Part 1, correctness before any timing: the kernel tests and the model tests
+on CUDA (the MALA and depthwise kernels against their references, the model's
+parity with the published outputs with the fused paths on). Part 2, what each
+fast path is worth: the backbones against Swin-T in the three modes, and each
+switch off in turn (``ablations``). Part 3, UperNet's FPS at 512x2048 in the
+three modes (eager and CUDA graph, then compiled; a median of three runs
+each). Part 4: UperNet at 1024x2048 in every mode, where the eager forward's
+GPU time goes and its kernel count, the training step. Part 5: where the
+compiled forward's GPU time goes, the op at MAViT-T's calls and at the
+bandwidth targets' shapes, SDPA's kernels. Part 6, what no target needs: the
+tuning. ``PRIORITY_PARTS`` fixes the first two parts; ``GPU_TARGETS`` names
+the step that measures each target (docs/gpu.md, "What measures each
 target", is its table); ``plan_problems`` keeps them in that order.
+``--budget STEP=MIN`` shortens a step to fit what is left of a loan.
 
 Each step has a time budget, enforced: the tests and the sweeps run as child
 processes killed at their budget, the in-process steps stop between rows, and
@@ -59,8 +62,8 @@ Steps (``--steps`` runs any of them in any order):
                   own kernels are ``inductor``), the top kernels.
 ``ablations``     MAViT-T with each fast-path switch off in turn
                   (``mavit_mm/ops/fast_paths.py``) against all switches on,
-                  one set of weights: under a CUDA graph, then compiled where
-                  a switch acts under compile (``ablation_rows``); a switch
+                  one set of weights: under a CUDA graph, eager, then compiled
+                  where a switch acts under compile (``ablation_rows``); a switch
                   that only changes a training step is timed on one (forward
                   and backward, train mode).
 ``kernel-tests``  ``tests/test_ops/test_mala/test_mala_cuda.py``: every dtype,
@@ -174,20 +177,29 @@ from mavit_mm.tooling.results_file import write_json  # noqa: E402
 # training steps of seconds each, then 3 compiled forwards and 2 compiled
 # training steps), the UperNet steps (three children each; the first
 # compiles cold, the others find inductor's caches warm).
-STEP_BUDGET_MIN = {'env': 0.4, 'backbones': 1.25, 'upernet-fps': 1.85, 'compiled-profile': 1.0,
-                   'ablations': 2.5, 'model-profile': 0.25, 'sweep': 1.4,
-                   'upernet-fps-compile': 3.85, 'profile': 0.25, 'bench': 0.85,
-                   'upernet-fps-1024': 3.75, 'kernel-tests': 2.8, 'model-tests': 1.75,
-                   'sdpa': 0.75, 'tune-bh16': 1.6, 'tune-bh1': 0.5}
+# ablations: 33 rows (12 under a CUDA graph and 12 eager at a few seconds each,
+# 9 compiled at a cold compile each), given the step's limit.
+STEP_BUDGET_MIN = {'env': 0.4, 'kernel-tests': 2.8, 'model-tests': 1.75,
+                   'backbones': 1.25, 'ablations': 5.0,
+                   'upernet-fps': 1.85, 'upernet-fps-compile': 3.85,
+                   'upernet-fps-1024': 3.75, 'model-profile': 0.25, 'sweep': 1.4,
+                   'compiled-profile': 1.0, 'profile': 0.25, 'bench': 0.85, 'sdpa': 0.75,
+                   'tune-bh16': 1.6, 'tune-bh1': 0.5}
 STEPS = tuple(STEP_BUDGET_MIN)
 STEP_LIMIT_MIN = 5.0
-# One GPU command each, in priority order: the targets first (part 1: the
-# lean forward's), then what no target needs (GPU_TARGETS, plan_problems). Every
-# step but env in exactly one.
-PARTS = {1: ['env', 'backbones', 'upernet-fps', 'compiled-profile', 'ablations'],
-         2: ['env', 'model-profile', 'sweep', 'upernet-fps-compile', 'profile', 'bench'],
-         3: ['env', 'upernet-fps-1024', 'kernel-tests'],
-         4: ['env', 'model-tests', 'sdpa', 'tune-bh16', 'tune-bh1']}
+# One GPU command each, in priority order: correctness first, then what each
+# switch is worth (PRIORITY_PARTS), then the targets (GPU_TARGETS), then what
+# no target needs (plan_problems). Every step but env in exactly one.
+PARTS = {1: ['env', 'kernel-tests', 'model-tests'],
+         2: ['env', 'backbones', 'ablations'],
+         3: ['env', 'upernet-fps', 'upernet-fps-compile'],
+         4: ['env', 'upernet-fps-1024', 'model-profile', 'sweep'],
+         5: ['env', 'compiled-profile', 'profile', 'bench', 'sdpa'],
+         6: ['env', 'tune-bh16', 'tune-bh1']}
+# A loan's first commands: whether the kernels compute the right thing, before
+# anything is timed; then what each fast path is worth, which sets the defaults.
+PRIORITY_PARTS = {1: ('correctness', ('kernel-tests', 'model-tests')),
+                  2: ('what each switch is worth', ('backbones', 'ablations'))}
 COMMAND_LIMIT_MIN = 8.0    # what one GPU command may take
 PART_AIM_MIN = 7.0         # a part's budgets: the command's 8 minutes less the wheels and start-up
 COMMAND_FILES = 8          # the files a GPU command returns
@@ -225,9 +237,10 @@ PROFILE_COMPILE_MODE = 'default'
 # The backbones step's modes (benchmark_fps.py's), in order: the lean forward's
 # target first, the compile (the longest) last.
 BACKBONE_MODES = ('cuda-graph', 'eager', 'compile')
-# The ablations step's modes: eager timings at batch 1 are the host's
-# launches (docs/gpu.md), so the switches are timed where the GPU work shows.
-ABLATION_MODES = ('cuda-graph', 'compile')
+# The ablations step's modes, in order: under a CUDA graph the GPU work shows
+# (an eager forward at batch 1 is the host's launches, docs/gpu.md); eager is
+# how users train; compile, the slowest (a cold compile a row), last.
+ABLATION_MODES = ('cuda-graph', 'eager', 'compile')
 UPERNET_CONFIGS = ('configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py',
                    'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py')
 # The UperNet baseline: its backbone is the Swin-T of every row (swin_tiny).
@@ -294,9 +307,9 @@ GPU_TARGETS = (
            'all pass', '66 passed, 1 failed', 'model-tests'),
 )
 GOALS = ('lean forward', 'fused block', 'MALA op')
-# Besides its targets' steps, what the lean forward's work asks the check to
-# measure (where compiled time goes, what each fast path is worth): part 1.
-LEAN_FORWARD_STEPS = ('compiled-profile', 'ablations')
+# Besides the targets' steps, what the speed work asks the check to measure
+# (where compiled time goes, what each fast path is worth).
+WANTED_STEPS = ('compiled-profile', 'ablations')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -330,8 +343,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--pytest-workers', type=int, default=8,
                         help='pytest-xdist workers for the test steps (kernel compiles run in '
                              'parallel); 0 runs in one process')
+    parser.add_argument('--budget', action='append', default=[], metavar='STEP=MIN',
+                        help='this step\'s budget in minutes instead of its planned one '
+                             '(repeatable): to fit a command into what is left of a loan')
     args = parser.parse_args(argv)
     args.steps = PARTS[args.part] if args.part else (args.steps or PARTS[1])
+    args.budgets = dict(STEP_BUDGET_MIN)
+    for item in args.budget:
+        step, _, minutes = item.partition('=')
+        if step not in STEP_BUDGET_MIN:
+            parser.error(f'--budget {item}: no step {step!r}; the steps are {", ".join(STEPS)}')
+        try:
+            args.budgets[step] = float(minutes)
+        except ValueError:
+            parser.error(f'--budget {item}: {minutes!r} is not a number of minutes')
+        if not 0 < args.budgets[step] <= STEP_LIMIT_MIN:
+            parser.error(f'--budget {item}: a budget is more than 0 and at most '
+                         f'{STEP_LIMIT_MIN:g} min')
     return args
 
 
@@ -1267,7 +1295,7 @@ def dry_run(args) -> int:
         ablations.setdefault(f'{row["mode"]} {row["pass_name"]}', []).extend(row['switches_off'])
     for case, switches in ablations.items():
         print(f'ablations, {case}: all on, then off in turn: {", ".join(switches)}')
-    total = sum(STEP_BUDGET_MIN[s] for s in args.steps)
+    total = sum(args.budgets[s] for s in args.steps)
     print(f'plan: {", ".join(args.steps)} into {args.out}/ (at most {total:.2f} min, '
           f'layout {args.layout})')
     for part, steps in PARTS.items():
@@ -1321,9 +1349,9 @@ def plan_problems() -> list[str]:
     """What breaks the plan: a step over its limit, in no part or in two
     (``env`` is in every part), ``tune-bh1`` without ``tune-bh16`` before it,
     a part over its time or over the files a GPU command returns; a target
-    measured by no step, the lean forward's targets and the steps it asks for
-    (``LEAN_FORWARD_STEPS``) outside part 1, a step that measures a target after
-    one that measures none."""
+    measured by no step; the first parts (``PRIORITY_PARTS``: correctness,
+    then what each switch is worth) not as they are planned; a step that
+    measures a target after one that measures none."""
     problems = [f'step {step} has a budget of {minutes} min (limit {STEP_LIMIT_MIN})'
                 for step, minutes in STEP_BUDGET_MIN.items() if minutes > STEP_LIMIT_MIN]
     for step in STEPS:
@@ -1345,14 +1373,13 @@ def plan_problems() -> list[str]:
                             f'{COMMAND_FILES})')
     problems += [f'the target "{target.measurement}" of the {target.goal} names no step '
                  f'{target.step!r}' for target in GPU_TARGETS if target.step not in STEPS]
-    first = min(PARTS)
-    for step in dict.fromkeys([t.step for t in GPU_TARGETS if t.goal == 'lean forward']
-                              + [*LEAN_FORWARD_STEPS]):
-        if part_of(step) not in (first, None):
-            problems.append(f'step {step} measures the lean forward but is in part {part_of(step)}, '
-                            f'not {first}')
+    for part, (why, steps) in PRIORITY_PARTS.items():
+        problems += [f'step {step} is {why} but is in part {part_of(step)}, not {part}'
+                     for step in steps if part_of(step) != part]
+        problems += [f'part {part} is {why} but runs {step}' for step in PARTS.get(part, ())
+                     if step not in ('env', *steps)]
     # The targets first: no step that measures none before one that does.
-    wanted = {target.step for target in GPU_TARGETS} | set(LEAN_FORWARD_STEPS)
+    wanted = {target.step for target in GPU_TARGETS} | set(WANTED_STEPS)
     order = [step for part in sorted(PARTS) for step in PARTS[part] if step != 'env']
     unwanted = next((step for step in order if step not in wanted), None)
     if unwanted:
@@ -1362,7 +1389,7 @@ def plan_problems() -> list[str]:
 
 
 def run_step(name: str, out: Path, args) -> dict:
-    budget_s = 60 * STEP_BUDGET_MIN[name]
+    budget_s = 60 * args.budgets[name]
     if name == 'env':
         return step_env(out, budget_s, args.commit)
     if name in TEST_FILES:
@@ -1398,12 +1425,12 @@ def main(argv=None) -> int:
         return 2
     os.environ.pop('TRITON_INTERPRET', None)
     args.out.mkdir(parents=True, exist_ok=True)
-    total = sum(STEP_BUDGET_MIN[s] for s in args.steps)
+    total = sum(args.budgets[s] for s in args.steps)
     started = time.time()
     summary = {'steps': args.steps, 'started': datetime.datetime.now().isoformat(timespec='seconds')}
     for index, name in enumerate(args.steps):
         elapsed = (time.time() - started) / 60
-        left = sum(STEP_BUDGET_MIN[s] for s in args.steps[index:])
+        left = sum(args.budgets[s] for s in args.steps[index:])
         print(f'[gpu_check] step {index + 1}/{len(args.steps)}: {name} '
               f'({elapsed:.1f} min so far, at most {left:.1f} of {total:.1f} min left)',
               flush=True)

@@ -61,6 +61,19 @@ def pytest_sessionstart(session):
                     f'to require.', returncode=pytest.ExitCode.USAGE_ERROR)
 
 
+@pytest.fixture(autouse=True, scope='session')
+def exact_fp32_references():
+    """On a GPU, fp32 convolutions and matrix products in full fp32: cuDNN
+    runs them in TF32 by default on sm_80 and newer (a 10-bit mantissa), which
+    would make every fp32 reference computed through PyTorch too coarse for
+    the tolerances the kernels are held to. The kernels choose their own dot
+    precision (mala.function's DOT_PRECISION), whatever these flags say."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.fixture(scope='module')
 def one_torch_thread():
     """PyTorch on one thread for a module: small models run faster so, and a

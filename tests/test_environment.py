@@ -130,3 +130,11 @@ def test_a_disk_too_full_stops_the_run_before_its_tests_with_the_reason():
     assert result.returncode == 4, output[-3000:]
     assert 'GB free on the disk of' in output and 'MAVIT_TEST_FREE_GB' in output
     assert 'passed' not in output
+
+
+def test_fp32_references_run_without_tf32():
+    """tests/conftest.py turns TF32 off for the whole session: on sm_80 and
+    newer cuDNN would otherwise compute every fp32 convolution reference with
+    a 10-bit mantissa, coarser than the kernels' fp32 tolerances (2e-5)."""
+    assert torch.backends.cudnn.allow_tf32 is False
+    assert torch.backends.cuda.matmul.allow_tf32 is False

@@ -20,19 +20,20 @@ run_script = functools.partial(run_repository_script, cwd=REPO_ROOT, timeout=600
 def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     result = run_script('benchmarks/gpu_check.py', '--dry-run', '--out', str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert 'plan: env, backbones, upernet-fps, compiled-profile, ablations' in result.stdout
+    assert 'plan: env, kernel-tests, model-tests' in result.stdout
     assert 'layout channels_last' in result.stdout
-    assert ('part 1: env backbones upernet-fps compiled-profile ablations '
-            '(at most 7.00 min, 7 files)') in result.stdout
-    assert ('part 2: env model-profile sweep upernet-fps-compile profile bench '
-            '(at most 7.00 min, 8 files)') in result.stdout
-    assert 'part 3: env upernet-fps-1024 kernel-tests (at most 6.95 min, 5 files)' \
-        in result.stdout
-    assert 'part 4: env model-tests sdpa tune-bh16 tune-bh1 (at most 5.00 min, 7 files)' \
-        in result.stdout
-    assert 'part 5' not in result.stdout
-    assert ('whole check: 4 parts in priority order, one GPU command of at most 8 min each '
-            '(25.95 min of budgets; the longest part 7.00, planned to at most 7.00)'
+    assert 'part 1: env kernel-tests model-tests (at most 4.95 min, 5 files)' in result.stdout
+    assert 'part 2: env backbones ablations (at most 6.65 min, 5 files)' in result.stdout
+    assert ('part 3: env upernet-fps upernet-fps-compile (at most 6.10 min, 5 files)'
+            in result.stdout)
+    assert ('part 4: env upernet-fps-1024 model-profile sweep (at most 5.80 min, 6 files)'
+            in result.stdout)
+    assert ('part 5: env compiled-profile profile bench sdpa (at most 3.25 min, 7 files)'
+            in result.stdout)
+    assert 'part 6: env tune-bh16 tune-bh1 (at most 2.50 min, 5 files)' in result.stdout
+    assert 'part 7' not in result.stdout
+    assert ('whole check: 6 parts in priority order, one GPU command of at most 8 min each '
+            '(29.25 min of budgets; the longest part 6.65, planned to at most 7.00)'
             ) in result.stdout
     # The op's calls in MAViT-T at 512x2048, from the preset.
     assert ('stage 1 batch 1 heads 1 128x512 d 64; stage 2 batch 1 heads 2 64x256 d 64; '
@@ -42,9 +43,10 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     assert 'ablations, cuda-graph fwd: all on, then off in turn: cached_weights, ' \
         in result.stdout
     assert 'ablations, compile fwd+bwd: all on, then off in turn: channel_split' in result.stdout
+    assert 'ablations, eager fwd+bwd: all on, then off in turn: channel_split' in result.stdout
     # Each target with the step and file that measure it.
     assert ('target of the lean forward: backbone time, 512x2048, CUDA graph ≤ 0.75 (now 0.886): '
-            'part-1/backbones.json') in result.stdout
+            'part-2/backbones.json') in result.stdout
     # No problem: the child processes (bench_mala, tune_mala, benchmark_fps --modes)
     # take the arguments the steps give them, Swin-T builds from its config, and
     # MAViT takes the fast-path switches.
@@ -120,9 +122,9 @@ def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
     every step but env is in exactly one part (env in each), each step's
     budget is at most 5 minutes, each part's budgets stay under 7 (a GPU
     session has 15 minutes, the machine's start included) and its files (one
-    per step, summary, log) under 8. The parts run in priority order: the lean
-    forward's targets and the steps it asks for in part 1, every target before
-    what measures none."""
+    per step, summary, log) under 8. The parts run in priority order:
+    correctness first (the kernel and model tests alone in part 1), then what
+    each switch is worth (part 2), every target before what measures none."""
     from benchmarks import gpu_check
     assert sorted(gpu_check.PARTS) == list(range(1, len(gpu_check.PARTS) + 1))
     assert gpu_check.plan_problems() == []
@@ -133,36 +135,49 @@ def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
         minutes = sum(gpu_check.STEP_BUDGET_MIN[step] for step in steps)
         assert minutes <= gpu_check.PART_AIM_MIN + 1e-9
         assert gpu_check.part_minutes(part) == round(minutes, 2)
-    assert set(gpu_check.PARTS[1]) == {'env', 'backbones', 'upernet-fps', 'compiled-profile',
-                                       'ablations'}
+    assert gpu_check.PARTS[1] == ['env', 'kernel-tests', 'model-tests']
+    assert gpu_check.PARTS[2] == ['env', 'backbones', 'ablations']
     # The check fails a plan that breaks any of these: budgets, parts, files ...
     parts = {part: list(steps) for part, steps in gpu_check.PARTS.items()}
-    monkeypatch.setitem(gpu_check.PARTS, 5, ['env', 'tune-bh16'])
-    monkeypatch.setitem(gpu_check.PARTS, 1, parts[1] + ['sweep', 'model-profile'])
-    monkeypatch.setitem(gpu_check.PARTS, 4, ['env', 'model-tests', 'tune-bh1', 'tune-bh16'])
+    monkeypatch.setitem(gpu_check.PARTS, 7, ['env', 'tune-bh16'])
+    monkeypatch.setitem(gpu_check.PARTS, 4, parts[4] + ['profile', 'bench', 'compiled-profile'])
+    monkeypatch.setitem(gpu_check.PARTS, 6, ['env', 'tune-bh1', 'tune-bh16'])
     monkeypatch.setitem(gpu_check.STEP_BUDGET_MIN, 'upernet-fps-1024', 6.0)
     assert gpu_check.plan_problems() == [
         'step upernet-fps-1024 has a budget of 6.0 min (limit 5.0)',
-        'step model-profile is in parts 1, 2', 'step sweep is in parts 1, 2',
-        'step sdpa is in no part', 'step tune-bh16 is in parts 4, 5',
-        'part 1 needs 8.65 min (limit 7.0)', 'part 1 writes 9 files (a GPU command returns 8)',
-        'part 3 needs 9.2 min (limit 7.0)', 'part 4 runs tune-bh1 without tune-bh16 before it']
-    # ... and the priority order: the lean forward's in part 1, the targets before the rest.
+        'step compiled-profile is in parts 4, 5', 'step profile is in parts 4, 5',
+        'step bench is in parts 4, 5', 'step tune-bh16 is in parts 6, 7',
+        'part 4 needs 10.15 min (limit 7.0)', 'part 4 writes 9 files (a GPU command returns 8)',
+        'part 6 runs tune-bh1 without tune-bh16 before it']
+    # ... and the priority order: correctness, then the switches, the targets before the rest.
     monkeypatch.undo()
-    monkeypatch.setitem(gpu_check.PARTS, 1, [step for step in parts[1]
-                                             if step != 'compiled-profile'])
-    monkeypatch.setitem(gpu_check.PARTS, 2, parts[2] + ['compiled-profile'])
-    monkeypatch.setitem(gpu_check.PARTS, 3, ['env', 'upernet-fps-1024', 'sdpa', 'kernel-tests'])
-    monkeypatch.setitem(gpu_check.PARTS, 4, [step for step in parts[4] if step != 'sdpa'])
+    monkeypatch.setitem(gpu_check.PARTS, 1, ['env', 'kernel-tests', 'sdpa'])
+    monkeypatch.setitem(gpu_check.PARTS, 2, ['env', 'backbones', 'ablations', 'model-tests'])
+    monkeypatch.setitem(gpu_check.PARTS, 5, [step for step in parts[5] if step != 'sdpa'])
     monkeypatch.setattr(gpu_check, 'GPU_TARGETS', gpu_check.GPU_TARGETS + (
         gpu_check.Target('MALA op', 'something', '≤ 1', '2', 'no-such-step'),))
     assert gpu_check.plan_problems() == [
-        'part 2 needs 8 min (limit 7.0)', 'part 2 writes 9 files (a GPU command returns 8)',
-        'part 3 needs 7.7 min (limit 7.0)',
+        'part 2 needs 8.4 min (limit 7.0)',
         'the target "something" of the MALA op names no step \'no-such-step\'',
-        'step compiled-profile measures the lean forward but is in part 2, not 1',
-        'step kernel-tests measures a target but runs after sdpa, which measures none',
-        'step model-tests measures a target but runs after sdpa, which measures none']
+        'step model-tests is correctness but is in part 2, not 1',
+        'part 1 is correctness but runs sdpa',
+        'part 2 is what each switch is worth but runs model-tests',
+        *(f'step {step} measures a target but runs after sdpa, which measures none'
+          for step in ('backbones', 'ablations', 'model-tests', 'upernet-fps',
+                       'upernet-fps-compile', 'upernet-fps-1024', 'model-profile', 'sweep',
+                       'compiled-profile', 'profile', 'bench'))]
+
+
+def test_gpu_check_budget_option_fits_a_step_to_what_is_left(capsys):
+    from benchmarks import gpu_check
+    args = gpu_check.parse_args(['--part', '2', '--budget', 'ablations=3.5'])
+    assert args.budgets['ablations'] == 3.5
+    assert args.budgets['backbones'] == gpu_check.STEP_BUDGET_MIN['backbones']
+    for bad, why in (('nothing=1', "no step 'nothing'"), ('ablations=x', 'not a number'),
+                     ('ablations=9', 'at most 5')):
+        with pytest.raises(SystemExit):
+            gpu_check.parse_args(['--budget', bad])
+        assert why in capsys.readouterr().err
 
 
 def test_gpu_md_target_map_is_gpu_targets():
@@ -572,7 +587,7 @@ def test_gpu_check_backbones_step_times_each_mode_through_benchmark_fps(tmp_path
 
 
 def test_ablation_rows_switch_each_fast_path_off_where_it_acts():
-    """Per mode (CUDA graph, then compile) and pass: the all-on row first, then
+    """Per mode (CUDA graph, eager, then compile) and pass: the all-on row first, then
     each switch that acts there off alone; a switch that only changes a
     training step is timed on one (fwd+bwd), the others on a forward."""
     from benchmarks import gpu_check
@@ -588,8 +603,9 @@ def test_ablation_rows_switch_each_fast_path_off_where_it_acts():
     off = {(row['switches_off'][0], row['mode'], row['pass_name'])
            for row in rows if row['switches_off']}
     assert off == {(name, mode, 'fwd+bwd' if name in TRAINING_ONLY else 'fwd')
-                   for name, modes in FAST_PATH_MODES.items() for mode in modes
-                   if mode in ('cuda-graph', 'compile')}
+                   for name, modes in FAST_PATH_MODES.items() for mode in modes}
+    assert [mode for mode, _ in cases] == ['cuda-graph'] * 2 + ['eager'] * 2 + ['compile'] * 2
+    assert len(rows) == 33
     assert ('channel_split', 'cuda-graph', 'fwd+bwd') in off
     assert not any(name == 'cached_weights' for name, mode, _ in off if mode == 'compile')
 
@@ -629,8 +645,10 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
     weights = dict(built[0][1].named_parameters())
     for _, model in built[1:]:
         assert all(torch.equal(weights[name], value) for name, value in model.named_parameters())
+    # (An eager row runs the step as it is: nothing captured or compiled.)
     assert made == [(row['mode'], 3 if row['mode'] == 'cuda-graph' else 'reduce-overhead')
-                    for row in plan if 'dense_rope' not in row['switches_off']]
+                    for row in plan if 'dense_rope' not in row['switches_off']
+                    and row['mode'] != 'eager']
     all_on = {}
     for row in rows:
         if 'dense_rope' in row['switches_off']:
@@ -638,7 +656,7 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
             continue
         base = all_on.setdefault((row['mode'], row['pass_name']), row['time_ms'])
         assert row['time_vs_all_on'] == pytest.approx(row['time_ms'] / base)
-    assert len(all_on) == 4   # CUDA graph and compile, forward and training step
+    assert len(all_on) == 6   # CUDA graph, eager and compile; forward and training step
 
 
 def test_mala_model_shapes_are_the_calls_mavit_t_makes(monkeypatch):

@@ -19,7 +19,7 @@ from helpers.op_log import OpLog
 from helpers.paths import REPO_ROOT
 
 from mavit_mm.models import MAViT
-from mavit_mm.ops.fast_paths import DEPTHWISE_KERNEL_SWITCHES
+from mavit_mm.ops.fast_paths import DEPTHWISE_KERNEL_SWITCHES, FastPaths
 from mavit_mm.ops.pointwise_conv import pointwise_conv
 from mavit_mm.tooling.op_census import fused_launches_skipped
 
@@ -189,3 +189,99 @@ def test_compile_from_a_fresh_process_gives_one_graph_with_the_fused_stages():
     assert report['imported'] and report['graphs'] == 1, report
     assert report['fused'] == dict.fromkeys(FUSED_OPS.values(), blocks), report
     assert report['max_difference'] == 0.0, report
+
+
+# --------------------------------------------------------------------------
+# MAViT-T on a GPU: every fused path at the model's real widths and depths
+# --------------------------------------------------------------------------
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')
+PLAIN = dict(mala_impl='torch', depthwise_impl='torch',
+             fast_paths=dict.fromkeys(FastPaths().as_dict(), False))
+# 256x512: stage 1 runs MALA over 64x128 tokens, every width and block of MAViT-T.
+CUDA_INPUT = (2, 3, 256, 512)
+
+
+def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((ours.float() - reference.float()).norm() / reference.float().norm()).item()
+
+
+def mavit_t(**kwargs) -> MAViT:
+    torch.manual_seed(0)   # the same weights for every model built here
+    return MAViT('tiny', drop_path_rate=0.0, **kwargs).to(DEVICE)
+
+
+def projected_loss(outputs) -> torch.Tensor:
+    """The outputs against fixed random maps: the outputs' own norms would make
+    a sum of squares constant, and every gradient rounding noise."""
+    return sum((out.float() * torch.randn(out.shape, generator=torch.Generator().manual_seed(i))
+                .to(out.device)).sum() for i, out in enumerate(outputs))
+
+
+@cuda_only
+def test_mavit_t_with_every_fused_path_is_the_plain_model_on_cuda():
+    """fp32 (TF32 off, tests/conftest.py): MALA's and the depthwise stages'
+    kernels with every fast path on against the PyTorch formulas with every
+    switch off, outputs and every parameter's gradient in a training step;
+    then bf16 autocast outputs in eval mode."""
+    fused, plain = mavit_t().train(), mavit_t(**PLAIN).train()
+    plain.load_state_dict(fused.state_dict(), strict=True)
+    x = torch.randn(*CUDA_INPUT, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    results = []
+    for model in (fused, plain):
+        outputs = model(x)
+        projected_loss(outputs).backward()
+        results.append((outputs, {name: p.grad for name, p in model.named_parameters()
+                                  if p.grad is not None}))
+    (outputs, grads), (expected, expected_grads) = results
+    for stage, (ours, reference) in enumerate(zip(outputs, expected)):
+        assert relative_error(ours, reference) < 1e-4, stage
+    assert grads.keys() == expected_grads.keys()
+    # A bias before a training-mode batch norm has a gradient of 0, up to noise.
+    errors = {name: relative_error(grads[name], reference)
+              for name, reference in expected_grads.items()
+              if not (name.endswith('bias') and ('patch_embed' in name or 'downsample' in name))}
+    worst = max(errors, key=errors.get)
+    assert errors[worst] < 1e-3, (worst, errors[worst])
+    halves = []
+    for model in (fused.eval(), plain.eval()):
+        with torch.no_grad(), torch.autocast('cuda', dtype=torch.bfloat16):
+            halves.append(model(x))
+    for stage, (ours, reference) in enumerate(zip(*halves)):
+        assert relative_error(ours, reference) < 3e-2, stage
+        assert ours.dtype == torch.bfloat16, (stage, ours.dtype)
+
+
+@cuda_only
+def test_fp16_training_with_mmengines_dynamic_loss_scale_on_cuda():
+    """What the configs run (AmpWhereAvailableOptimWrapper is mmengine's
+    AmpOptimWrapper on CUDA): fp16 autocast and a dynamic loss scale. The
+    forward stays finite, a step is taken within the scaler's first halvings,
+    and the unscaled gradients of that step are the fp32 ones."""
+    from mmengine.optim import AmpOptimWrapper
+    model = mavit_t().train()
+    x = torch.randn(*CUDA_INPUT, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    loss32 = projected_loss(model(x))
+    reference = torch.autograd.grad(loss32, parameters, allow_unused=True)
+    wrapper = AmpOptimWrapper(optimizer=torch.optim.AdamW(parameters, lr=1e-4),
+                              loss_scale='dynamic')
+    scales = []
+    for _ in range(8):
+        wrapper.zero_grad()
+        with wrapper.optim_context(model):
+            outputs = model(x)
+        loss = projected_loss(outputs)
+        assert torch.isfinite(loss)
+        wrapper.backward(loss)
+        wrapper.loss_scaler.unscale_(wrapper.optimizer)
+        scales.append(wrapper.loss_scaler.get_scale())
+        finite = all(torch.isfinite(p.grad).all() for p in parameters if p.grad is not None)
+        before = parameters[0].detach().clone()
+        wrapper.step()
+        if finite:
+            break
+    assert finite, f'every step overflowed; loss scales {scales}'
+    assert not torch.equal(before, parameters[0].detach()), 'the step was skipped'
+    ours = torch.cat([p.grad.flatten() for p, r in zip(parameters, reference) if r is not None])
+    expected = torch.cat([r.flatten() for r in reference if r is not None])
+    assert relative_error(ours, expected) < 5e-2, scales
