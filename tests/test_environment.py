@@ -1,6 +1,7 @@
 """The set-up installs the whole stack: a missing piece fails here, loudly,
 instead of turning other tests into skips."""
 import importlib
+import os
 
 import pytest
 import torch
@@ -138,3 +139,20 @@ def test_fp32_references_run_without_tf32():
     a 10-bit mantissa, coarser than the kernels' fp32 tolerances (2e-5)."""
     assert torch.backends.cudnn.allow_tf32 is False
     assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_child_processes_keep_the_packages_on_the_parents_pythonpath(monkeypatch, tmp_path):
+    """The GPU machine installs mmengine and mmseg with ``pip --target`` onto
+    PYTHONPATH: a test's child process that replaced PYTHONPATH with the
+    repository lost them (the first GPU run: ModuleNotFoundError: mmengine)."""
+    import subprocess
+    import sys
+
+    from helpers.paths import REPO_ROOT, child_environment
+    (tmp_path / 'only_on_pythonpath.py').write_text('FOUND = True\n')
+    monkeypatch.setenv('PYTHONPATH', str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, '-c', 'import only_on_pythonpath, mavit_mm.ops.fast_paths'],
+        cwd=tmp_path.parent, env=child_environment(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert child_environment()['PYTHONPATH'].split(os.pathsep)[0] == str(REPO_ROOT)

@@ -11,12 +11,11 @@ the modules are imported. On the CPU the path is reached with
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-from helpers.paths import REPO_ROOT
+from helpers.paths import REPO_ROOT, child_environment
 
 pytest.importorskip('triton')
 
@@ -52,7 +51,7 @@ print(json.dumps(dict(
 
 
 def test_compile_before_any_eager_call_gives_one_graph():
-    env = dict(os.environ, TRITON_INTERPRET='1', PYTHONPATH=str(REPO_ROOT))
+    env = child_environment(TRITON_INTERPRET='1')
     result = subprocess.run([sys.executable, '-c', SCRIPT], cwd=REPO_ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -9,14 +9,13 @@ and softmax blocks, layer scale) on a 32x32 image.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 from helpers.op_log import OpLog
-from helpers.paths import REPO_ROOT
+from helpers.paths import REPO_ROOT, child_environment
 
 from mavit_mm.models import MAViT
 from mavit_mm.ops.fast_paths import DEPTHWISE_KERNEL_SWITCHES, FastPaths
@@ -58,8 +57,10 @@ def test_the_fused_stages_compute_the_modules_model(one_torch_thread):
             expected = outputs
         else:
             for ours, reference in zip(outputs, expected):
+                # fp32 sums in another order: 1.1e-5 with cuDNN's algorithms on the
+                # H100 (benchmarks/results/gpu-h100-2026-11-27), under 1e-5 on the CPU.
                 error = ((ours - reference).norm() / reference.norm()).item()
-                assert error < 1e-5, error
+                assert error < 3e-5, error
         sum((out * up).sum() for out, up in zip(outputs, upstream)).backward()
         grads.append({name: p.grad for name, p in model.named_parameters()})
     for name, reference in grads[0].items():
@@ -179,7 +180,7 @@ print(json.dumps(dict(
 
 
 def test_compile_from_a_fresh_process_gives_one_graph_with_the_fused_stages():
-    env = dict(os.environ, TRITON_INTERPRET='1', PYTHONPATH=str(REPO_ROOT))
+    env = child_environment(TRITON_INTERPRET='1')
     script = f'SMALL = {SMALL!r}\n' + FRESH_COMPILE
     result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
@@ -211,10 +212,12 @@ def mavit_t(**kwargs) -> MAViT:
 
 
 def projected_loss(outputs) -> torch.Tensor:
-    """The outputs against fixed random maps: the outputs' own norms would make
-    a sum of squares constant, and every gradient rounding noise."""
+    """The outputs against fixed random maps, averaged as a real loss is: the
+    outputs' own norms would make a sum of squares constant, and every gradient
+    rounding noise; a sum instead of a mean would make each output's gradient
+    1, which times a loss scale of 2**16 is past fp16's range."""
     return sum((out.float() * torch.randn(out.shape, generator=torch.Generator().manual_seed(i))
-                .to(out.device)).sum() for i, out in enumerate(outputs))
+                .to(out.device)).mean() for i, out in enumerate(outputs))
 
 
 @cuda_only

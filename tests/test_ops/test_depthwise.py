@@ -152,6 +152,12 @@ def test_the_ops_pass_torch_library_opcheck():
     torch.library.opcheck(function.ffn_middle_op, (x, weight, bias), test_utils=tests)
 
 
+def called_targets(graphs) -> list[str]:
+    """What the captured graphs call, in order (placeholders and outputs apart)."""
+    return [str(node.target) for graph in graphs for node in graph.graph.nodes
+            if node.op == 'call_function']
+
+
 def test_compiles_to_one_graph_with_the_ops_as_nodes():
     from torch._dynamo.testing import CompileCounterWithBackend
     x = channels_last(1, 8, 3, 5).detach()
@@ -167,8 +173,11 @@ def test_compiles_to_one_graph_with_the_ops_as_nodes():
     compiled = torch.compile(stages, backend=counter, fullgraph=True)
     torch.testing.assert_close(compiled(x), stages(x))
     assert counter.frame_count == 1
-    targets = {str(node.target) for graph in counter.graphs for node in graph.graph.nodes}
-    assert {'mavit_mm.position_norm.default', 'mavit_mm.ffn_middle.default'} <= targets
+    targets = called_targets(counter.graphs)
+    # On the H100 (torch 2.11, benchmarks/results/gpu-h100-2026-11-27) the ops
+    # were missing from the graph: the message names what it called instead.
+    assert {'mavit_mm.position_norm.default', 'mavit_mm.ffn_middle.default'} <= set(targets), \
+        targets
 
 
 @pytest.mark.parametrize('impl', ['auto', 'torch'])
@@ -224,8 +233,11 @@ def test_compiled_training_step_gives_the_eager_gradients():
         gated = gated_lepe(normed, weight5, bias, attention, gate, impl='triton')
         return (stream * ffn_middle(gated, weight, bias, impl='triton')).sum()
 
+    from torch._dynamo.testing import CompileCounterWithBackend
     expected = torch.autograd.grad(loss(*inputs), inputs)
     torch._dynamo.reset()
-    compiled = torch.compile(loss, backend='aot_eager', fullgraph=True)
+    counter = CompileCounterWithBackend('aot_eager')
+    compiled = torch.compile(loss, backend=counter, fullgraph=True)
     for ours, reference in zip(torch.autograd.grad(compiled(*inputs), inputs), expected):
-        torch.testing.assert_close(ours, reference, rtol=0, atol=0)
+        torch.testing.assert_close(ours, reference, rtol=0, atol=0,
+                                   msg=lambda m: f'{m}\ngraph calls: {called_targets(counter.graphs)}')
