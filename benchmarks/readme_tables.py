@@ -15,7 +15,9 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
   flops             docs/speed.md      model-complexity-*.json    benchmarks/model_complexity.py
   demo-train-step   docs/speed.md      demo-train-step-*.json     benchmarks/demo_train_step.py
   onnxruntime-speed docs/deployment.md onnxruntime-speed-*.json   benchmarks/onnxruntime_speed.py
-  gpu-checks        docs/gpu.md        gpu-*/*/sdpa.json          gpu_check.py (sdpa, the test steps)
+  gpu-checks        docs/gpu.md        gpu-*/*/kernel-tests.json  gpu_check.py (the test steps, sdpa)
+  gpu-backbones     docs/gpu.md        gpu-*/*/backbones.json     gpu_check.py --steps backbones
+  gpu-ablations     docs/gpu.md        gpu-*/*/ablations.json     gpu_check.py --steps ablations
   gpu-op-calls      docs/gpu.md        gpu-*/*/profile.json       gpu_check.py --steps profile
   gpu-op            docs/gpu.md        gpu-*/*/bench_mala.json    gpu_check.py --steps bench
   gpu-model-profile docs/gpu.md        gpu-*/*/model-profile.json gpu_check.py --steps model-profile
@@ -580,26 +582,75 @@ def _check_run_environment(path: Path, report: dict, env: dict) -> None:
 
 
 def render_gpu_checks(report: dict, source: str) -> str:
-    """What the GPU run checked: the kernel and model tests, and the SDPA
-    kernels MAViT-T's softmax stages run."""
+    """What the GPU run checked: the kernel and model tests (part 1 of the GPU
+    check, which every run starts with) and, where the run measured them, the
+    SDPA kernels MAViT-T's softmax stages run."""
     folder = (REPO_ROOT / source).parent
     lines = [_gpu_source_line(source, 'Checked', report), '']
     for name in ('kernel-tests', 'model-tests'):
         path = _same_run_file(folder, f'{name}.json')
         if path:
             tests = json.loads(path.read_text())
-            lines.append(f"- `{name}` ({_test_file_now(tests['command'].split()[-1])}): "
+            files = [_test_file_now(word) for word in tests['command'].split()
+                     if word.startswith('tests/')]
+            lines.append(f"- `{name}` ({', '.join(files)}): "
                          f"{tests['passed']} passed, "
                          f"{tests['failed']} failed, {tests['skipped']} skipped"
                          + ''.join(f"; failed: `{failure.split(': ')[0].split('::')[-1]}`"
                                    for failure in tests['failures']) + '.')
-    for row in report['results']:
+    sdpa = _same_run_file(folder, 'sdpa.json')
+    for row in json.loads(sdpa.read_text())['results'] if sdpa else []:
         ops = ', '.join(f'`{op.split("::")[-1]}`' for op in row.get('sdpa_ops', [])
                         if not op.endswith('::scaled_dot_product_attention'))
         lines.append(f"- SDPA, MAViT-T forward+backward at {row['height']}x{row['width']} "
                      f"{row['precision']} with only {row['allowed']} allowed: "
                      + (f'ran; unrestricted, the forward picks {ops}' if row.get('ok')
                         else f"failed: {row.get('error')}") + '.')
+    return '\n'.join(lines)
+
+
+def render_gpu_backbones(report: dict, source: str) -> str:
+    """MAViT-T against Swin-T at one size in each of benchmark_fps.py's modes."""
+    lines = [_gpu_source_line(source, 'Measured', report) + f" {report['height']}x"
+             f"{report['width']}; {report['note']}.", '',
+             '| mode | MAViT-T ms | Swin-T ms | MAViT-T / Swin-T |', '| --- | ---: | ---: | ---: |']
+    by_mode = {}
+    for row in report['results']:
+        kind = 'swin' if row['model'].startswith('Swin-T') else 'mavit'
+        by_mode.setdefault(row['mode'], {})[kind] = row
+    for mode, models in by_mode.items():
+        ms = [f"{models[kind]['time_ms']:.2f}" if models.get(kind, {}).get('time_ms') else 'n/a'
+              for kind in ('mavit', 'swin')]
+        ratio = report['time_vs_swin'].get(mode)
+        lines.append(f"| {mode} | {ms[0]} | {ms[1]} | {f'{ratio:.3f}' if ratio else 'n/a'} |")
+    return '\n'.join(lines)
+
+
+def render_gpu_ablations(report: dict, source: str) -> str:
+    """Each fast-path switch off against all on, per mode (the defaults'
+    evidence: mavit_mm/ops/fast_paths.py)."""
+    modes = list(dict.fromkeys(row['mode'] for row in report['results']))
+    cells = {}
+    for row in report['results']:
+        if row['switches_off']:
+            value = (f"{row['time_vs_all_on']:.3f}" if row.get('time_vs_all_on')
+                     else 'skipped' if row.get('skipped') else 'error')
+            cells.setdefault(row['switches_off'][0], {})[row['mode']] = value
+    all_on = {}
+    for row in report['results']:
+        if not row['switches_off'] and row.get('time_ms'):
+            all_on.setdefault(f"{row['mode']} {row['pass_name']}", []).append(row['time_ms'])
+    drift = report.get('drift') or {}
+    lines = [_gpu_source_line(source, 'Measured', report) + f" {report['height']}x"
+             f"{report['width']}; {report['note']}.", '',
+             '| switch off | ' + ' | '.join(modes) + ' |',
+             '| --- |' + ' ---: |' * len(modes)]
+    lines += [f'| `{name}` | ' + ' | '.join(by_mode.get(mode, '') for mode in modes) + ' |'
+              for name, by_mode in cells.items()]
+    lines += ['', 'All on, ms: ' + '; '.join(
+        f"{case} {', '.join(f'{t:.2f}' for t in times)}"
+        + (f' (drift {drift[case]:.3f})' if case in drift else '')
+        for case, times in all_on.items()) + '.']
     return '\n'.join(lines)
 
 
@@ -723,7 +774,9 @@ BLOCKS: dict[str, Block] = {
                              target='docs/speed.md'),
     'onnxruntime-speed': Block('onnxruntime-speed-*.json', render_onnxruntime_speed,
                                target='docs/deployment.md'),
-    'gpu-checks': Block('gpu-*/*/sdpa.json', render_gpu_checks, target='docs/gpu.md'),
+    'gpu-checks': Block('gpu-*/*/kernel-tests.json', render_gpu_checks, target='docs/gpu.md'),
+    'gpu-backbones': Block('gpu-*/*/backbones.json', render_gpu_backbones, target='docs/gpu.md'),
+    'gpu-ablations': Block('gpu-*/*/ablations.json', render_gpu_ablations, target='docs/gpu.md'),
     'gpu-op-calls': Block('gpu-*/*/profile.json', render_gpu_op_calls, target='docs/gpu.md'),
     'gpu-op': Block('gpu-*/*/bench_mala.json', render_gpu_op, target='docs/gpu.md'),
     'gpu-model-profile': Block('gpu-*/*/model-profile.json', render_gpu_model_profile,

@@ -34,7 +34,7 @@ from ..ops.depthwise import (
     kernels_run,
 )
 from ..ops.derived_weights import DerivedWeights, compute_dtype, takes_no_gradient
-from ..ops.fast_paths import ALL_ON, FastPaths
+from ..ops.fast_paths import DEFAULTS, FastPaths
 from ..ops.mala import check_mala_impl
 from ..ops.pointwise_conv import pointwise_conv
 from ..ops.residual import scaled_residual
@@ -130,7 +130,7 @@ class PointwiseConv2d(Conv2d):
     product over the pixels of a channels_last map (switch ``matmul_1x1``:
     :func:`~mavit_mm.ops.pointwise_conv.pointwise_conv`)."""
 
-    def __init__(self, in_channels: int, out_channels: int, fast_paths: FastPaths = ALL_ON):
+    def __init__(self, in_channels: int, out_channels: int, fast_paths: FastPaths = DEFAULTS):
         super().__init__(in_channels, out_channels, 1, cached_weights=fast_paths.cached_weights)
         self.as_matmul = fast_paths.matmul_1x1
 
@@ -216,14 +216,14 @@ class DepthwiseResidualConv(Conv2d):
     """``x + conv(x)`` of a depthwise 'same' convolution, as one convolution.
 
     The identity is folded into the centre tap of the kernel, which saves a
-    full pass over the map for the add (switch ``folded_residual_conv``; off:
-    the convolution, then the add). The folded kernel is built in the compute
+    full pass over the map for the add (switch ``folded_residual_conv``; off,
+    and under compile: the convolution, then the add). The folded kernel is built in the compute
     dtype (autocast's where it is on), and, while no gradient flows, once per
     weight value. Parameters and keys are those of the plain ``nn.Conv2d``
     (the identity is a non-persistent buffer).
     """
 
-    def __init__(self, channels: int, kernel_size: int, fast_paths: FastPaths = ALL_ON):
+    def __init__(self, channels: int, kernel_size: int, fast_paths: FastPaths = DEFAULTS):
         super().__init__(channels, channels, kernel_size, padding=kernel_size // 2,
                          groups=channels, cached_weights=fast_paths.cached_weights)
         self.folded = fast_paths.folded_residual_conv
@@ -239,7 +239,9 @@ class DepthwiseResidualConv(Conv2d):
                                 lambda: (self.weight + self.identity).to(dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.folded:
+        # Not under compile: the weights are graph inputs there, so the fold is
+        # a kernel of its own at every call (mavit_mm.ops.fast_paths).
+        if not self.folded or torch.compiler.is_compiling():
             return x + super().forward(x)
         dtype = compute_dtype(x, self.weight)
         bias = self.bias                        # (autocast casts it where none is kept)
@@ -252,7 +254,7 @@ class ConvStem(nn.Module):
     """Four 3x3 convs (strides 2, 1, 1, 2), norm + GELU between them: stride 4."""
 
     def __init__(self, in_channels: int, embed_dim: int, norm_cfg: dict | None,
-                 fast_paths: FastPaths = ALL_ON):
+                 fast_paths: FastPaths = DEFAULTS):
         super().__init__()
         hidden = embed_dim // 2
         cached = fast_paths.cached_weights
@@ -275,7 +277,7 @@ class Downsample(nn.Module):
     """3x3 stride-2 conv then norm, between stages."""
 
     def __init__(self, in_dim: int, out_dim: int, norm_cfg: dict | None,
-                 fast_paths: FastPaths = ALL_ON):
+                 fast_paths: FastPaths = DEFAULTS):
         super().__init__()
         self.reduction = Conv2d(in_dim, out_dim, 3, stride=2, padding=1,
                                 cached_weights=fast_paths.cached_weights)
@@ -288,7 +290,7 @@ class Downsample(nn.Module):
 class ConvFFN(nn.Module):
     """1x1 conv up, GELU, residual 3x3 depthwise conv (``h + dwconv(h)``), 1x1 conv down."""
 
-    def __init__(self, dim: int, hidden_dim: int, fast_paths: FastPaths = ALL_ON,
+    def __init__(self, dim: int, hidden_dim: int, fast_paths: FastPaths = DEFAULTS,
                  depthwise_impl: str = 'auto'):
         super().__init__()
         # Registration order gives the published state-dict order.
@@ -341,7 +343,7 @@ class GatedAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, attn_type: str = 'mala',
                  mala_impl: str = 'auto', kernel_function: str = 'elu',
-                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON,
+                 inline_residual: bool = False, fast_paths: FastPaths = DEFAULTS,
                  depthwise_impl: str = 'auto'):
         super().__init__()
         self.dim = dim
@@ -352,9 +354,7 @@ class GatedAttention(nn.Module):
         self.kernel_function = check_kernel_function(kernel_function)
         self.fast_paths = fast_paths
         self.depthwise_impl = depthwise_impl
-        # The softmax stages rotate q and k in the projection, together
-        # (switch joint_qk_rotation); elsewhere the attention rotates them.
-        self.rotates_qk = attn_type == 'softmax' and fast_paths.joint_qk_rotation
+        self.joint_rotation = attn_type == 'softmax' and fast_paths.joint_qk_rotation
         if inline_residual and attn_type != 'inline':
             raise ValueError(f"inline_residual is InLine's; attn_type is {attn_type!r}")
         cached = fast_paths.cached_weights
@@ -366,6 +366,14 @@ class GatedAttention(nn.Module):
             Conv2d(dim, 9 * dim, 1, groups=num_heads, cached_weights=cached),
         ) if inline_residual else None
         self.derived = DerivedWeights(cached)
+
+    @property
+    def rotates_qk(self) -> bool:
+        """Whether the projection rotates q and k, together (the softmax stages,
+        switch ``joint_qk_rotation``); elsewhere the attention rotates them.
+        Not under compile, where the two rotations fuse into their neighbours
+        (:mod:`~mavit_mm.ops.fast_paths`)."""
+        return self.joint_rotation and not torch.compiler.is_compiling()
 
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         """(B, n * C, H, W) -> (B, n * heads, N, d): :func:`split_heads`."""
@@ -468,7 +476,7 @@ class MAViTBlock(nn.Module):
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, drop_path: float,
                  layerscale: bool, layer_init_value: float, attn_type: str,
                  mala_impl: str, with_cp: bool, kernel_function: str = 'elu',
-                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON,
+                 inline_residual: bool = False, fast_paths: FastPaths = DEFAULTS,
                  depthwise_impl: str = 'auto'):
         super().__init__()
         self.with_cp = with_cp
@@ -535,7 +543,7 @@ class MAViTStage(nn.Module):
                  mlp_ratio: float, drop_paths: Sequence[float], layerscale: bool,
                  layer_init_value: float, attn_type: str, mala_impl: str,
                  norm_cfg: dict | None, with_cp: bool, kernel_function: str = 'elu',
-                 inline_residual: bool = False, fast_paths: FastPaths = ALL_ON,
+                 inline_residual: bool = False, fast_paths: FastPaths = DEFAULTS,
                  depthwise_impl: str = 'auto'):
         super().__init__()
         self.RoPE = RoPE2d(dim // num_heads)
@@ -599,9 +607,9 @@ class MAViT(BaseModule):
         frozen_stages: Freeze the stem (0) and stages ``< frozen_stages``; -1: none.
         norm_eval: Keep the batch norms in eval mode while training.
         with_cp: Gradient checkpointing of every block.
-        fast_paths: Speed features to switch off, e.g. ``dict(dense_rope=False)``
-            (all on by default; each computes the same model:
-            :mod:`mavit_mm.ops.fast_paths`).
+        fast_paths: Speed features to switch on or off, e.g.
+            ``dict(dense_rope=False)`` (by default, those measured faster;
+            each computes the same model: :mod:`mavit_mm.ops.fast_paths`).
         pretrained: Deprecated shortcut for ``init_cfg=dict(type='Pretrained')``.
         init_cfg: mmengine init config; ``type='Pretrained'`` loads a published
             MAViT checkpoint (classification or dense prediction).

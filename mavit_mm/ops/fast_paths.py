@@ -1,11 +1,16 @@
 """The backbone's speed features, each behind a switch.
 
-``MAViT(fast_paths=dict(name=False))`` turns a feature off; every feature is
-on by default. Each one computes exactly the plain formula beside it (up to
-the rounding of the compute dtype), so any combination gives the same model:
-the switches exist so that one GPU run can measure what each feature is worth
+``MAViT(fast_paths=dict(name=False))`` turns a feature off, ``True`` on. Each
+one computes exactly the plain formula beside it (up to the rounding of the
+compute dtype), so any combination gives the same model: the switches exist so
+that one GPU run can measure what each feature is worth
 (``benchmarks/gpu_check.py``, step ``ablations``), and so that a suspected
 feature can be ruled out in a user's own run.
+
+The defaults follow that measurement (``DEFAULTS_MEASURED_BY``): a feature is
+on where it was measured faster than its plain formula, off where it was
+measured slower. Inference runs under CUDA graphs and compiled; training
+runs eager.
 
 =========================  ==========================================================  ===============
 switch                     what it does (plain formula when off)                       modes
@@ -15,12 +20,12 @@ switch                     what it does (plain formula when off)                
                            folded depthwise kernels are kept per parameter version
                            while no gradient flows (:class:`DerivedWeights`); off:
                            cast and folded at every call
-``folded_residual_conv``   ``x + dwconv(x)`` as one convolution, the identity folded   all
-                           into the kernel's centre tap; off: a convolution and an add
+``folded_residual_conv``   ``x + dwconv(x)`` as one convolution, the identity folded   eager,
+                           into the kernel's centre tap; off: a convolution and an add CUDA graph
 ``channel_split``          the qkvo split's backward writes one channels_last          all (training)
                            gradient; off: autograd's split backward
-``joint_qk_rotation``      the softmax stages rotate q and k as one tensor; off: two    all
-                           rotations
+``joint_qk_rotation``      the softmax stages rotate q and k as one tensor; off: two    eager,
+                           rotations                                                   CUDA graph
 ``dense_rope``             half-precision softmax stages without gradients, the joint  eager,
                            rotation: q, k and their pair swaps from one matrix         CUDA graph
                            product, the qk bias in a rotated table, rotated by two
@@ -36,7 +41,8 @@ switch                     what it does (plain formula when off)                
                            pass, reading v and o in the qkvo map; off: the LePE
                            convolution, an add and a multiply
 ``fused_ffn_middle``       likewise, ``GELU(h) + dwconv3x3(GELU(h)) + b`` in one       all
-                           pass; off: GELU, then the (folded) convolution
+                           pass; off (the default): GELU, then the (folded)            (off)
+                           convolution
 ``matmul_1x1``             the block's 1x1 convolutions as matrix products over the    all
                            pixels (``addmm``, bias in the GEMM's epilogue) on CUDA
                            and under compile (:mod:`.pointwise_conv`); off:
@@ -46,7 +52,30 @@ switch                     what it does (plain formula when off)                
 "modes" says where a feature can act. Under ``torch.compile`` (and TorchScript
 tracing, ONNX export) Python-side caches and in-place shortcuts stand aside by
 design (:func:`~.graph_capture.recording_graph`), and inductor fuses the plain
-formula itself, so those features are ablated under CUDA graphs only.
+formula itself, so those features are ablated under CUDA graphs only. The
+folded residual convolution and the joint rotation stand aside under compile
+too, because they were measured slower there (below).
+
+What the measurement says (H100, bf16, MAViT-T at 512x2048, batch 1; each
+row's time over the all-on row of its mode, ``ablations.json`` of
+``DEFAULTS_MEASURED_BY``):
+
+- ``fused_ffn_middle`` **off by default**: 0.815 under a CUDA graph (2.97
+  against 3.64 ms), 0.995 compiled. Its kernel recomputes the GELU for each
+  of the nine taps. On again where a faster kernel is measured.
+- ``folded_residual_conv`` and ``joint_qk_rotation``: 1.000 and 1.021 under
+  a CUDA graph, but 0.986 and 0.979 compiled, so they act in eager mode and
+  under CUDA graphs only.
+- ``cached_weights`` 1.148, ``matmul_1x1`` 1.104 (1.124 compiled),
+  ``fused_position_norm`` 1.069, ``fused_lepe_gate`` 1.037, ``dense_rope``
+  1.004: on.
+- ``in_place_residual`` 0.997: on, within the spread of the rows that change
+  nothing (0.995-1.004).
+- ``channel_split`` (a training step): 1.017 eager, 0.990 under a CUDA graph;
+  on, for eager training.
+
+The eager forward rows of that run drifted while it ran (docs/gpu.md), so no
+default rests on them.
 """
 from __future__ import annotations
 
@@ -66,12 +95,12 @@ class FastPaths:
     in_place_residual: bool = True
     fused_position_norm: bool = True
     fused_lepe_gate: bool = True
-    fused_ffn_middle: bool = True
+    fused_ffn_middle: bool = False     # measured slower (module docstring)
     matmul_1x1: bool = True
 
     @classmethod
     def resolve(cls, value: FastPaths | Mapping[str, bool] | None) -> FastPaths:
-        """``None`` (all on), a ``FastPaths``, or a dict of switches to change."""
+        """``None`` (the defaults), a ``FastPaths``, or a dict of switches to change."""
         if value is None:
             return cls()
         if isinstance(value, cls):
@@ -96,13 +125,16 @@ class FastPaths:
 
 
 FAST_PATHS = tuple(field.name for field in dataclasses.fields(FastPaths))
-ALL_ON = FastPaths()   # the default (frozen, so one instance serves every module)
+DEFAULTS = FastPaths()   # frozen, so one instance serves every module
+ALL_ON = FastPaths(**dict.fromkeys(FAST_PATHS, True))
+# The GPU run whose ablations set the defaults (module docstring).
+DEFAULTS_MEASURED_BY = 'benchmarks/results/gpu-h100-2026-11-27/part-2/ablations.json'
 # Where each switch can change what runs (module docstring, "modes").
 FAST_PATH_MODES = {
     'cached_weights': ('eager', 'cuda-graph'),
-    'folded_residual_conv': ('eager', 'cuda-graph', 'compile'),
+    'folded_residual_conv': ('eager', 'cuda-graph'),
     'channel_split': ('eager', 'cuda-graph', 'compile'),   # with gradients only
-    'joint_qk_rotation': ('eager', 'cuda-graph', 'compile'),
+    'joint_qk_rotation': ('eager', 'cuda-graph'),
     'dense_rope': ('eager', 'cuda-graph'),
     'in_place_residual': ('eager', 'cuda-graph'),
     'fused_position_norm': ('eager', 'cuda-graph', 'compile'),
@@ -116,5 +148,5 @@ DEPTHWISE_KERNEL_SWITCHES = ('fused_position_norm', 'fused_lepe_gate', 'fused_ff
 # Switches that change only a training step (a backward), not a forward.
 TRAINING_ONLY = ('channel_split',)
 
-__all__ = ['FastPaths', 'ALL_ON', 'FAST_PATHS', 'FAST_PATH_MODES', 'TRAINING_ONLY',
-           'DEPTHWISE_KERNEL_SWITCHES']
+__all__ = ['FastPaths', 'DEFAULTS', 'ALL_ON', 'DEFAULTS_MEASURED_BY', 'FAST_PATHS',
+           'FAST_PATH_MODES', 'TRAINING_ONLY', 'DEPTHWISE_KERNEL_SWITCHES']

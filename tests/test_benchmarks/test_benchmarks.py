@@ -45,7 +45,8 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     assert 'ablations, compile fwd+bwd: all on, then off in turn: channel_split' in result.stdout
     assert 'ablations, eager fwd+bwd: all on, then off in turn: channel_split' in result.stdout
     # Each target with the step and file that measure it.
-    assert ('target of the lean forward: backbone time, 512x2048, CUDA graph ≤ 0.75 (now 0.886): '
+    assert ('target of the lean forward: backbone time, 512x2048, CUDA graph ≤ 0.75 (now 0.886; H100: '
+            '0.657): '
             'part-2/backbones.json') in result.stdout
     # No problem: the child processes (bench_mala, tune_mala, benchmark_fps --modes)
     # take the arguments the steps give them, Swin-T builds from its config, and
@@ -599,13 +600,18 @@ def test_ablation_rows_switch_each_fast_path_off_where_it_acts():
     cases = list(dict.fromkeys((row['mode'], row['pass_name']) for row in rows))
     for case in cases:
         group = [row for row in rows if (row['mode'], row['pass_name']) == case]
-        assert group[0]['switches_off'] == [] and all(row['switches_off'] for row in group[1:])
+        # All on, each off in turn, all on again (the drift) but where that is a compile.
+        closes = case[0] != 'compile'
+        assert group[0]['switches_off'] == [] and 'repeat' not in group[0]
+        assert all(row['switches_off'] for row in group[1:len(group) - closes])
+        assert (group[-1] == dict(mode=case[0], pass_name=case[1], switches_off=[],
+                                  repeat=True)) == closes
     off = {(row['switches_off'][0], row['mode'], row['pass_name'])
            for row in rows if row['switches_off']}
     assert off == {(name, mode, 'fwd+bwd' if name in TRAINING_ONLY else 'fwd')
                    for name, modes in FAST_PATH_MODES.items() for mode in modes}
     assert [mode for mode, _ in cases] == ['cuda-graph'] * 2 + ['eager'] * 2 + ['compile'] * 2
-    assert len(rows) == 33
+    assert len(rows) == 35
     assert ('channel_split', 'cuda-graph', 'fwd+bwd') in off
     assert not any(name == 'cached_weights' for name, mode, _ in off if mode == 'compile')
 
@@ -617,6 +623,7 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
     pass; a row whose model fails is recorded and the rest still run."""
     from benchmarks import gpu_check
     from mavit_mm.models.mavit import MAViT
+    from mavit_mm.ops.fast_paths import FAST_PATHS
     made = _stand_in_modes(monkeypatch)
     _made_up_times(monkeypatch)
     built = []
@@ -624,7 +631,7 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
     def mavit(impl, fast_paths=None):
         # Records the switches asked for; the model is the plain one (the switches'
         # own effects are the model's tests'). One switch fails to build.
-        if fast_paths and 'dense_rope' in fast_paths:
+        if fast_paths and fast_paths['dense_rope'] is False:
             raise TypeError("unexpected keyword argument 'fast_paths'")
         built.append((fast_paths, MAViT(arch='tiny', mala_impl=impl)))
         return built[-1][1]
@@ -637,9 +644,9 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
     assert report['complete'] and result['errors_recorded'] == failing >= 1
     assert [(row['mode'], row['pass_name'], row['switches_off']) for row in rows] == [
         (row['mode'], row['pass_name'], row['switches_off']) for row in plan]
-    # The weights' model first, then each row's, asked for its switches off.
+    # The weights' model first, then each row's: every switch on but the row's.
     assert [asked for asked, _ in built] == [None] + [
-        dict.fromkeys(row['switches_off'], False) or None for row in plan
+        {name: name not in row['switches_off'] for name in FAST_PATHS} for row in plan
         if 'dense_rope' not in row['switches_off']]
     # (Parameters: a training row's step moves the norms' running statistics.)
     weights = dict(built[0][1].named_parameters())
@@ -651,12 +658,18 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
                     and row['mode'] != 'eager']
     all_on = {}
     for row in rows:
+        if not row['switches_off']:
+            all_on.setdefault((row['mode'], row['pass_name']), []).append(row['time_ms'])
+    assert len(all_on) == 6   # CUDA graph, eager and compile; forward and training step
+    for row in rows:
         if 'dense_rope' in row['switches_off']:
             assert 'fast_paths' in row['error'] and 'time_ms' not in row
             continue
-        base = all_on.setdefault((row['mode'], row['pass_name']), row['time_ms'])
+        base = sum(all_on[row['mode'], row['pass_name']]) / len(all_on[row['mode'], row['pass_name']])
         assert row['time_vs_all_on'] == pytest.approx(row['time_ms'] / base)
-    assert len(all_on) == 6   # CUDA graph, eager and compile; forward and training step
+    # The drift of each case its all-on rows close: all but the compiled ones.
+    assert report['drift'] == {f'{mode} {pass_name}': pytest.approx(times[-1] / times[0], abs=1e-4)
+                               for (mode, pass_name), times in all_on.items() if mode != 'compile'}
 
 
 def test_mala_model_shapes_are_the_calls_mavit_t_makes(monkeypatch):

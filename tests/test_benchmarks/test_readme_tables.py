@@ -85,14 +85,17 @@ def test_speed_results_record_what_a_reader_needs():
 
 def test_gpu_checks_block_names_test_files_where_they_are_now():
     block = readme_tables.readme_block(target_text('gpu-checks'), 'gpu-checks')
-    paths = re.findall(r'\((tests/\S+\.py)\)', block)
-    assert len(paths) == 2 and all((REPO_ROOT / path).is_file() for path in paths)
+    # Each test step names its files, e.g. ``(tests/a.py, tests/b.py)``.
+    paths = [path for group in re.findall(r'\((tests/[^)]+\.py)\)', block)
+             for path in group.split(', ')]
+    assert len(paths) >= 2 and all((REPO_ROOT / path).is_file() for path in paths), paths
 
 
 def test_gpu_blocks_read_the_files_of_the_run_s_other_parts(tmp_path):
     """gpu_check.py's parts split the steps: the tests, the profile of MAViT-T's
     op calls and the byte model (bench_mala.json) come from part 1's folder,
-    SDPA's rows from part 2's."""
+    SDPA's rows from part 2's (the checks' block is the tests', with SDPA's
+    rows where the run has them)."""
     env = dict(device='GPU', driver='1', cuda='13', torch='2', triton='3', date='2026-12-01',
                copy_bandwidth_tbps=3.0)
     run = tmp_path / 'gpu-test-2026-12-01'
@@ -114,9 +117,11 @@ def test_gpu_blocks_read_the_files_of_the_run_s_other_parts(tmp_path):
                  host_issue_us=70.0),
             dict(stage=1, batch=1, heads=1, head_dim=64, height=128, width=512,
                  pass_name='fwd', skipped='time budget spent')])))
-    report = dict(results=[dict(height=512, width=2048, precision='bf16', allowed='flash',
-                                ok=True, sdpa_ops=['aten::_scaled_dot_product_cudnn_attention'])])
-    block = readme_tables.render_gpu_checks(report, str(run / 'part2' / 'sdpa.json'))
+    (run / 'part2' / 'sdpa.json').write_text(json.dumps(dict(results=[dict(
+        height=512, width=2048, precision='bf16', allowed='flash', ok=True,
+        sdpa_ops=['aten::_scaled_dot_product_cudnn_attention'])])))
+    tests = json.loads((run / 'part1' / 'kernel-tests.json').read_text())
+    block = readme_tables.render_gpu_checks(tests, str(run / 'part1' / 'kernel-tests.json'))
     assert '- `kernel-tests` (tests/test_ops/test_mala/test_mala_cuda.py): 3 passed' in block
     assert 'only flash allowed: ran; unrestricted, the forward picks ' \
            '`_scaled_dot_product_cudnn_attention`' in block

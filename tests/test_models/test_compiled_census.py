@@ -5,9 +5,11 @@ docstring): fp32 on the CPU, one 128x512 image, one eager call first, the
 output code only (``run=False``: the C++ kernels are neither compiled nor
 run, and the fused ops launch nothing in the eager call). The contract: one
 graph; at most 10 extern convolutions (the stem's 4 and the 3 downsamplings:
-the block's 1x1 convolutions are GEMMs, its depthwise stages fused ops); one
-SDPA call per softmax block, one ``mavit_mm::mala`` call per MALA block, one
-call of each fused depthwise stage per block, and no other extern call.
+the block's 1x1 convolutions are GEMMs, its depthwise stages fused ops) plus
+the FFN's depthwise convolution of each block, whose fused stage is off by
+default (measured slower: mavit_mm/ops/fast_paths.py); one SDPA call per
+softmax block, one ``mavit_mm::mala`` call per MALA block, one call of each
+fused depthwise stage that is on per block, and no other extern call.
 """
 from __future__ import annotations
 
@@ -98,6 +100,7 @@ def mavit_census(one_torch_thread):
 
 MAX_EXTERN_CONVOLUTIONS = 10
 FUSED_STAGES = ('mavit_mm::position_norm', 'mavit_mm::gated_lepe', 'mavit_mm::ffn_middle')
+FUSED_BY_DEFAULT = FUSED_STAGES[:2]      # fused_ffn_middle is off by default
 
 
 def test_mavit_t_compiles_its_blocks_without_a_convolution(mavit_census):
@@ -107,11 +110,12 @@ def test_mavit_t_compiles_its_blocks_without_a_convolution(mavit_census):
         blocks[attn_type] += depth
     kinds = census.externs_by_kind
     assert census.graphs == 1
-    assert kinds['convolution'] <= MAX_EXTERN_CONVOLUTIONS, census.summary()
+    assert kinds['convolution'] <= MAX_EXTERN_CONVOLUTIONS + sum(model.depths), census.summary()
     assert kinds['gemm'] == 4 * sum(model.depths), census.summary()   # qkvo, proj, fc1, fc2
     assert kinds['sdpa'] == blocks['softmax'], census.summary()
     assert kinds['mavit_mm::mala'] == blocks['mala'], census.summary()
     for stage in FUSED_STAGES:
-        assert kinds[stage] == sum(model.depths), census.summary()
+        expected = sum(model.depths) if stage in FUSED_BY_DEFAULT else 0
+        assert kinds[stage] == expected, census.summary()
     assert set(kinds) <= {'convolution', 'sdpa', 'gemm', 'mavit_mm::mala', *FUSED_STAGES}, \
         census.details()

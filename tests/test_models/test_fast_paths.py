@@ -9,9 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.op_log import OpLog
+from helpers.paths import REPO_ROOT
 
 from mavit_mm.models import MAViT
-from mavit_mm.ops.fast_paths import FAST_PATHS, FastPaths
+from mavit_mm.ops.fast_paths import ALL_ON, DEFAULTS, DEFAULTS_MEASURED_BY, FAST_PATHS, FastPaths
 from mavit_mm.tooling.op_census import first_and_steady, listing
 
 IMAGE = (2, 3, 64, 96)
@@ -34,9 +35,14 @@ def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
 
 # -- the argument ------------------------------------------------------------------
 
-def test_fast_paths_default_to_all_on_and_take_a_dict():
-    assert MAViT('tiny').fast_paths == FastPaths()
-    assert all(FastPaths().as_dict().values())
+def test_fast_paths_default_to_what_was_measured_faster_and_take_a_dict():
+    """Every feature on but the fused FFN middle, which the GPU run of
+    DEFAULTS_MEASURED_BY measured slower than its plain formula."""
+    assert MAViT('tiny').fast_paths == FastPaths() == DEFAULTS
+    assert [name for name, on in FastPaths().as_dict().items() if not on] == ['fused_ffn_middle']
+    assert all(ALL_ON.as_dict().values())
+    assert (REPO_ROOT / DEFAULTS_MEASURED_BY).is_file()
+    assert MAViT('tiny', fast_paths=dict(fused_ffn_middle=True)).fast_paths == ALL_ON
     model = MAViT('tiny', fast_paths=dict(dense_rope=False))
     assert not model.fast_paths.dense_rope and model.fast_paths.cached_weights
     assert FastPaths().without('dense_rope', 'channel_split') == FastPaths(

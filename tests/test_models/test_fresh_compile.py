@@ -35,7 +35,10 @@ def recording_backend(graph_module, example_inputs):
 
 assert 'mavit_mm.ops.mala.function' not in sys.modules      # nothing imported yet
 torch.manual_seed(0)
-model = MAViT('tiny', mala_impl='triton').eval()
+# (The switches that stand aside under compile off: eager then runs what the
+# compiled graph runs, so the two agree exactly.)
+model = MAViT('tiny', mala_impl='triton',
+              fast_paths=dict(folded_residual_conv=False, joint_qk_rotation=False)).eval()
 x = torch.randn(1, 3, 64, 96)
 with torch.no_grad():
     compiled = torch.compile(model, fullgraph=True, backend=recording_backend)(x)  # first call
