@@ -37,9 +37,19 @@ def check_triton_release() -> None:
                           f'kernels support (>={SUPPORTED_TRITON[0]},<{SUPPORTED_TRITON[1]})')
 
 
+def index_extent(t: torch.Tensor, start_dim: int) -> int:
+    """The largest element offset a kernel forms in ``t`` from the first
+    element of one slice of its dimensions before ``start_dim`` (the kernels
+    take those slices' offsets in int64 and index within one in int32): more
+    than the slice's element count for a view into a wider tensor."""
+    return sum((size - 1) * abs(stride)
+               for size, stride in zip(t.shape[start_dim:], t.stride()[start_dim:]) if size)
+
+
 def on_device(device: torch.device):
     """Triton launches on the current CUDA device: make it the tensors' one."""
     return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
 
 
-__all__ = ['SUPPORTED_TRITON', 'check_triton_release', 'on_device', 'triton_interpreter_enabled']
+__all__ = ['SUPPORTED_TRITON', 'check_triton_release', 'index_extent', 'on_device',
+           'triton_interpreter_enabled']

@@ -206,6 +206,28 @@ def test_triton_names_what_it_cannot_run():
         depthwise.check_depthwise_impl('cuda')
 
 
+def test_a_slice_reaching_past_int32_in_its_image_is_refused(monkeypatch):
+    """v and the gate are channel slices of the qkvo map, 4C channels a pixel:
+    a slice reaches four times as far into its image as its own elements do.
+    Here v has fewer than 2**31 elements an image but reaches past 2**31
+    (strides as the qkvo map gives them; meta tensors, nothing allocated)."""
+    monkeypatch.setenv('TRITON_INTERPRET', '1')     # the device check passes on the CPU
+    channels, height, width = 64, 1025, 8192        # about 2**29 elements an image
+    qkvo = torch.empty_strided((1, 4 * channels, height, width),
+                               (4 * channels * height * width, 1, 4 * channels * width,
+                                4 * channels), device='meta')
+    x = torch.empty(1, channels, height, width, device='meta').contiguous(
+        memory_format=torch.channels_last)
+    v, gate = qkvo[:, 2 * channels:3 * channels], qkvo[:, 3 * channels:]
+    weight = torch.empty(channels, 1, 5, 5, device='meta')
+    reach = sum((size - 1) * stride for size, stride in zip(v.shape[1:], v.stride()[1:]))
+    assert v[0].numel() < 2 ** 31 <= reach
+    assert depthwise.dispatch.kernels_unsupported(x, weight=weight, allow_interpreter=True) is None
+    reason, error = depthwise.dispatch.kernels_unsupported(v, x, gate, weight=weight,
+                                                           allow_interpreter=True)
+    assert error is ValueError and 'index an image in int32' in reason
+
+
 def test_exports_take_the_plain_formula():
     h = channels_last(1, 8, 3, 5).detach()
     weight, bias = [p.detach() for p in parameters(8, 3)[:2]]

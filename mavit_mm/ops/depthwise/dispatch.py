@@ -20,7 +20,7 @@ import warnings
 
 import torch
 
-from ..triton_support import triton_interpreter_enabled
+from ..triton_support import index_extent, triton_interpreter_enabled
 from .reference import ffn_middle_reference, gated_lepe_reference, position_norm_reference
 
 DEPTHWISE_IMPLS = ('auto', 'torch', 'triton')
@@ -80,9 +80,11 @@ def kernels_unsupported(x: torch.Tensor, *others: torch.Tensor, weight: torch.Te
     if norm_channels is not None and norm_channels > MAX_NORM_CHANNELS:
         return (f'{norm_channels} channels: the fused norm holds at most '
                 f'{MAX_NORM_CHANNELS}', ValueError)
-    if x[0].numel() >= 2 ** 31:
-        return (f'an image of {x[0].numel()} elements: the kernels index an image in int32',
-                ValueError)
+    # Per image: v and the gate, slices of the qkvo map, reach 4x their own size.
+    widest = max(index_extent(t, 1) for t in (x, *others))
+    if widest >= 2 ** 31:
+        return (f'a map reaching {widest} elements past its image\'s first: the kernels index '
+                'an image in int32', ValueError)
     return None
 
 

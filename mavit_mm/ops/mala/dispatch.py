@@ -27,7 +27,7 @@ import torch
 
 from ..amp import autocast_disabled
 from ..rope2d import RotaryTables
-from ..triton_support import triton_interpreter_enabled
+from ..triton_support import index_extent, triton_interpreter_enabled
 from .naive import MALA_EPS, linear_attention_torch, mala_naive
 
 MALA_IMPLS = ('auto', 'torch', 'triton')
@@ -152,11 +152,13 @@ def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
     return None
 
 
+@torch.compiler.assume_constant_result
 def _gpu_shortfall(device: torch.device, head_dim: int, backward: bool) -> str | None:
     """Why this GPU cannot run the kernels (tf32 dots, shared memory), or None.
     Judged from tables, without compiling anything. A forward launch that
     still finds the GPU short raises Triton's OutOfResources, which ``'auto'``
-    turns into the PyTorch path."""
+    turns into the PyTorch path. A constant to Dynamo: a compile runs it once,
+    as Python, and never traces the device's properties."""
     if device.type != 'cuda':
         return None
     properties = torch.cuda.get_device_properties(device)
@@ -176,8 +178,7 @@ def _gpu_shortfall(device: torch.device, head_dim: int, backward: bool) -> str |
 def _int32_offset_overflow(*tensors: torch.Tensor) -> str | None:
     # The kernels index within a head in int32 (the head's base is int64).
     for name, t in zip('qkv', tensors):
-        extent = sum((size - 1) * abs(stride) for size, stride in
-                     zip(t.shape[-2:], t.stride()[-2:]))
+        extent = index_extent(t, 2)
         if extent >= 2 ** 31:
             return (f'{name} spans {extent + 1} elements within one head with strides '
                     f'{t.stride()}; the kernels index a head in int32 (at most 2**31)')

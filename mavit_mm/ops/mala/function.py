@@ -249,10 +249,12 @@ def empty_like_layout(x: torch.Tensor) -> torch.Tensor:
     ((B, N, heads, d) in memory); results laid out the same way make its merge
     of the heads back to (B, C, H, W) a free view. Token-contiguous views get
     token-contiguous results. (``torch.empty_like`` keeps the strides of dense
-    tensors only, and these views are slices of a wider map.)
+    tensors only, and these views are slices of a wider map.) An expanded
+    dimension (stride 0) goes outermost: the result is a buffer of its own, and
+    the others keep their order, the channels innermost where they were.
     """
     strides = x.stride()
-    order = sorted(range(4), key=lambda dim: (-strides[dim], dim))
+    order = sorted(range(4), key=lambda dim: (strides[dim] != 0, -strides[dim], dim))
     buffer = x.new_empty([x.shape[dim] for dim in order])
     return buffer.permute([order.index(dim) for dim in range(4)])
 
@@ -290,13 +292,15 @@ def backward_launches(dout, q, k, v, angle, stats, width: int, plan: LaunchPlan)
     query pass, the sum over chunks of its key-side partials, the key pass."""
     batch, heads, num_tokens, head_dim = q.shape
     batch_heads = batch * heads
-    table = launch_table(plan, whole_pairs(q), whole_pairs(k))
+    dq, dk, dv = empty_like_layout(q), empty_like_layout(k), empty_like_layout(v)
+    # The query and key kernels read q / k and write dq / dk with one pair mode.
+    table = launch_table(plan, whole_pairs(q) and whole_pairs(dq),
+                         whole_pairs(k) and whole_pairs(dk))
     rows = head_dim + kernels.GRAD_EXTRA_ROWS.value
     workspace = q.new_empty(batch_heads, plan.num_chunks, rows, head_dim, dtype=torch.float32)
     # One chunk: its partials are the sums (the kernel pre-scales them).
     key_grads = (workspace[:, 0] if plan.num_chunks == 1 else
                  q.new_empty(batch_heads, rows, head_dim, dtype=torch.float32))
-    dq, dk, dv = empty_like_layout(q), empty_like_layout(k), empty_like_layout(v)
     per_program = plan.key_tokens_per_program
     query = ((plan.num_chunks, batch_heads), (
         q, dout, stats, angle, dq, workspace, *q.stride(), *dout.stride(), *dq.stride(),

@@ -76,6 +76,26 @@ def test_a_gpu_without_tf32_dots_is_refused(monkeypatch):
     assert asked == [GPU, GPU]   # the tensors' own GPU
 
 
+def test_a_compile_runs_the_gpu_check_as_python_not_traced(monkeypatch):
+    """Under torch.compile the check is run, not traced (Dynamo would have to
+    trace CUDA's device-properties object): here a property that Dynamo cannot
+    trace (frame introspection), which plain Python runs."""
+    import sys
+
+    class Properties:
+        name, minor, shared_memory_per_block_optin = 'NVIDIA H100 80GB HBM3', 0, 227 * KIB
+
+        @property
+        def major(self):
+            return 9 if sys._getframe(0) is not None else 0
+    monkeypatch.setattr(torch.cuda, 'get_device_properties', lambda device=None: Properties())
+    torch._dynamo.reset()
+
+    def step(x):
+        return x + (mala_dispatch._gpu_shortfall(GPU, 64, True) is None)
+    assert torch.compile(step, fullgraph=True, backend='eager')(torch.zeros(2)).tolist() == [1, 1]
+
+
 @pytest.mark.parametrize('head_dim,backward', [
     (16, True), (64, False), (64, True),   # every kernel of heads up to 64 channels fits
     (96, False), (128, False),             # the wide forward does too

@@ -100,6 +100,22 @@ def test_fp32_matches_reference_on_backbone_layouts(head_dim, layout):
     assert dense_in_input_order(out) and all(dense_in_input_order(g) for g in grads)
 
 
+@pytest.mark.parametrize('expanded', ['q', 'k'])
+def test_an_expanded_input_gets_its_own_gradient(expanded):
+    """A q (or k) of batch 1 expanded to batch 2, as broadcasting gives it:
+    stride 0 over the batch, channels contiguous. Its gradient is a dense
+    buffer of its own whose channels stay contiguous, so the kernels' whole-pair
+    stores land where they belong (they used to follow the input's channel
+    stride into a gradient whose channels were strided: garbage)."""
+    q, k, v = (t.detach() for t in make_qkv(batch=2, heads=1, head_dim=16, layout='contiguous'))
+    inputs = dict(q=q, k=k, v=v)
+    inputs[expanded] = inputs[expanded][:1].expand(2, -1, -1, -1)
+    q, k, v = (inputs[name].requires_grad_() for name in ('q', 'k', 'v'))
+    rope = RoPE2d(16)(HEIGHT, WIDTH)
+    _, grads = check_against_reference(q, k, v, rope, tolerance=1e-4, **SMALL_BLOCKS)
+    assert all(g.stride(-1) == 1 for g in grads)
+
+
 def test_fp32_matches_reference_on_contiguous_layout_with_default_plan():
     q, k, v = mala_inputs(1, 3, HEIGHT, WIDTH, 32, layout='contiguous', device=DEVICE,
                           requires_grad=True, seed=3)
@@ -666,12 +682,13 @@ def test_plan_cache_is_bounded_and_drops_the_least_recent(fresh_plans):
 @pytest.mark.parametrize('shape', [(2, 3, 5, 4), (1, 2, 5, 4), (2, 1, 1, 4), (2, 3, 0, 4)])
 def test_output_layouts_follow_the_input_stride_order(shape):
     # Results are dense with their dimensions in memory in the order of the
-    # input's strides (ties, size-1 dimensions, in the logical order), for
-    # every order: what permuting a buffer laid out that way gives.
+    # input's strides (ties, size-1 dimensions, in the logical order; an
+    # expanded one outermost), for every order: what permuting a buffer laid
+    # out that way gives.
     import itertools
     for order in itertools.permutations(range(4)):
         x = torch.empty([shape[dim] for dim in order]).permute([order.index(d) for d in range(4)])
-        expected_order = sorted(range(4), key=lambda dim: (-x.stride(dim), dim))
+        expected_order = sorted(range(4), key=lambda dim: (x.stride(dim) != 0, -x.stride(dim), dim))
         expected = x.new_empty([x.shape[dim] for dim in expected_order]).permute(
             [expected_order.index(dim) for dim in range(4)])
         out = mala_function.empty_like_layout(x)
