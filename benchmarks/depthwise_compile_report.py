@@ -9,9 +9,12 @@ maps channels_last (channel stride 1, which the kernels assume), their pixel,
 row and batch strides and the sizes multiples of 16 where they are, the
 weights fp32 (the model's), the maps in ``--dtypes``.
 
-Example (the committed report):
+Example (the committed reports; Triton 3.6, the GPU machine's release, from a
+separate install put first on PYTHONPATH):
   python benchmarks/depthwise_compile_report.py --capability 90 \\
-      > benchmarks/results/compile-report-sm90-depthwise-triton3.9-2026-11-26.txt
+      > benchmarks/results/compile-report-sm90-depthwise-triton3.9-<date>-<commit>.txt
+  PYTHONPATH=/tmp/triton36 python benchmarks/depthwise_compile_report.py --capability 90 \\
+      --dtypes bf16 > benchmarks/results/compile-report-sm90-depthwise-triton3.6-<date>-<commit>.txt
 """
 from __future__ import annotations
 
@@ -50,8 +53,9 @@ def variants():
                                         kernels._norm_backward_kernel)
     flags = dict(PRE_GELU=False, ADD_INPUT=False, GATE=False, STORE_SUM=False, NORM=False)
 
-    def tile(channels, norm=False):
-        block_w, block_c = (function.norm_blocks if norm else function.conv_blocks)(channels)
+    def tile(channels, norm=False, backward_ksize=None):
+        block_w, block_c = (function.norm_blocks(channels) if norm else
+                            function.conv_blocks(channels, backward_ksize))
         return dict(BLOCK_W=block_w, BLOCK_C=block_c)
 
     for c in CHANNELS:
@@ -62,14 +66,14 @@ def variants():
                dict(flags, K=5, GATE=True, STORE_SUM=True, **tile(c)), c)
         yield ('position_norm bwd: norm', norm_backward, dict(HAS_DS=True, **tile(c, True)), c)
         yield ('position_norm bwd: conv', backward, dict(K=3, PRE_GELU=False, ADD_INPUT=True,
-                                                         **tile(c)), c)
+                                                         **tile(c, backward_ksize=3)), c)
         yield ('gated_lepe bwd: conv', backward, dict(K=5, PRE_GELU=False, ADD_INPUT=False,
-                                                      **tile(c)), c)
+                                                      **tile(c, backward_ksize=5)), c)
     for c in HIDDEN:
         yield ('ffn_middle fwd', forward, dict(flags, K=3, PRE_GELU=True, ADD_INPUT=True,
                                                **tile(c)), c)
         yield ('ffn_middle bwd: conv', backward, dict(K=3, PRE_GELU=True, ADD_INPUT=True,
-                                                      **tile(c)), c)
+                                                      **tile(c, backward_ksize=3)), c)
 
 
 def compile_for(kernel, constexprs: dict, map_type: str, capability: int,

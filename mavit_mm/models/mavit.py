@@ -32,6 +32,7 @@ from ..ops.depthwise import (
     fused_gated_lepe,
     fused_position_norm,
     kernels_run,
+    tap_major,
 )
 from ..ops.derived_weights import DerivedWeights, compute_dtype, takes_no_gradient
 from ..ops.fast_paths import DEFAULTS, FastPaths
@@ -123,6 +124,13 @@ class Conv2d(nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(x, *self.weights_for(x))
+
+    def tap_major_weight(self) -> torch.Tensor:
+        """A depthwise kernel as the fused depthwise ops take it
+        (:func:`~mavit_mm.ops.depthwise.tap_major`), kept per weight value
+        while no gradient flows."""
+        return self.derived.get('taps', (self.weight,), self.weight.dtype, self.weight.device,
+                                lambda: tap_major(self.weight))
 
 
 class PointwiseConv2d(Conv2d):
@@ -308,7 +316,7 @@ class ConvFFN(nn.Module):
         """``GELU(h) + dwconv(GELU(h))``: one fused pass where the depthwise
         kernels run (switch ``fused_ffn_middle``)."""
         if self.fused and kernels_run(self.depthwise_impl, h, weight=self.dwconv.weight):
-            return fused_ffn_middle(h, self.dwconv.weight, self.dwconv.bias)
+            return fused_ffn_middle(h, self.dwconv.tap_major_weight(), self.dwconv.bias)
         return self.dwconv(self.act(h))
 
 
@@ -411,7 +419,7 @@ class GatedAttention(nn.Module):
         run (switch ``fused_lepe_gate``)."""
         if self.fast_paths.fused_lepe_gate and kernels_run(self.depthwise_impl, v, out, o,
                                                            weight=self.lepe.weight):
-            return fused_gated_lepe(v, self.lepe.weight, self.lepe.bias, out, o)
+            return fused_gated_lepe(v, self.lepe.tap_major_weight(), self.lepe.bias, out, o)
         return o * (out + self.lepe(v))
 
     def project(self, x: torch.Tensor, rope: RotaryTables):
@@ -516,8 +524,8 @@ class MAViTBlock(nn.Module):
         if self.fused_position_norm and kernels_run(self.depthwise_impl, x, weight=self.pos.weight,
                                                     norm_channels=x.shape[1]):
             norm = self.norm1.norm
-            return fused_position_norm(x, self.pos.weight, self.pos.bias, norm.weight, norm.bias,
-                                       norm.eps)
+            return fused_position_norm(x, self.pos.tap_major_weight(), self.pos.bias, norm.weight,
+                                       norm.bias, norm.eps)
         x = self.pos(x)
         return x, self.norm1(x)
 

@@ -118,6 +118,15 @@ def test_ffn_middle_outputs_and_gradients(dtype):
                      grads((expected,), upstream, ref_inputs), dtype, 'gradients')
 
 
+def test_the_ops_take_the_kernel_tap_major():
+    """Each tap's channels contiguous: (k * k, C), channel c's tap (i, j) at
+    row i * k + j, so that a kernel reads a tap in one vector load."""
+    weight = parameters(8, 3)[0].detach()
+    taps = depthwise.tap_major(weight)
+    assert taps.shape == (9, 8) and taps.is_contiguous()
+    assert torch.equal(taps[1 * 3 + 2], weight[:, 0, 1, 2])
+
+
 def test_an_nchw_map_gives_the_same_result():
     """A map of another layout is read through a channels_last copy."""
     h = channels_last(1, 8, 4, 5).detach()
@@ -145,11 +154,13 @@ def test_the_ops_pass_torch_library_opcheck():
     weight5, _, _, _ = parameters(8, 5)
     attention, gate = channels_last(1, 8, 3, 5, seed=3), channels_last(1, 8, 3, 5, seed=4)
     tests = ('test_schema', 'test_autograd_registration', 'test_faketensor')
+    # The ops take the kernel tap-major, (k * k, C).
+    taps, taps5 = (depthwise.tap_major(w.detach()).requires_grad_() for w in (weight, weight5))
     torch.library.opcheck(function.position_norm_op,
-                          (x, weight, bias, norm_weight, norm_bias, 1e-6), test_utils=tests)
-    torch.library.opcheck(function.gated_lepe_op, (x, weight5, bias, attention, gate, True),
+                          (x, taps, bias, norm_weight, norm_bias, 1e-6), test_utils=tests)
+    torch.library.opcheck(function.gated_lepe_op, (x, taps5, bias, attention, gate, True),
                           test_utils=tests)
-    torch.library.opcheck(function.ffn_middle_op, (x, weight, bias), test_utils=tests)
+    torch.library.opcheck(function.ffn_middle_op, (x, taps, bias), test_utils=tests)
 
 
 def called_targets(graphs) -> list[str]:

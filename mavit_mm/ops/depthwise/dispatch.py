@@ -120,7 +120,7 @@ def position_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     """``(x + dwconv(x) + b, LN(x + dwconv(x) + b))``
     (:func:`.reference.position_norm_reference`)."""
     if kernels_run(impl, x, weight=weight, norm_channels=x.shape[1]):
-        return fused_position_norm(x, weight, bias, norm_weight, norm_bias, eps)
+        return fused_position_norm(x, tap_major(weight), bias, norm_weight, norm_bias, eps)
     return position_norm_reference(x, weight, bias, norm_weight, norm_bias, eps)
 
 
@@ -128,7 +128,7 @@ def gated_lepe(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                attention: torch.Tensor, gate: torch.Tensor, impl: str = 'auto') -> torch.Tensor:
     """``gate * (attention + dwconv(v) + b)`` (:func:`.reference.gated_lepe_reference`)."""
     if kernels_run(impl, v, attention, gate, weight=weight):
-        return fused_gated_lepe(v, weight, bias, attention, gate)
+        return fused_gated_lepe(v, tap_major(weight), bias, attention, gate)
     return gated_lepe_reference(v, weight, bias, attention, gate)
 
 
@@ -136,24 +136,33 @@ def ffn_middle(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                impl: str = 'auto') -> torch.Tensor:
     """``GELU(h) + dwconv(GELU(h)) + b`` (:func:`.reference.ffn_middle_reference`)."""
     if kernels_run(impl, h, weight=weight):
-        return fused_ffn_middle(h, weight, bias)
+        return fused_ffn_middle(h, tap_major(weight), bias)
     return ffn_middle_reference(h, weight, bias)
 
 
-# The fused ops themselves, for a caller that has asked kernels_run (the
-# model, whose own modules are its fallback).
+def tap_major(weight: torch.Tensor) -> torch.Tensor:
+    """A depthwise ``(C, 1, k, k)`` kernel as the fused ops take it: ``(k * k,
+    C)``, each tap's channels contiguous, so that the kernels read a tap in
+    one vector load (at stride ``k * k`` they read one channel a load). A
+    caller that keeps weights between calls keeps this too (the model does,
+    while no gradient flows: ``models.mavit.Conv2d.tap_major_weight``)."""
+    return weight.reshape(weight.shape[0], -1).t().contiguous()
 
-def fused_position_norm(x, weight, bias, norm_weight, norm_bias, eps: float):
-    stream, normed, _, _ = _function.position_norm_op(x, weight, bias, norm_weight, norm_bias,
+
+# The fused ops themselves, for a caller that has asked kernels_run (the
+# model, whose own modules are its fallback), with the kernel tap-major.
+
+def fused_position_norm(x, taps, bias, norm_weight, norm_bias, eps: float):
+    stream, normed, _, _ = _function.position_norm_op(x, taps, bias, norm_weight, norm_bias,
                                                       float(eps))
     return stream, normed
 
 
-def fused_gated_lepe(v, weight, bias, attention, gate):
+def fused_gated_lepe(v, taps, bias, attention, gate):
     keep_sum = torch.is_grad_enabled() and any(
-        t.requires_grad for t in (v, weight, bias, attention, gate))
-    return _function.gated_lepe_op(v, weight, bias, attention, gate, keep_sum)[0]
+        t.requires_grad for t in (v, taps, bias, attention, gate))
+    return _function.gated_lepe_op(v, taps, bias, attention, gate, keep_sum)[0]
 
 
-def fused_ffn_middle(h, weight, bias):
-    return _function.ffn_middle_op(h, weight, bias)
+def fused_ffn_middle(h, taps, bias):
+    return _function.ffn_middle_op(h, taps, bias)

@@ -7,9 +7,13 @@ stage is a ``torch.library`` custom op (``mavit_mm::position_norm``,
 implementation, so that torch.compile keeps it as one opaque node and CUDA
 graphs capture it, and a backward op of its own. Outputs are channels_last
 maps in the input's dtype; weights are read in whatever dtype they have
-(the kernels compute in fp32), so autocast casts none of them.
+(the kernels compute in fp32), so autocast casts none of them. The ops take
+the depthwise kernel tap-major (``dispatch.tap_major``, ``(k * k, C)``) and give
+its gradient in the same layout.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -26,6 +30,11 @@ from . import kernels  # noqa: E402
 BLOCK_W = 16
 BLOCK_C = 64
 NORM_TILE = 2048            # BLOCK_W * BLOCK_C of the stages with the norm
+# The 5x5 backward keeps 25 taps' loads in flight: at 64 channels Triton 3.6
+# gives it 255 registers and spills 56 B (sm_90 compile reports in
+# benchmarks/results/); at 32, 151 registers and no spill, with 3.9 as well.
+# The weight partials per program keep their size (the channel blocks share a slot).
+WIDE_BACKWARD_BLOCK_C = 32
 
 
 def _empty_like_map(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -40,9 +49,11 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(2), t.stride(3)
 
 
-def conv_blocks(channels: int) -> tuple[int, int]:
-    """``(BLOCK_W, BLOCK_C)`` of the convolution kernels' programs."""
-    return BLOCK_W, min(BLOCK_C, triton.next_power_of_2(channels))
+def conv_blocks(channels: int, backward_ksize: int | None = None) -> tuple[int, int]:
+    """``(BLOCK_W, BLOCK_C)`` of the convolution kernels' programs; the
+    backward of a kernel of ``backward_ksize`` (``None``: a forward)."""
+    block_c = WIDE_BACKWARD_BLOCK_C if (backward_ksize or 0) >= 5 else BLOCK_C
+    return BLOCK_W, min(block_c, triton.next_power_of_2(channels))
 
 
 def norm_blocks(channels: int) -> tuple[int, int]:
@@ -62,7 +73,7 @@ def _gated_dtype(v: torch.Tensor, attention: torch.Tensor, gate: torch.Tensor) -
     return torch.promote_types(torch.promote_types(v.dtype, attention.dtype), gate.dtype)
 
 
-def _forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, *,
+def _forward(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, *,
              pre_gelu: bool = False, add_input: bool = False,
              attention: torch.Tensor | None = None, gate: torch.Tensor | None = None,
              second: torch.Tensor | None = None, norm: tuple | None = None) -> None:
@@ -80,33 +91,36 @@ def _forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: tor
         eps = 0.0
     with on_device(x.device):
         kernels._depthwise_forward_kernel[_grid(x, block_w, block_c)](
-            x, *_strides(x), weight.contiguous(), bias.contiguous(), *gate_args,
+            x, *_strides(x), taps.contiguous(), bias.contiguous(), *gate_args,
             out, *_strides(out), *second_args, norm_weight.contiguous(),
             norm_bias.contiguous(), mean, rstd, height, width, channels, eps,
-            K=weight.shape[-1], PRE_GELU=pre_gelu, ADD_INPUT=add_input, GATE=gate is not None,
+            K=_kernel_size(taps), PRE_GELU=pre_gelu, ADD_INPUT=add_input, GATE=gate is not None,
             STORE_SUM=gate is not None and second is not None, NORM=norm is not None,
             BLOCK_W=block_w, BLOCK_C=block_c)
 
 
-def _backward(dz: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *,
+def _backward(dz: torch.Tensor, x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, *,
               pre_gelu: bool = False, add_input: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dx, dweight, dbias)`` of ``[x +] dwconv(act(x)) + b`` given the
-    gradient ``dz`` of its result."""
+    """``(dx, dtaps, dbias)`` of ``[x +] dwconv(act(x)) + b`` given the
+    gradient ``dz`` of its result (``dtaps`` tap-major, as ``taps``)."""
     _, channels, height, width = x.shape
-    ksize = weight.shape[-1]
-    block_w, block_c = conv_blocks(channels)
+    ksize = _kernel_size(taps)
+    block_w, block_c = conv_blocks(channels, backward_ksize=ksize)
     grid = _grid(x, block_w, block_c)
     dx = _empty_like_map(x)
     partials = torch.empty(grid[0] * grid[1], ksize * ksize + 1, channels, dtype=torch.float32,
                            device=x.device)
     with on_device(x.device):
         kernels._depthwise_backward_kernel[grid](
-            dz, *_strides(dz), x, *_strides(x), weight.contiguous(), dx, *_strides(dx),
+            dz, *_strides(dz), x, *_strides(x), taps.contiguous(), dx, *_strides(dx),
             partials, height, width, channels, K=ksize, PRE_GELU=pre_gelu,
             ADD_INPUT=add_input, BLOCK_W=block_w, BLOCK_C=block_c)
-    dweight = partials[:, :-1].sum(0).t().reshape(weight.shape).to(weight.dtype)
-    return dx, dweight, partials[:, -1].sum(0).to(bias.dtype)
+    return dx, partials[:, :-1].sum(0).to(taps.dtype), partials[:, -1].sum(0).to(bias.dtype)
+
+
+def _kernel_size(taps: torch.Tensor) -> int:
+    return math.isqrt(taps.shape[0])
 
 
 def _channel_stride_one(t: torch.Tensor) -> torch.Tensor:
@@ -116,7 +130,7 @@ def _channel_stride_one(t: torch.Tensor) -> torch.Tensor:
 # -- position + first norm ----------------------------------------------------------
 
 @torch.library.custom_op('mavit_mm::position_norm', mutates_args=())
-def position_norm_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+def position_norm_op(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor,
                      norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``x + dwconv(x) + b``, its LayerNorm, and the norm's fp32 mean and 1/std."""
@@ -125,13 +139,13 @@ def position_norm_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     stream, normed = _empty_like_map(x), _empty_like_map(x)
     mean = torch.empty(batch * height * width, dtype=torch.float32, device=x.device)
     rstd = torch.empty_like(mean)
-    _forward(x, weight, bias, stream, add_input=True, second=normed,
+    _forward(x, taps, bias, stream, add_input=True, second=normed,
              norm=(norm_weight, norm_bias, mean, rstd, eps))
     return stream, normed, mean, rstd
 
 
 @position_norm_op.register_fake
-def _position_norm_fake(x, weight, bias, norm_weight, norm_bias, eps):
+def _position_norm_fake(x, taps, bias, norm_weight, norm_bias, eps):
     batch, _, height, width = x.shape
     mean = x.new_empty(batch * height * width, dtype=torch.float32)
     return _empty_like_map(x), _empty_like_map(x), mean, torch.empty_like(mean)
@@ -140,7 +154,7 @@ def _position_norm_fake(x, weight, bias, norm_weight, norm_bias, eps):
 @torch.library.custom_op('mavit_mm::position_norm_backward', mutates_args=())
 def position_norm_backward_op(d_stream: torch.Tensor, d_normed: torch.Tensor, x: torch.Tensor,
                               stream: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
-                              weight: torch.Tensor, bias: torch.Tensor,
+                              taps: torch.Tensor, bias: torch.Tensor,
                               norm_weight: torch.Tensor
                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                          torch.Tensor, torch.Tensor]:
@@ -157,28 +171,28 @@ def position_norm_backward_op(d_stream: torch.Tensor, d_normed: torch.Tensor, x:
             partials, height, width, channels, HAS_DS=True, BLOCK_W=block_w, BLOCK_C=block_c)
     dnorm_weight = partials[:, 0].sum(0).to(norm_weight.dtype)
     dnorm_bias = partials[:, 1].sum(0).to(norm_weight.dtype)
-    dx, dweight, dbias = _backward(dy, x, weight, bias, add_input=True)
-    return dx, dweight, dbias, dnorm_weight, dnorm_bias
+    dx, dtaps, dbias = _backward(dy, x, taps, bias, add_input=True)
+    return dx, dtaps, dbias, dnorm_weight, dnorm_bias
 
 
 @position_norm_backward_op.register_fake
-def _position_norm_backward_fake(d_stream, d_normed, x, stream, mean, rstd, weight, bias,
+def _position_norm_backward_fake(d_stream, d_normed, x, stream, mean, rstd, taps, bias,
                                  norm_weight):
-    return (_empty_like_map(x), torch.empty_like(weight), torch.empty_like(bias),
+    return (_empty_like_map(x), torch.empty_like(taps), torch.empty_like(bias),
             torch.empty_like(norm_weight), torch.empty_like(norm_weight))
 
 
 def _position_norm_setup(ctx, inputs, output):
-    x, weight, bias, norm_weight, _, _ = inputs
+    x, taps, bias, norm_weight, _, _ = inputs
     stream, _, mean, rstd = output
-    ctx.save_for_backward(x, stream, mean, rstd, weight, bias, norm_weight)
+    ctx.save_for_backward(x, stream, mean, rstd, taps, bias, norm_weight)
 
 
 def _position_norm_autograd(ctx, d_stream, d_normed, _d_mean, _d_rstd):
-    x, stream, mean, rstd, weight, bias, norm_weight = ctx.saved_tensors
-    dx, dweight, dbias, dnorm_weight, dnorm_bias = position_norm_backward_op(
-        d_stream, d_normed, x, stream, mean, rstd, weight, bias, norm_weight)
-    return dx, dweight, dbias, dnorm_weight, dnorm_bias, None
+    x, stream, mean, rstd, taps, bias, norm_weight = ctx.saved_tensors
+    dx, dtaps, dbias, dnorm_weight, dnorm_bias = position_norm_backward_op(
+        d_stream, d_normed, x, stream, mean, rstd, taps, bias, norm_weight)
+    return dx, dtaps, dbias, dnorm_weight, dnorm_bias, None
 
 
 position_norm_op.register_autograd(_position_norm_autograd, setup_context=_position_norm_setup)
@@ -187,7 +201,7 @@ position_norm_op.register_autograd(_position_norm_autograd, setup_context=_posit
 # -- LePE + gate ----------------------------------------------------------------------
 
 @torch.library.custom_op('mavit_mm::gated_lepe', mutates_args=())
-def gated_lepe_op(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+def gated_lepe_op(v: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor,
                   attention: torch.Tensor, gate: torch.Tensor, keep_sum: bool
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """``gate * (attention + dwconv(v) + b)``, and the sum in brackets where
@@ -196,51 +210,51 @@ def gated_lepe_op(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     dtype = _gated_dtype(v, attention, gate)
     out = _empty_like_map(v, dtype)
     total = _empty_like_map(v, dtype) if keep_sum else v.new_empty(0, dtype=dtype)
-    _forward(v, weight, bias, out, attention=attention, gate=gate,
+    _forward(v, taps, bias, out, attention=attention, gate=gate,
              second=total if keep_sum else None)
     return out, total
 
 
 @gated_lepe_op.register_fake
-def _gated_lepe_fake(v, weight, bias, attention, gate, keep_sum):
+def _gated_lepe_fake(v, taps, bias, attention, gate, keep_sum):
     dtype = _gated_dtype(v, attention, gate)
     total = _empty_like_map(v, dtype) if keep_sum else v.new_empty(0, dtype=dtype)
     return _empty_like_map(v, dtype), total
 
 
 @torch.library.custom_op('mavit_mm::gated_lepe_backward', mutates_args=())
-def gated_lepe_backward_op(dout: torch.Tensor, v: torch.Tensor, weight: torch.Tensor,
+def gated_lepe_backward_op(dout: torch.Tensor, v: torch.Tensor, taps: torch.Tensor,
                            bias: torch.Tensor, gate: torch.Tensor, total: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                                       torch.Tensor]:
-    """``(dv, dweight, dbias, d_inner, dgate)``; ``d_inner`` is the gradient of
+    """``(dv, dtaps, dbias, d_inner, dgate)``; ``d_inner`` is the gradient of
     the bracket, i.e. also the attention's."""
     d_inner = _channel_stride_one(dout * gate).to(v.dtype)
     dgate = (dout * total).to(gate.dtype)
-    dv, dweight, dbias = _backward(d_inner, _channel_stride_one(v), weight, bias)
-    return dv, dweight, dbias, d_inner, dgate
+    dv, dtaps, dbias = _backward(d_inner, _channel_stride_one(v), taps, bias)
+    return dv, dtaps, dbias, d_inner, dgate
 
 
 @gated_lepe_backward_op.register_fake
-def _gated_lepe_backward_fake(dout, v, weight, bias, gate, total):
-    return (_empty_like_map(v), torch.empty_like(weight), torch.empty_like(bias),
+def _gated_lepe_backward_fake(dout, v, taps, bias, gate, total):
+    return (_empty_like_map(v), torch.empty_like(taps), torch.empty_like(bias),
             _empty_like_map(v), _empty_like_map(gate))
 
 
 def _gated_lepe_setup(ctx, inputs, output):
-    v, weight, bias, attention, gate, _ = inputs
-    ctx.save_for_backward(v, weight, bias, gate, output[1])
+    v, taps, bias, attention, gate, _ = inputs
+    ctx.save_for_backward(v, taps, bias, gate, output[1])
     ctx.attention_dtype = attention.dtype
 
 
 def _gated_lepe_autograd(ctx, dout, _dtotal):
-    v, weight, bias, gate, total = ctx.saved_tensors
+    v, taps, bias, gate, total = ctx.saved_tensors
     if total.numel() == 0:
         raise RuntimeError('mavit_mm::gated_lepe ran without keep_sum, so it saved nothing '
                            'for backward; call it through gated_lepe()')
-    dv, dweight, dbias, d_inner, dgate = gated_lepe_backward_op(dout, v, weight, bias, gate,
+    dv, dtaps, dbias, d_inner, dgate = gated_lepe_backward_op(dout, v, taps, bias, gate,
                                                                 total)
-    return dv, dweight, dbias, d_inner.to(ctx.attention_dtype), dgate, None
+    return dv, dtaps, dbias, d_inner.to(ctx.attention_dtype), dgate, None
 
 
 gated_lepe_op.register_autograd(_gated_lepe_autograd, setup_context=_gated_lepe_setup)
@@ -249,30 +263,30 @@ gated_lepe_op.register_autograd(_gated_lepe_autograd, setup_context=_gated_lepe_
 # -- the FFN's middle -----------------------------------------------------------------
 
 @torch.library.custom_op('mavit_mm::ffn_middle', mutates_args=())
-def ffn_middle_op(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def ffn_middle_op(h: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """``GELU(h) + dwconv(GELU(h)) + b``."""
     h = _channel_stride_one(h)
     out = _empty_like_map(h)
-    _forward(h, weight, bias, out, pre_gelu=True, add_input=True)
+    _forward(h, taps, bias, out, pre_gelu=True, add_input=True)
     return out
 
 
 @ffn_middle_op.register_fake
-def _ffn_middle_fake(h, weight, bias):
+def _ffn_middle_fake(h, taps, bias):
     return _empty_like_map(h)
 
 
 @torch.library.custom_op('mavit_mm::ffn_middle_backward', mutates_args=())
-def ffn_middle_backward_op(dout: torch.Tensor, h: torch.Tensor, weight: torch.Tensor,
+def ffn_middle_backward_op(dout: torch.Tensor, h: torch.Tensor, taps: torch.Tensor,
                            bias: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(_channel_stride_one(dout), _channel_stride_one(h), weight, bias,
+    return _backward(_channel_stride_one(dout), _channel_stride_one(h), taps, bias,
                      pre_gelu=True, add_input=True)
 
 
 @ffn_middle_backward_op.register_fake
-def _ffn_middle_backward_fake(dout, h, weight, bias):
-    return _empty_like_map(h), torch.empty_like(weight), torch.empty_like(bias)
+def _ffn_middle_backward_fake(dout, h, taps, bias):
+    return _empty_like_map(h), torch.empty_like(taps), torch.empty_like(bias)
 
 
 def _ffn_middle_setup(ctx, inputs, output):

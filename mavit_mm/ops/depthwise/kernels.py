@@ -5,8 +5,11 @@ backbone's channels_last maps, and channel slices of them (v and the gate o
 are slices of the qkvo output, whose pixel stride is 4C). A program owns
 ``BLOCK_W`` pixels of one image row and ``BLOCK_C`` channels; each tap of the
 ``K x K`` kernel is one masked load of that tile, shifted (zero padding by
-masking). Everything is computed in fp32 registers; only loads and stores
-touch the maps' dtype.
+masking). The kernel ``Wt`` is tap-major, ``(K * K, C)``
+(``dispatch.tap_major``): a tap's weights for the program's channels are one
+contiguous vector load, not a load per channel at stride ``K * K``.
+Everything is computed in fp32 registers; only loads and stores touch the
+maps' dtype.
 
 forward (``_depthwise_forward_kernel``): ``y = [x +] dwconv(act(x)) + b``,
 ``act`` GELU or the identity, then one epilogue:
@@ -78,7 +81,7 @@ def _depthwise_forward_kernel(
                         other=0.0).to(tl.float32)
             if PRE_GELU:
                 x = _gelu(x)
-            tap = tl.load(Wt + cs * (K * K) + (kh * K + kw), mask=in_c, other=0.0)
+            tap = tl.load(Wt + (kh * K + kw) * C + cs, mask=in_c, other=0.0)
             acc += x * tap.to(tl.float32)[None, :]
             if ADD_INPUT and kh == pad and kw == pad:
                 acc += x
@@ -134,7 +137,7 @@ def _depthwise_backward_kernel(
     dx = tl.zeros([BLOCK_W, BLOCK_C], dtype=tl.float32)
     for kh in tl.static_range(K):
         for kw in tl.static_range(K):
-            tap = tl.load(Wt + cs * (K * K) + (kh * K + kw), mask=in_c, other=0.0)
+            tap = tl.load(Wt + (kh * K + kw) * C + cs, mask=in_c, other=0.0)
             # dx[p] += dz[p - offset] * w[offset]
             hs = h - (kh - pad)
             wi = ws - (kw - pad)
