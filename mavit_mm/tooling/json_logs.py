@@ -25,11 +25,17 @@ def run_dirs(work_dir) -> list[Path]:
 
 
 def read_json_lines(path) -> list[dict]:
-    records = []
+    """One record per line. A line may end in the tail of a longer one: in a
+    distributed test every process dumps its metrics record into the same file
+    (mmengine's ``LoggerHook.after_test_epoch`` has no rank guard), each from
+    the file's start, so a shorter record leaves the end of a longer one
+    behind it. The records differ only in their timings (the metrics are the
+    gathered ones), so the line's first record is taken."""
+    records, decoder = [], json.JSONDecoder()
     for line in Path(path).read_text().splitlines():
         line = line.strip()
         if line:
-            records.append(json.loads(line))
+            records.append(decoder.raw_decode(line)[0])
     return records
 
 

@@ -462,3 +462,15 @@ def test_dist_train_upernet_demo_config(tmp_path):
     cfg.dump(str(config))
     metrics, timings = _train_and_evaluate(config, tmp_path, max_iters, 'mIoU')
     print(f'metrics {metrics}; seconds {timings}')
+
+
+def test_a_test_record_two_processes_wrote_over_each_other_reads_as_one(tmp_path):
+    """dist_test.sh: each process dumps the (gathered, equal) metrics into the
+    same ``<timestamp>.json``, from the file's start; a shorter record leaves
+    the tail of the longer one (seen in a 2-process run under load)."""
+    run = tmp_path / '20261127_024500'
+    run.mkdir()
+    (run / f'{run.name}.json').write_text(
+        '{"aAcc": 91.17, "mIoU": 18.23, "mAcc": 31.26, "data_time": 0.00537872314453125, '
+        '"time": 0.04520058631896973}5}\n')
+    assert latest_test_metrics(tmp_path) == {'aAcc': 91.17, 'mIoU': 18.23, 'mAcc': 31.26}
