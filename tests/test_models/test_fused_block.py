@@ -18,7 +18,7 @@ from helpers.op_log import OpLog
 from helpers.paths import REPO_ROOT, child_environment
 
 from mavit_mm.models import MAViT
-from mavit_mm.ops.fast_paths import DEPTHWISE_KERNEL_SWITCHES, FastPaths
+from mavit_mm.ops.fast_paths import DEPTHWISE_KERNEL_SWITCHES, FAST_PATHS
 from mavit_mm.ops.pointwise_conv import pointwise_conv
 from mavit_mm.tooling.op_census import fused_launches_skipped
 
@@ -35,6 +35,12 @@ FUSED_OPS = {'fused_position_norm': 'position_norm', 'fused_lepe_gate': 'gated_l
 def small_model(depthwise_impl: str, seed: int = 0, **kwargs) -> MAViT:
     torch.manual_seed(seed)
     return MAViT(depthwise_impl=depthwise_impl, **SMALL, **kwargs).to(DEVICE)
+
+
+def before_a_batch_norm(name: str) -> bool:
+    """A bias whose gradient is exactly 0 up to noise: it feeds a batch norm
+    in training mode (the stem's and the downsamplings' convolutions)."""
+    return name.endswith('bias') and ('patch_embed' in name or 'downsample' in name)
 
 
 def image(size=(32, 32)) -> torch.Tensor:
@@ -64,8 +70,8 @@ def test_the_fused_stages_compute_the_modules_model(one_torch_thread):
         sum((out * up).sum() for out, up in zip(outputs, upstream)).backward()
         grads.append({name: p.grad for name, p in model.named_parameters()})
     for name, reference in grads[0].items():
-        if name.endswith('bias') and ('patch_embed' in name or 'downsample' in name):
-            continue    # before a training-mode batch norm: exactly 0, up to noise
+        if before_a_batch_norm(name):
+            continue
         scale = reference.abs().max()
         error = ((grads[1][name] - reference).abs().max() / scale).item()
         assert error < 1e-4, (name, error)
@@ -200,7 +206,7 @@ def test_compile_from_a_fresh_process_gives_one_graph_with_the_fused_stages():
 # --------------------------------------------------------------------------
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA GPU')
 PLAIN = dict(mala_impl='torch', depthwise_impl='torch',
-             fast_paths=dict.fromkeys(FastPaths().as_dict(), False))
+             fast_paths=dict.fromkeys(FAST_PATHS, False))
 # 256x512: stage 1 runs MALA over 64x128 tokens, every width and block of MAViT-T.
 CUDA_INPUT = (2, 3, 256, 512)
 
@@ -242,10 +248,8 @@ def test_mavit_t_with_every_fused_path_is_the_plain_model_on_cuda():
     for stage, (ours, reference) in enumerate(zip(outputs, expected)):
         assert relative_error(ours, reference) < 1e-4, stage
     assert grads.keys() == expected_grads.keys()
-    # A bias before a training-mode batch norm has a gradient of 0, up to noise.
     errors = {name: relative_error(grads[name], reference)
-              for name, reference in expected_grads.items()
-              if not (name.endswith('bias') and ('patch_embed' in name or 'downsample' in name))}
+              for name, reference in expected_grads.items() if not before_a_batch_norm(name)}
     worst = max(errors, key=errors.get)
     assert errors[worst] < 1e-3, (worst, errors[worst])
     halves = []
