@@ -51,7 +51,10 @@ def variants():
     forward, backward, norm_backward = (kernels._depthwise_forward_kernel,
                                         kernels._depthwise_backward_kernel,
                                         kernels._norm_backward_kernel)
-    flags = dict(PRE_GELU=False, ADD_INPUT=False, GATE=False, STORE_SUM=False, NORM=False)
+    # The weight read tap-major (switch tap_major_weights): a channel stride of 1,
+    # which Triton's JIT specialises as the constant it is.
+    flags = dict(PRE_GELU=False, ADD_INPUT=False, GATE=False, STORE_SUM=False, NORM=False,
+                 swc=1)
 
     def tile(channels, norm=False, backward_ksize=None):
         block_w, block_c = (function.norm_blocks(channels) if norm else
@@ -65,14 +68,14 @@ def variants():
         yield ('gated_lepe fwd (training)', forward,
                dict(flags, K=5, GATE=True, STORE_SUM=True, **tile(c)), c)
         yield ('position_norm bwd: norm', norm_backward, dict(HAS_DS=True, **tile(c, True)), c)
-        yield ('position_norm bwd: conv', backward, dict(K=3, PRE_GELU=False, ADD_INPUT=True,
+        yield ('position_norm bwd: conv', backward, dict(K=3, PRE_GELU=False, ADD_INPUT=True, swc=1,
                                                          **tile(c, backward_ksize=3)), c)
-        yield ('gated_lepe bwd: conv', backward, dict(K=5, PRE_GELU=False, ADD_INPUT=False,
+        yield ('gated_lepe bwd: conv', backward, dict(K=5, PRE_GELU=False, ADD_INPUT=False, swc=1,
                                                       **tile(c, backward_ksize=5)), c)
     for c in HIDDEN:
         yield ('ffn_middle fwd', forward, dict(flags, K=3, PRE_GELU=True, ADD_INPUT=True,
                                                **tile(c)), c)
-        yield ('ffn_middle bwd: conv', backward, dict(K=3, PRE_GELU=True, ADD_INPUT=True,
+        yield ('ffn_middle bwd: conv', backward, dict(K=3, PRE_GELU=True, ADD_INPUT=True, swc=1,
                                                       **tile(c, backward_ksize=3)), c)
 
 

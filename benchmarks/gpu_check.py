@@ -177,8 +177,8 @@ from mavit_mm.tooling.results_file import write_json  # noqa: E402
 # training steps of seconds each, then 3 compiled forwards and 2 compiled
 # training steps), the UperNet steps (three children each; the first
 # compiles cold, the others find inductor's caches warm).
-# ablations: 35 rows (14 under a CUDA graph and 14 eager at a few seconds each,
-# 7 compiled at a cold compile each; ablation_rows), given the step's limit.
+# ablations: 38 rows (15 under a CUDA graph and 15 eager at a few seconds each,
+# 8 compiled at a cold compile each; ablation_rows), given the step's limit.
 STEP_BUDGET_MIN = {'env': 0.4, 'kernel-tests': 2.8, 'model-tests': 1.75,
                    'backbones': 1.25, 'ablations': 5.0,
                    'upernet-fps': 1.85, 'upernet-fps-compile': 3.85,

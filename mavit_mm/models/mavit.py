@@ -33,6 +33,7 @@ from ..ops.depthwise import (
     fused_position_norm,
     kernels_run,
     tap_major,
+    tap_view,
 )
 from ..ops.derived_weights import DerivedWeights, compute_dtype, takes_no_gradient
 from ..ops.fast_paths import DEFAULTS, FastPaths
@@ -125,10 +126,13 @@ class Conv2d(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(x, *self.weights_for(x))
 
-    def tap_major_weight(self) -> torch.Tensor:
-        """A depthwise kernel as the fused depthwise ops take it
-        (:func:`~mavit_mm.ops.depthwise.tap_major`), kept per weight value
-        while no gradient flows."""
+    def depthwise_taps(self, tap_major_layout: bool) -> torch.Tensor:
+        """A depthwise kernel as the fused depthwise ops take it, ``(k * k,
+        C)``: tap-major (:func:`~mavit_mm.ops.depthwise.tap_major`, kept per
+        weight value while no gradient flows; switch ``tap_major_weights``)
+        or a view of the parameter."""
+        if not tap_major_layout:
+            return tap_view(self.weight)
         return self.derived.get('taps', (self.weight,), self.weight.dtype, self.weight.device,
                                 lambda: tap_major(self.weight))
 
@@ -307,6 +311,7 @@ class ConvFFN(nn.Module):
         self.fc2 = PointwiseConv2d(hidden_dim, dim, fast_paths)
         self.dwconv = DepthwiseResidualConv(hidden_dim, 3, fast_paths)   # h + dwconv(h)
         self.fused = fast_paths.fused_ffn_middle
+        self.tap_major = fast_paths.tap_major_weights
         self.depthwise_impl = depthwise_impl
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -316,7 +321,8 @@ class ConvFFN(nn.Module):
         """``GELU(h) + dwconv(GELU(h))``: one fused pass where the depthwise
         kernels run (switch ``fused_ffn_middle``)."""
         if self.fused and kernels_run(self.depthwise_impl, h, weight=self.dwconv.weight):
-            return fused_ffn_middle(h, self.dwconv.tap_major_weight(), self.dwconv.bias)
+            return fused_ffn_middle(h, self.dwconv.depthwise_taps(self.tap_major),
+                                    self.dwconv.bias)
         return self.dwconv(self.act(h))
 
 
@@ -419,7 +425,8 @@ class GatedAttention(nn.Module):
         run (switch ``fused_lepe_gate``)."""
         if self.fast_paths.fused_lepe_gate and kernels_run(self.depthwise_impl, v, out, o,
                                                            weight=self.lepe.weight):
-            return fused_gated_lepe(v, self.lepe.tap_major_weight(), self.lepe.bias, out, o)
+            taps = self.lepe.depthwise_taps(self.fast_paths.tap_major_weights)
+            return fused_gated_lepe(v, taps, self.lepe.bias, out, o)
         return o * (out + self.lepe(v))
 
     def project(self, x: torch.Tensor, rope: RotaryTables):
@@ -504,6 +511,7 @@ class MAViTBlock(nn.Module):
         self.drop_path = DropPath(drop_path)
         self.derived = DerivedWeights(cached)
         self.fused_position_norm = fast_paths.fused_position_norm
+        self.tap_major = fast_paths.tap_major_weights
         self.depthwise_impl = depthwise_impl
 
     def _forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
@@ -524,8 +532,8 @@ class MAViTBlock(nn.Module):
         if self.fused_position_norm and kernels_run(self.depthwise_impl, x, weight=self.pos.weight,
                                                     norm_channels=x.shape[1]):
             norm = self.norm1.norm
-            return fused_position_norm(x, self.pos.tap_major_weight(), self.pos.bias, norm.weight,
-                                       norm.bias, norm.eps)
+            return fused_position_norm(x, self.pos.depthwise_taps(self.tap_major), self.pos.bias,
+                                       norm.weight, norm.bias, norm.eps)
         x = self.pos(x)
         return x, self.norm1(x)
 

@@ -43,6 +43,11 @@ switch                     what it does (plain formula when off)                
 ``fused_ffn_middle``       likewise, ``GELU(h) + dwconv3x3(GELU(h)) + b`` in one       all
                            pass; off (the default): GELU, then the (folded)            (off)
                            convolution
+``tap_major_weights``      where the depthwise kernels run, their kernels read         all
+                           tap-major, ``(k * k, C)``: a tap one vector load (a copy
+                           kept per weight value while no gradient flows); off: the
+                           ``(C, 1, k, k)`` parameter read in place, a load per
+                           channel
 ``matmul_1x1``             the block's 1x1 convolutions as matrix products over the    all
                            pixels (``addmm``, bias in the GEMM's epilogue) on CUDA
                            and under compile (:mod:`.pointwise_conv`); off:
@@ -73,6 +78,10 @@ row's time over the all-on row of its mode, ``ablations.json`` of
   nothing (0.995-1.004).
 - ``channel_split`` (a training step): 1.017 eager, 0.990 under a CUDA graph;
   on, for eager training.
+- ``tap_major_weights`` came after that run, so it is on by the sm_90 compile
+  reports alone (benchmarks/results/compile-report-sm90-depthwise-*-b62358c.txt:
+  the gated LePE forward's 200 scalar loads gone) until a GPU run's ablation
+  row times it.
 
 The eager forward rows of that run drifted while it ran (docs/gpu.md), so no
 default rests on them.
@@ -96,6 +105,7 @@ class FastPaths:
     fused_position_norm: bool = True
     fused_lepe_gate: bool = True
     fused_ffn_middle: bool = False     # measured slower (module docstring)
+    tap_major_weights: bool = True
     matmul_1x1: bool = True
 
     @classmethod
@@ -140,10 +150,12 @@ FAST_PATH_MODES = {
     'fused_position_norm': ('eager', 'cuda-graph', 'compile'),
     'fused_lepe_gate': ('eager', 'cuda-graph', 'compile'),
     'fused_ffn_middle': ('eager', 'cuda-graph', 'compile'),
+    'tap_major_weights': ('eager', 'cuda-graph', 'compile'),
     'matmul_1x1': ('eager', 'cuda-graph', 'compile'),
 }
 # Switches that act only where the depthwise kernels run (depthwise_impl).
-DEPTHWISE_KERNEL_SWITCHES = ('fused_position_norm', 'fused_lepe_gate', 'fused_ffn_middle')
+DEPTHWISE_KERNEL_SWITCHES = ('fused_position_norm', 'fused_lepe_gate', 'fused_ffn_middle',
+                             'tap_major_weights')
 
 # Switches that change only a training step (a backward), not a forward.
 TRAINING_ONLY = ('channel_split',)

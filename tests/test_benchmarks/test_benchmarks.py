@@ -611,7 +611,7 @@ def test_ablation_rows_switch_each_fast_path_off_where_it_acts():
     assert off == {(name, mode, 'fwd+bwd' if name in TRAINING_ONLY else 'fwd')
                    for name, modes in FAST_PATH_MODES.items() for mode in modes}
     assert [mode for mode, _ in cases] == ['cuda-graph'] * 2 + ['eager'] * 2 + ['compile'] * 2
-    assert len(rows) == 35
+    assert len(rows) == 38
     assert ('channel_split', 'cuda-graph', 'fwd+bwd') in off
     assert not any(name == 'cached_weights' for name, mode, _ in off if mode == 'compile')
 

@@ -86,7 +86,7 @@ def test_the_fused_stages_compute_the_modules_model(one_torch_thread):
         assert error < 0.03, error
 
 
-@pytest.mark.parametrize('switch', DEPTHWISE_KERNEL_SWITCHES)
+@pytest.mark.parametrize('switch', list(FUSED_OPS))
 def test_each_fused_switch_replaces_its_modules_with_one_op(switch):
     counts = {}
     for name, fast_paths in (('on', {switch: True}), ('off', {switch: False})):
@@ -99,6 +99,28 @@ def test_each_fused_switch_replaces_its_modules_with_one_op(switch):
     assert counts['on'][op] == blocks and counts['off'][op] == 0
     # The modules' own depthwise convolution, one a block, is what the op replaces.
     assert counts['off']['convolution'] - counts['on']['convolution'] == blocks
+
+
+def test_tap_major_weights_off_reads_the_parameters_in_place(one_torch_thread):
+    """Switch ``tap_major_weights`` off: the kernels read each depthwise kernel
+    as a view of its parameter (a channel stride of k * k), no copy; the same
+    outputs and gradients as tap-major."""
+    assert 'tap_major_weights' in DEPTHWISE_KERNEL_SWITCHES
+    runs = []
+    for tap_major_layout in (True, False):
+        model = small_model('triton', fast_paths=dict(fused_ffn_middle=True,
+                                                      tap_major_weights=tap_major_layout))
+        outputs = model.train()(image())
+        sum(out.square().mean() for out in outputs).backward()
+        runs.append((outputs, {name: p.grad for name, p in model.named_parameters()}))
+    for ours, reference in zip(runs[1][0], runs[0][0]):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+    for name, reference in runs[0][1].items():
+        torch.testing.assert_close(runs[1][1][name], reference, rtol=1e-4, atol=1e-7, msg=name)
+    conv = model.layers[0].blocks[0].pos
+    view, kept = conv.depthwise_taps(False), conv.depthwise_taps(True)
+    assert view.data_ptr() == conv.weight.data_ptr() and view.stride() == (1, 9)
+    assert kept.is_contiguous() and torch.equal(kept, view)
 
 
 def test_depthwise_impl_auto_runs_the_modules_off_cuda():

@@ -13,11 +13,12 @@ from .dispatch import (
     kernels_run,
     position_norm,
     tap_major,
+    tap_view,
 )
 from .reference import ffn_middle_reference, gated_lepe_reference, position_norm_reference
 
 __all__ = ['DEPTHWISE_IMPLS', 'check_depthwise_impl', 'kernels_run', 'position_norm',
            'gated_lepe', 'ffn_middle', 'fused_position_norm', 'fused_gated_lepe', 'fused_ffn_middle',
-           'tap_major',
+           'tap_major', 'tap_view',
            'position_norm_reference', 'gated_lepe_reference',
            'ffn_middle_reference']

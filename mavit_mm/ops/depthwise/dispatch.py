@@ -141,12 +141,17 @@ def ffn_middle(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
 
 
 def tap_major(weight: torch.Tensor) -> torch.Tensor:
-    """A depthwise ``(C, 1, k, k)`` kernel as the fused ops take it: ``(k * k,
-    C)``, each tap's channels contiguous, so that the kernels read a tap in
-    one vector load (at stride ``k * k`` they read one channel a load). A
-    caller that keeps weights between calls keeps this too (the model does,
-    while no gradient flows: ``models.mavit.Conv2d.tap_major_weight``)."""
-    return weight.reshape(weight.shape[0], -1).t().contiguous()
+    """A depthwise ``(C, 1, k, k)`` kernel as the fused ops read it fastest:
+    ``(k * k, C)``, each tap's channels contiguous, so that the kernels read a
+    tap in one vector load (a copy; the model keeps it while no gradient
+    flows, switch ``tap_major_weights``: ``models.mavit.Conv2d.depthwise_taps``)."""
+    return tap_view(weight).contiguous()
+
+
+def tap_view(weight: torch.Tensor) -> torch.Tensor:
+    """The same ``(k * k, C)`` as a view of the parameter, no copy: the
+    kernels then read a tap one channel a load, at stride ``k * k``."""
+    return weight.reshape(weight.shape[0], -1).t()
 
 
 # The fused ops themselves, for a caller that has asked kernels_run (the

@@ -8,8 +8,9 @@ implementation, so that torch.compile keeps it as one opaque node and CUDA
 graphs capture it, and a backward op of its own. Outputs are channels_last
 maps in the input's dtype; weights are read in whatever dtype they have
 (the kernels compute in fp32), so autocast casts none of them. The ops take
-the depthwise kernel tap-major (``dispatch.tap_major``, ``(k * k, C)``) and give
-its gradient in the same layout.
+the depthwise kernel as ``(k * k, C)``, read through its strides: tap-major
+(``dispatch.tap_major``) or a view of the ``(C, 1, k, k)`` parameter
+(``dispatch.tap_view``); its gradient comes tap-major.
 """
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def _forward(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, out: torch
         eps = 0.0
     with on_device(x.device):
         kernels._depthwise_forward_kernel[_grid(x, block_w, block_c)](
-            x, *_strides(x), taps.contiguous(), bias.contiguous(), *gate_args,
+            x, *_strides(x), taps, *taps.stride(), bias.contiguous(), *gate_args,
             out, *_strides(out), *second_args, norm_weight.contiguous(),
             norm_bias.contiguous(), mean, rstd, height, width, channels, eps,
             K=_kernel_size(taps), PRE_GELU=pre_gelu, ADD_INPUT=add_input, GATE=gate is not None,
@@ -113,7 +114,7 @@ def _backward(dz: torch.Tensor, x: torch.Tensor, taps: torch.Tensor, bias: torch
                            device=x.device)
     with on_device(x.device):
         kernels._depthwise_backward_kernel[grid](
-            dz, *_strides(dz), x, *_strides(x), taps.contiguous(), dx, *_strides(dx),
+            dz, *_strides(dz), x, *_strides(x), taps, *taps.stride(), dx, *_strides(dx),
             partials, height, width, channels, K=ksize, PRE_GELU=pre_gelu,
             ADD_INPUT=add_input, BLOCK_W=block_w, BLOCK_C=block_c)
     return dx, partials[:, :-1].sum(0).to(taps.dtype), partials[:, -1].sum(0).to(bias.dtype)
@@ -178,7 +179,7 @@ def position_norm_backward_op(d_stream: torch.Tensor, d_normed: torch.Tensor, x:
 @position_norm_backward_op.register_fake
 def _position_norm_backward_fake(d_stream, d_normed, x, stream, mean, rstd, taps, bias,
                                  norm_weight):
-    return (_empty_like_map(x), torch.empty_like(taps), torch.empty_like(bias),
+    return (_empty_like_map(x), taps.new_empty(taps.shape), torch.empty_like(bias),
             torch.empty_like(norm_weight), torch.empty_like(norm_weight))
 
 
@@ -237,7 +238,7 @@ def gated_lepe_backward_op(dout: torch.Tensor, v: torch.Tensor, taps: torch.Tens
 
 @gated_lepe_backward_op.register_fake
 def _gated_lepe_backward_fake(dout, v, taps, bias, gate, total):
-    return (_empty_like_map(v), torch.empty_like(taps), torch.empty_like(bias),
+    return (_empty_like_map(v), taps.new_empty(taps.shape), torch.empty_like(bias),
             _empty_like_map(v), _empty_like_map(gate))
 
 
@@ -286,7 +287,7 @@ def ffn_middle_backward_op(dout: torch.Tensor, h: torch.Tensor, taps: torch.Tens
 
 @ffn_middle_backward_op.register_fake
 def _ffn_middle_backward_fake(dout, h, taps, bias):
-    return _empty_like_map(h), torch.empty_like(taps), torch.empty_like(bias)
+    return _empty_like_map(h), taps.new_empty(taps.shape), torch.empty_like(bias)
 
 
 def _ffn_middle_setup(ctx, inputs, output):

@@ -5,9 +5,11 @@ backbone's channels_last maps, and channel slices of them (v and the gate o
 are slices of the qkvo output, whose pixel stride is 4C). A program owns
 ``BLOCK_W`` pixels of one image row and ``BLOCK_C`` channels; each tap of the
 ``K x K`` kernel is one masked load of that tile, shifted (zero padding by
-masking). The kernel ``Wt`` is tap-major, ``(K * K, C)``
-(``dispatch.tap_major``): a tap's weights for the program's channels are one
-contiguous vector load, not a load per channel at stride ``K * K``.
+masking). The kernel ``Wt`` is read as ``(K * K, C)`` through its strides
+(``swt`` a tap, ``swc`` a channel): tap-major (``dispatch.tap_major``, ``swc``
+1), a tap's weights for the program's channels are one contiguous vector load;
+the parameter itself, ``(C, 1, K, K)`` in place (``swc`` ``K * K``), a load per
+channel.
 Everything is computed in fp32 registers; only loads and stores touch the
 maps' dtype.
 
@@ -60,7 +62,7 @@ def _row_tile(H, W, C, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
 
 @triton.jit
 def _depthwise_forward_kernel(
-        X, sxb, sxh, sxw, Wt, Bias,
+        X, sxb, sxh, sxw, Wt, swt, swc, Bias,
         A, sab, sah, saw, G, sgb, sgh, sgw,
         Y, syb, syh, syw, S, ssb, ssh, ssw,
         NW, NB, MEAN, RSTD,
@@ -81,7 +83,7 @@ def _depthwise_forward_kernel(
                         other=0.0).to(tl.float32)
             if PRE_GELU:
                 x = _gelu(x)
-            tap = tl.load(Wt + (kh * K + kw) * C + cs, mask=in_c, other=0.0)
+            tap = tl.load(Wt + (kh * K + kw) * swt + cs * swc, mask=in_c, other=0.0)
             acc += x * tap.to(tl.float32)[None, :]
             if ADD_INPUT and kh == pad and kw == pad:
                 acc += x
@@ -119,7 +121,7 @@ def _depthwise_forward_kernel(
 
 @triton.jit
 def _depthwise_backward_kernel(
-        DZ, sdb, sdh, sdw, X, sxb, sxh, sxw, Wt,
+        DZ, sdb, sdh, sdw, X, sxb, sxh, sxw, Wt, swt, swc,
         DX, sob, soh, sow, PARTIALS,
         H, W, C,
         K: tl.constexpr, PRE_GELU: tl.constexpr, ADD_INPUT: tl.constexpr,
@@ -137,7 +139,7 @@ def _depthwise_backward_kernel(
     dx = tl.zeros([BLOCK_W, BLOCK_C], dtype=tl.float32)
     for kh in tl.static_range(K):
         for kw in tl.static_range(K):
-            tap = tl.load(Wt + (kh * K + kw) * C + cs, mask=in_c, other=0.0)
+            tap = tl.load(Wt + (kh * K + kw) * swt + cs * swc, mask=in_c, other=0.0)
             # dx[p] += dz[p - offset] * w[offset]
             hs = h - (kh - pad)
             wi = ws - (kw - pad)
