@@ -71,6 +71,8 @@ Steps (``--steps`` runs any of them in any order):
                   B*heads 1-64, gradients against fp64; the 512x2048 bf16
                   backbone. ``tests/test_ops/test_depthwise.py``: the fused
                   depthwise stages against their formulas on CUDA.
+                  ``tests/test_ops/test_fused_ops_under_compile.py``: both
+                  fused ops as nodes of a compiled graph, not of an exported one.
 ``model-tests``   ``tests/test_ops/test_mala/test_mala_triton.py`` on CUDA:
                   dispatch, fallbacks, MAViT-T parity with the golden data
                   with ``mala_impl='triton'``; ``tests/test_models/
@@ -206,7 +208,8 @@ COMMAND_FILES = 8          # the files a GPU command returns
 # The file each step writes (the sweep's name follows its options: run_step).
 STEP_FILES = {step: f'{step}.json' for step in STEPS} | {'bench': 'bench_mala.json'}
 TEST_FILES = {'kernel-tests': ('tests/test_ops/test_mala/test_mala_cuda.py',
-                              'tests/test_ops/test_depthwise.py'),
+                              'tests/test_ops/test_depthwise.py',
+                              'tests/test_ops/test_fused_ops_under_compile.py'),
               'model-tests': ('tests/test_ops/test_mala/test_mala_triton.py',
                              'tests/test_models/test_fused_block.py')}
 # The op targets' shapes (bench_mala.py's JSON as ever; the fp16 and d 96 rows of

@@ -1,6 +1,7 @@
 """What both fused ops (MALA, the depthwise stages) need of Triton's runtime:
 whether kernels run in the CPU interpreter, the Triton releases they support,
-and the device a launch goes to. Importing this module does not import triton.
+the device a launch goes to, and whether an export is tracing (no exported
+format holds a Triton kernel). Importing this module does not import triton.
 """
 from __future__ import annotations
 
@@ -46,10 +47,23 @@ def index_extent(t: torch.Tensor, start_dim: int) -> int:
                for size, stride in zip(t.shape[start_dim:], t.stride()[start_dim:]) if size)
 
 
+@torch.compiler.assume_constant_result
+def exporting() -> bool:
+    """Whether an export is tracing: ONNX (either exporter) or ``torch.export``.
+
+    Run as Python, a constant to Dynamo, not traced: torch 2.11's Dynamo folds
+    ``torch.compiler.is_exporting()`` to True in every ``torch.compile`` trace
+    (2.13 reads the flag), which sent compiled models down the PyTorch paths
+    (benchmarks/results/gpu-h100-2026-11-27). ``torch.export`` sets the flag
+    before it traces, so the constant is right there too.
+    """
+    return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
+
+
 def on_device(device: torch.device):
     """Triton launches on the current CUDA device: make it the tensors' one."""
     return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
 
 
-__all__ = ['SUPPORTED_TRITON', 'check_triton_release', 'index_extent', 'on_device',
+__all__ = ['SUPPORTED_TRITON', 'check_triton_release', 'exporting', 'index_extent', 'on_device',
            'triton_interpreter_enabled']

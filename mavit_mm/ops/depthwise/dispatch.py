@@ -20,7 +20,7 @@ import warnings
 
 import torch
 
-from ..triton_support import index_extent, triton_interpreter_enabled
+from ..triton_support import exporting, index_extent, triton_interpreter_enabled
 from .reference import ffn_middle_reference, gated_lepe_reference, position_norm_reference
 
 DEPTHWISE_IMPLS = ('auto', 'torch', 'triton')
@@ -94,7 +94,7 @@ def kernels_run(impl: str, x: torch.Tensor, *others: torch.Tensor, weight: torch
     ``'triton'`` where it cannot."""
     if impl == 'torch' or (impl == 'auto' and x.device.type != 'cuda'):
         return False
-    if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
+    if torch.jit.is_tracing() or exporting():
         return False
     if x.numel() == 0:
         return False

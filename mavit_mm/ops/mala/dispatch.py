@@ -27,7 +27,7 @@ import torch
 
 from ..amp import autocast_disabled
 from ..rope2d import RotaryTables
-from ..triton_support import index_extent, triton_interpreter_enabled
+from ..triton_support import exporting, index_extent, triton_interpreter_enabled
 from .naive import MALA_EPS, linear_attention_torch, mala_naive
 
 MALA_IMPLS = ('auto', 'torch', 'triton')
@@ -75,8 +75,10 @@ def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # 'auto' off CUDA: the PyTorch path is the best there is, nothing to warn about.
     # An exported graph (ONNX, TorchScript, torch.export) gets the PyTorch path
     # whatever ``impl`` says: the fused op is a CUDA kernel no exported format holds.
+    # A plain ``torch.jit.trace`` (mmengine's FLOP counter) keeps it: the op is
+    # a traceable operator with a counted formula.
     if (impl == 'torch' or q.numel() == 0 or (impl == 'auto' and q.device.type != 'cuda')
-            or _exporting()):
+            or exporting()):
         return _torch_mala(q, k, v, rope)
     unsupported = triton_unsupported(q, k, v, rope, allow_interpreter=impl == 'triton')
     if unsupported is None:
@@ -85,13 +87,6 @@ def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         raise unsupported.error(f"mala_impl='triton' cannot run this case: {unsupported.reason}")
     _warn_fallback_once(unsupported.reason)
     return _torch_mala(q, k, v, rope)
-
-
-def _exporting() -> bool:
-    """An ONNX export (either exporter) or torch.export: the graph must not
-    hold the fused op. A plain ``torch.jit.trace`` (mmengine's FLOP counter)
-    keeps it: the op is a traceable operator with a counted formula."""
-    return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
 
 
 def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:
