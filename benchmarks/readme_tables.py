@@ -134,6 +134,8 @@ class Block(NamedTuple):
     render: Callable[[dict, str], str]
     device_type: str | None = None  # only files of this device type
     target: str = 'README.md'          # a key of TARGET_FILES
+    # Whether a file measured anything (a step cut at its budget may not have).
+    measured: Callable[[dict], bool] = lambda report: True
 
 
 def markers(name: str):
@@ -762,7 +764,9 @@ def _metric(value) -> str:
 
 
 BLOCKS: dict[str, Block] = {
-    'gpu-upernet-fps': Block(f'gpu-*/{GPU_FPS_FILES}', render_gpu_fps),
+    'gpu-upernet-fps': Block(f'gpu-*/{GPU_FPS_FILES}', render_gpu_fps,
+                             measured=lambda report: any(row.get('fps') for row in
+                                                         report.get('results', []))),
     'speed-table': Block('speed-vs-swin-*.json', render_speed, device_type='cpu'),
     'main-job': Block('main-job-*.json', render_main_job),
     'newcomer': Block('newcomer-*.json', render_newcomer),
@@ -795,14 +799,15 @@ def _report_date(path: Path, report: dict) -> str:
 
 
 def newest_results(name: str, results_dir: Path | None = None) -> Path:
-    """The results file of block ``name`` with the latest ``date``
-    (in ``results_dir``, by default ``RESULTS_DIR``)."""
+    """The results file of block ``name`` with the latest ``date`` of those
+    that measured something (in ``results_dir``, by default ``RESULTS_DIR``)."""
     block = BLOCKS[name]
     results_dir = results_dir or RESULTS_DIR
     reports = []
     for path in results_dir.glob(block.pattern):
         report = json.loads(path.read_text())
-        if block.device_type is None or report.get('device_type', 'cpu') == block.device_type:
+        if (block.device_type is None or report.get('device_type', 'cpu') == block.device_type) \
+                and block.measured(report):
             reports.append((_report_date(path, report), path))
     if not reports:
         raise FileNotFoundError(f'no {block.pattern} in {results_dir}')

@@ -62,28 +62,29 @@ folded residual convolution and the joint rotation stand aside under compile
 too, because they were measured slower there (below).
 
 What the measurement says (H100, bf16, MAViT-T at 512x2048, batch 1; each
-row's time over the all-on row of its mode, ``ablations.json`` of
-``DEFAULTS_MEASURED_BY``):
+row's time over the all-on rows of its mode, ``ablations.json`` of
+``DEFAULTS_MEASURED_BY``; the run before it, ``gpu-h100-2026-11-27``, in
+brackets):
 
-- ``fused_ffn_middle`` **off by default**: 0.815 under a CUDA graph (2.97
-  against 3.64 ms), 0.995 compiled. Its kernel recomputes the GELU for each
-  of the nine taps. On again where a faster kernel is measured.
-- ``folded_residual_conv`` and ``joint_qk_rotation``: 1.000 and 1.021 under
-  a CUDA graph, but 0.986 and 0.979 compiled, so they act in eager mode and
-  under CUDA graphs only.
-- ``cached_weights`` 1.148, ``matmul_1x1`` 1.104 (1.124 compiled),
-  ``fused_position_norm`` 1.069, ``fused_lepe_gate`` 1.037, ``dense_rope``
-  1.004: on.
-- ``in_place_residual`` 0.997: on, within the spread of the rows that change
-  nothing (0.995-1.004).
-- ``channel_split`` (a training step): 1.017 eager, 0.990 under a CUDA graph;
-  on, for eager training.
-- ``tap_major_weights`` came after that run, so it is on by the sm_90 compile
-  reports alone (benchmarks/results/compile-report-sm90-depthwise-*-b62358c.txt:
-  the gated LePE forward's 200 scalar loads gone) until a GPU run's ablation
-  row times it.
+- ``fused_ffn_middle`` **off by default**: 0.842 under a CUDA graph (0.815),
+  0.797 compiled. Its kernel recomputes the GELU for each of the nine taps.
+  On again where a faster kernel is measured.
+- ``cached_weights`` 1.171 (1.148), ``matmul_1x1`` 1.111 (1.104; 1.076
+  compiled), ``fused_position_norm`` 1.075 (1.069; 1.007 compiled),
+  ``fused_lepe_gate`` 1.061 (1.037; 1.029 compiled), ``tap_major_weights``
+  1.054 (1.041 compiled), ``joint_qk_rotation`` 1.019 (1.021),
+  ``dense_rope`` 1.006 (1.004): on.
+- ``folded_residual_conv`` 0.995 (1.000) and ``in_place_residual`` 0.997
+  (0.997): no measurable effect under a CUDA graph, on for eager mode, where
+  each saves a launch a block and the host sets the pace.
+- ``folded_residual_conv`` and ``joint_qk_rotation`` stand aside under
+  compile: 0.986 and 0.979 there in the run before (its compiled graphs held
+  the PyTorch MALA, a torch 2.11 fault since fixed; neither switch touches
+  MALA).
+- ``channel_split`` (a training step): 0.989 (0.990) under a CUDA graph,
+  1.000 compiled, 1.017 eager in the run before; on, for eager training.
 
-The eager forward rows of that run drifted while it ran (docs/gpu.md), so no
+The eager rows of both runs drifted while they ran (docs/gpu.md), so no
 default rests on them.
 """
 from __future__ import annotations
@@ -138,7 +139,7 @@ FAST_PATHS = tuple(field.name for field in dataclasses.fields(FastPaths))
 DEFAULTS = FastPaths()   # frozen, so one instance serves every module
 ALL_ON = FastPaths(**dict.fromkeys(FAST_PATHS, True))
 # The GPU run whose ablations set the defaults (module docstring).
-DEFAULTS_MEASURED_BY = 'benchmarks/results/gpu-h100-2026-11-27/part-2/ablations.json'
+DEFAULTS_MEASURED_BY = 'benchmarks/results/gpu-h100-2026-11-27b/part-2/ablations.json'
 # Where each switch can change what runs (module docstring, "modes").
 FAST_PATH_MODES = {
     'cached_weights': ('eager', 'cuda-graph'),

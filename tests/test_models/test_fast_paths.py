@@ -6,6 +6,8 @@ What runs is read op by op with a dispatch mode, without a clock.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from helpers.op_log import OpLog
@@ -47,6 +49,32 @@ def test_fast_paths_default_to_what_was_measured_faster_and_take_a_dict():
     assert not model.fast_paths.dense_rope and model.fast_paths.cached_weights
     assert FastPaths().without('dense_rope', 'channel_split') == FastPaths(
         dense_rope=False, channel_split=False)
+
+
+# A switch within this of its plain formula changes nothing measurable: the
+# defaults there rest on other evidence (launches saved in eager mode), written
+# in fast_paths.py's docstring.
+NO_MEASURABLE_EFFECT = 0.015
+
+
+def test_no_default_contradicts_the_measurement_it_cites():
+    """Each switch's rows in DEFAULTS_MEASURED_BY (its time off over all on,
+    under a CUDA graph and compiled; the eager rows drift): a switch on by
+    default is nowhere measurably slower than its plain formula, a switch
+    off is slower in every mode measured."""
+    report = json.loads((REPO_ROOT / DEFAULTS_MEASURED_BY).read_text())
+    measured = {}
+    for row in report['results']:
+        if row['mode'] != 'eager' and len(row['switches_off']) == 1:
+            measured.setdefault(row['switches_off'][0], []).append(
+                (row['mode'], row['time_vs_all_on']))
+    assert set(measured) == set(FAST_PATHS), 'a switch without a row'
+    for name, on in DEFAULTS.as_dict().items():
+        for mode, off_over_on in measured[name]:
+            if on:
+                assert off_over_on >= 1 - NO_MEASURABLE_EFFECT, (name, mode, off_over_on)
+            else:
+                assert off_over_on < 1 - NO_MEASURABLE_EFFECT, (name, mode, off_over_on)
 
 
 @pytest.mark.parametrize('value, error, match', [
