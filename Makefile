@@ -17,9 +17,11 @@ lint: setup
 	PYTHONPATH=$(CURDIR) .venv/bin/lint-imports
 
 # One pytest worker per core (pytest-xdist); tests sharing an expensive
-# fixture stay on one worker (--dist loadgroup, the xdist_group marks).
+# fixture stay on one worker (--dist loadgroup, the xdist_group marks), and the
+# work goes out in the order tests/conftest.py gives it (heaviest first by the
+# recorded durations: tests/helpers/durations.py), not by test count.
 test: lint
-	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -n auto --dist loadgroup
+	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -n auto --dist loadgroup --no-loadscope-reorder
 
 test-slow: setup
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -m slow

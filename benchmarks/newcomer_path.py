@@ -8,8 +8,10 @@ it. Every cache starts empty: the set-up's
 (``MAVIT_CACHE_DIR``: the mmcv build), pip's (``PIP_CACHE_DIR``), and those
 the tests fill on their first run (``HOME``: Triton's kernel cache,
 matplotlib's; ``TORCHINDUCTOR_CACHE_DIR``). ``make test`` runs with
-``PYTEST_ADDOPTS=--durations=N``, so its command stays the README's while
-pytest reports its slowest tests.
+``MAVIT_TEST_DURATIONS`` set, so its command stays the README's while the
+tests record every test's seconds and the worker that ran it
+(tests/helpers/durations.py); ``make test`` hands out its work heaviest
+first by the newest such record.
 
 Each step's disk is measured too: the free space of the file systems it
 writes to (the clone's and the temporary folder's, where pytest's
@@ -18,9 +20,9 @@ space it took, and what it left is the difference after it. Anything else
 writing to those disks meanwhile counts too.
 
 Writes JSON (machine, commit, each step's exit status, seconds and disk, the
-test summary line, the slowest tests with what each trains or builds) and a
-Markdown table beside it; ``benchmarks/readme_tables.py`` puts the times into
-the README.
+test summary line, every test's seconds and worker and each worker's busy
+time, the slowest tests with what each trains or builds) and a Markdown table
+beside it; ``benchmarks/readme_tables.py`` puts the times into the README.
 
 Example (about 25 minutes on 2 cores):
   python benchmarks/newcomer_path.py --out benchmarks/results/newcomer-cpu-2026-11-26.json
@@ -28,6 +30,7 @@ Example (about 25 minutes on 2 cores):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -43,17 +46,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # What the slowest tests spend their time on, by node id (first match).
 WHAT_IT_DOES = [
-    ('test_deploy.py::test_detector_matches_onnxruntime[retinanet',
-     'trains the demo RetinaNet (tools/train.py), exports it with mmdeploy, '
-     'ONNX Runtime against PyTorch'),
-    ('test_deploy.py::test_detector_matches_onnxruntime[mask_rcnn',
-     "the session's shared demo Mask R-CNN run (trained once), exported with mmdeploy, "
-     'ONNX Runtime against PyTorch'),
+    ('test_deploy.py::test_detector_matches_onnxruntime', 'builds a demo detector with '
+     'scoring classifiers (untrained), exports it with mmdeploy, ONNX Runtime against '
+     'PyTorch (detections, mAP on its own best detections)'),
     ('test_deploy.py::test_segmentation', 'builds a segmentor, exports it with mmdeploy, '
                                           'ONNX Runtime against PyTorch (labels, mIoU)'),
     ('test_deploy.py', 'ONNX export (mmdeploy or torch.onnx)'),
-    ('test_detector_learns.py', "the session's shared demo Mask R-CNN run (trained once, "
-                                '60 iterations): the first 40 judged'),
+    ('test_detector_learns.py', "the demo Mask R-CNN run (tools/train.py, 40 iterations): "
+                                'iterations 31-40 judged'),
     ('test_e2e.py', 'tools/train.py and tools/test.py as subprocesses on tiny data'),
     ('test_openmmlab_tools.py', "mmdet's / mmseg's own tools as subprocesses"),
     ('test_distributed_launch.py', 'two-process data-parallel runs (gloo)'),
@@ -73,7 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--out', type=Path, required=True, help='JSON to write (and .md)')
     parser.add_argument('--durations', type=int, default=40,
-                        help='slowest tests to record (default 40)')
+                        help='slowest tests to list in the Markdown table (default 40; the '
+                             'JSON holds every test)')
     parser.add_argument('--keep', action='store_true', help='keep the clone and its caches')
     return parser.parse_args(argv)
 
@@ -114,10 +115,8 @@ def run_step(name: str, command: list[str], cwd: Path, env: dict, log: Path) -> 
                 left_on_disk_gb=round(left, 2))
 
 
-def slowest_tests(output: str) -> list[dict]:
-    rows = re.findall(r'^\s*([\d.]+)s (call|setup|teardown)\s+(\S+)', output, re.MULTILINE)
-    return [dict(seconds=float(seconds), phase=phase, test=nodeid.split('@', 1)[0],
-                 what=what_it_does(nodeid)) for seconds, phase, nodeid in rows]
+def slowest_tests(durations: dict, count: int) -> list[dict]:
+    return [dict(row, what=what_it_does(row['test'])) for row in durations['tests'][:count]]
 
 
 def markdown(report: dict) -> str:
@@ -130,9 +129,13 @@ def markdown(report: dict) -> str:
     lines += [f"| `{name}` | {step['returncode']} | {step['seconds'] / 60:.1f} | "
               f"{step['peak_disk_gb']:.1f} | {step['left_on_disk_gb']:.1f} |"
               for name, step in steps.items()]
+    busy = (report.get('test_durations') or {}).get('worker_busy_s', {})
     lines += ['', f"Tests: {report['test_summary']}", '',
-              '| test | phase | seconds | what it trains or builds |', '| --- | --- | ---: | --- |']
-    lines += [f"| `{row['test']}` | {row['phase']} | {row['seconds']:.1f} | {row['what']} |"
+              'Busy seconds per worker: ' + ', '.join(f'{worker} {seconds:.0f}'
+                                                     for worker, seconds in busy.items()), '',
+              '| test | worker | seconds (setup, call, teardown) | what it trains or builds |',
+              '| --- | --- | ---: | --- |']
+    lines += [f"| `{row['test']}` | {row['worker']} | {row['seconds']:.1f} | {row['what']} |"
               for row in report['slowest_tests']]
     return '\n'.join(lines) + '\n'
 
@@ -155,7 +158,7 @@ def main(argv=None) -> dict:
            if not key.startswith(('PYTEST', 'TRITON_', 'TORCHINDUCTOR_', 'VIRTUAL_ENV'))}
     env.update(HOME=str(caches['home']), MAVIT_CACHE_DIR=str(caches['mavit']),
                PIP_CACHE_DIR=str(caches['pip']), TORCHINDUCTOR_CACHE_DIR=str(caches['inductor']),
-               PYTEST_ADDOPTS=f'--durations={args.durations}', PYTHONUNBUFFERED='1')
+               MAVIT_TEST_DURATIONS=str(work / 'durations.json'), PYTHONUNBUFFERED='1')
     steps = {'make setup': run_step('make setup', ['make', 'setup'], clone, env,
                                     work / 'setup.log')}
     if steps['make setup']['returncode'] == 0:
@@ -163,6 +166,8 @@ def main(argv=None) -> dict:
                                       work / 'test.log')
     output = (work / 'test.log').read_text(errors='replace') if 'make test' in steps else ''
     summary = re.findall(r'^=+ (.*(?:passed|failed).*) =+$', output, re.MULTILINE)
+    durations_file = work / 'durations.json'
+    durations = json.loads(durations_file.read_text()) if durations_file.exists() else None
     report = dict(benchmark='newcomer_path', commit=commit,
                   machine=f'{cpu_model()}, {os.cpu_count()} cores',
                   python=platform.python_version(),
@@ -170,7 +175,9 @@ def main(argv=None) -> dict:
                   steps=steps, total_minutes=round(sum(s['seconds'] for s in steps.values())
                                                    / 60, 1),
                   test_summary=summary[-1] if summary else None,
-                  slowest_tests=slowest_tests(output), work_dir=str(work) if args.keep else None)
+                  test_durations=durations,
+                  slowest_tests=slowest_tests(durations, args.durations) if durations else [],
+                  work_dir=str(work) if args.keep else None)
     write_json(args.out, report)
     args.out.with_suffix('.md').write_text(markdown(report))
     print(f'wrote {args.out} and {args.out.with_suffix(".md")}')

@@ -218,7 +218,15 @@ def render_newcomer(report: dict, source: str) -> str:
         *rows,
         f"| **both** | **{sum(minutes.values()):.1f}** |" + (' | |' if disk else ''),
         '',
-        f"Tests: {report['test_summary']}."])
+        f"Tests: {report['test_summary']}." + _worker_busy(report)])
+
+
+def _worker_busy(report: dict) -> str:
+    busy = (report.get('test_durations') or {}).get('worker_busy_s')
+    if not busy:
+        return ''
+    return (' Each worker busy (s): ' + ', '.join(f'{worker} {seconds:.0f}'
+                                                 for worker, seconds in busy.items()) + '.')
 
 
 def render_demo_train_step(report: dict, source: str) -> str:

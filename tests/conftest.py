@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.durations import DurationRecorder, heaviest_first, recorded_durations
 from helpers.paths import REFERENCE_DIR
 from helpers.threads import torch_threads
-from helpers.xdist_groups import group_tests_sharing_module_fixtures, groups_first
+from helpers.xdist_groups import group_tests_sharing_module_fixtures
 
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
@@ -100,4 +101,18 @@ def parity_data(reference_dir):
 def pytest_collection_modifyitems(config, items):
     group_tests_sharing_module_fixtures(items)
     if WORKER_THREADS is not None:   # the order the workers report, which xdist schedules by
-        groups_first(items)
+        heaviest_first(items, recorded_durations())
+
+
+DURATIONS = DurationRecorder()
+
+
+def pytest_runtest_logreport(report):
+    if DurationRecorder.wanted():
+        DURATIONS.add(report)
+
+
+def pytest_sessionfinish(session):
+    path = DurationRecorder.wanted()
+    if path:
+        DURATIONS.write(path)

@@ -24,12 +24,3 @@ def group_tests_sharing_module_fixtures(items) -> None:
         if any(fixturedef.scope in SHARED_SCOPES and fixturedef.baseid == module
                for name in item.fixturenames for fixturedef in info.name2fixturedefs.get(name, ())):
             item.add_marker(pytest.mark.xdist_group(module))
-
-
-def groups_first(items) -> None:
-    """Grouped tests (work units xdist cannot split, mostly the heavy ones:
-    a trained model, an export) before the single tests, which then fill the
-    workers' gaps at the end instead of leaving one worker a long unit while
-    the other idles. Stable: a module's grouped tests stay in order, and so do
-    its single ones (which use no fixture of the module's own)."""
-    items.sort(key=lambda item: item.get_closest_marker('xdist_group') is None)

@@ -9,8 +9,7 @@ its RoI sample; loss_cls about 1) for 1200 iterations.
 
 The first ITERS iterations of one real run of tools/train.py on the
 demo-sized data (64 images of 160 px), with the demo config's own schedule:
-the session's shared Mask R-CNN run (tests/helpers/shared_runs.py), which the
-deployment tests export once it is done.
+the session's demo Mask R-CNN run (tests/helpers/shared_runs.py).
 """
 import statistics
 

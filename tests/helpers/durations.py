@@ -1,0 +1,90 @@
+"""How long each test takes, and on which ``make test`` worker.
+
+Recorded: with ``MAVIT_TEST_DURATIONS`` naming a file (benchmarks/newcomer_path.py
+sets it), the controller writes every test's seconds (setup, call and
+teardown together) and the worker that ran it, and each worker's busy time.
+Read back: ``make test`` hands its work units (a test, or an ``xdist_group``
+of tests that share a fixture) to its workers heaviest first by the newest
+recorded run (``benchmarks/results/newcomer-*.json``), so that a long unit
+starts early instead of leaving one worker busy while the other idles: the
+longest-first rule of scheduling, with xdist handing the next unit to
+whichever worker runs dry.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from helpers.paths import REPO_ROOT
+
+DURATIONS_ENV = 'MAVIT_TEST_DURATIONS'
+RECORDED_RUNS = 'benchmarks/results/newcomer-*.json'
+
+
+def plain_nodeid(nodeid: str) -> str:
+    """The test's id without the ``@group`` suffix xdist adds to grouped tests."""
+    return nodeid.split('@', 1)[0]
+
+
+class DurationRecorder:
+    """Collects the reports the controller receives (workers report to it)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.worker: dict[str, str] = {}
+
+    @staticmethod
+    def wanted() -> str | None:
+        """The file to write, on the controller only (or a run without workers)."""
+        return None if os.environ.get('PYTEST_XDIST_WORKER') else os.environ.get(DURATIONS_ENV)
+
+    def add(self, report) -> None:
+        nodeid = plain_nodeid(report.nodeid)
+        self.seconds[nodeid] += report.duration
+        node = getattr(report, 'node', None)     # set by xdist on the controller
+        self.worker[nodeid] = node.gateway.id if node is not None else 'main'
+
+    def write(self, path: str | Path) -> dict:
+        busy: dict[str, float] = defaultdict(float)
+        for nodeid, seconds in self.seconds.items():
+            busy[self.worker[nodeid]] += seconds
+        record = dict(worker_busy_s={worker: round(s, 1) for worker, s in sorted(busy.items())},
+                      tests=[dict(test=nodeid, seconds=round(seconds, 2),
+                                  worker=self.worker[nodeid])
+                             for nodeid, seconds in sorted(self.seconds.items(),
+                                                           key=lambda kv: -kv[1])])
+        Path(path).write_text(json.dumps(record, indent=1) + '\n')
+        return record
+
+
+def recorded_durations(results: Path = REPO_ROOT) -> dict[str, float]:
+    """Seconds per test of the newest recorded run (by its date); empty
+    where none is recorded."""
+    runs = []
+    for path in results.glob(RECORDED_RUNS):
+        report = json.loads(path.read_text())
+        if report.get('test_durations'):
+            runs.append((report.get('date', ''), path.name, report['test_durations']))
+    if not runs:
+        return {}
+    return {row['test']: row['seconds'] for row in max(runs)[2]['tests']}
+
+
+def work_unit(item) -> str:
+    """What xdist's loadgroup hands to one worker: the group, or the test."""
+    marker = item.get_closest_marker('xdist_group')
+    return marker.kwargs.get('name', marker.args[0] if marker.args else 'default') \
+        if marker else item.nodeid
+
+
+def heaviest_first(items, durations: dict[str, float]) -> None:
+    """Order the work units by their recorded seconds, longest first; units
+    without a record after them (grouped before single ones, a group being
+    the kind that holds an expensive fixture). Stable within a unit."""
+    unit_seconds: dict[str, float] = defaultdict(float)
+    for item in items:
+        unit_seconds[work_unit(item)] += durations.get(plain_nodeid(item.nodeid), 0.0)
+    items.sort(key=lambda item: (-unit_seconds[work_unit(item)],
+                                 item.get_closest_marker('xdist_group') is None))

@@ -1,0 +1,42 @@
+"""make test's own schedule: the durations it records and the order it hands
+work to its workers (tests/helpers/durations.py)."""
+import json
+import types
+
+import pytest
+from helpers.durations import DurationRecorder, heaviest_first, recorded_durations
+
+
+def item(nodeid, group=None):
+    marker = pytest.mark.xdist_group(group).mark if group else None
+    return types.SimpleNamespace(nodeid=nodeid,
+                                 get_closest_marker=lambda name: marker)
+
+
+def test_units_go_out_longest_first_and_unrecorded_groups_before_single_tests():
+    items = [item('a.py::quick'), item('b.py::one', 'deploy'), item('c.py::slow'),
+             item('b.py::two', 'deploy'), item('d.py::new', 'new-group'), item('e.py::new')]
+    durations = {'a.py::quick': 1.0, 'b.py::one': 30.0, 'b.py::two': 40.0, 'c.py::slow': 50.0}
+    heaviest_first(items, durations)
+    assert [i.nodeid for i in items] == ['b.py::one', 'b.py::two', 'c.py::slow', 'a.py::quick',
+                                         'd.py::new', 'e.py::new']
+
+
+def test_the_recorder_sums_phases_per_test_and_busy_time_per_worker(tmp_path, monkeypatch):
+    def report(nodeid, when, seconds, worker):
+        node = types.SimpleNamespace(gateway=types.SimpleNamespace(id=worker))
+        return types.SimpleNamespace(nodeid=nodeid, when=when, duration=seconds, node=node)
+    recorder = DurationRecorder()
+    for args in [('t.py::a@grp', 'setup', 2.0, 'gw0'), ('t.py::a@grp', 'call', 3.0, 'gw0'),
+                 ('t.py::b', 'call', 1.5, 'gw1'), ('t.py::c', 'call', 4.0, 'gw1')]:
+        recorder.add(report(*args))
+    record = recorder.write(tmp_path / 'durations.json')
+    assert record['worker_busy_s'] == {'gw0': 5.0, 'gw1': 5.5}
+    assert record['tests'][0] == dict(test='t.py::a', seconds=5.0, worker='gw0')
+    # As benchmarks/newcomer_path.py commits it, and the schedule reads it back.
+    (tmp_path / 'benchmarks' / 'results').mkdir(parents=True)
+    for date, seconds in (('2026-01-01', 99.0), ('2026-02-01', 5.0)):
+        (tmp_path / 'benchmarks' / 'results' / f'newcomer-{date}.json').write_text(json.dumps(
+            dict(date=date, test_durations=dict(record, tests=[dict(test='t.py::a',
+                                                                    seconds=seconds)]))))
+    assert recorded_durations(tmp_path) == {'t.py::a': 5.0}
