@@ -37,9 +37,7 @@ import datetime
 import os
 import platform
 import re
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,6 +46,7 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks.timing import median_ms  # noqa: E402
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
 from mavit_mm.tooling.device import cuda_peak_extra_bytes, device_name  # noqa: E402
@@ -154,11 +153,9 @@ COPY_METHOD = ('torch copy_ of 1 GiB between two CUDA buffers, (read + write) by
 def copy_bandwidth_tbps(device: torch.device) -> float:
     """Measured device-to-device copy bandwidth (read + write) in TB/s: the
     yardstick of the kernels' bandwidth targets."""
-    import triton.testing
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    copy_ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200,
-                                      return_mode='median')
+    copy_ms = median_ms(lambda: dst.copy_(src), device, warmup_ms=25, rep_ms=200)
     src = dst = None  # freed before the cache is emptied
     torch.cuda.empty_cache()
     return 2 * COPY_BYTES / (copy_ms * 1e-3) / 1e12
@@ -211,22 +208,6 @@ def make_step(impl: str, pass_name: str, views, rope) -> Callable:
     return forward_backward
 
 
-def time_ms(step: Callable, device: torch.device, warmup: float | None,
-            rep: float | None) -> float:
-    if device.type == 'cuda':
-        import triton.testing
-        return triton.testing.do_bench(step, warmup=int(warmup or 25), rep=int(rep or 100),
-                                       return_mode='median')
-    for _ in range(int(warmup if warmup is not None else 2)):
-        step()
-    samples = []
-    for _ in range(max(1, int(rep if rep is not None else 5))):
-        start = time.perf_counter()
-        step()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
-
-
 def peak_extra_memory(step: Callable, device: torch.device) -> int | None:
     """Bytes the step allocates at its peak beyond what was allocated before."""
     if device.type != 'cuda':
@@ -240,7 +221,9 @@ def run_case(impl, pass_name, dtype_name, batch_heads, num_tokens, head_dim, arg
     views, rope = mala_case_inputs(batch_heads, num_tokens, head_dim, dtype, device,
                                    requires_grad=pass_name != 'fwd', layout=args.layout)
     step = make_step(impl, pass_name, views, rope)
-    milliseconds = time_ms(step, device, args.warmup, args.rep)
+    # --warmup and --rep: ms on CUDA, calls on a CPU.
+    milliseconds = median_ms(step, device, args.warmup, args.rep, cpu_warmup=args.warmup,
+                             cpu_calls=args.rep)
     memory = peak_extra_memory(step, device)
     moved = (PASS_BYTES_PER_ELEMENT[pass_name] * batch_heads * num_tokens * head_dim
              * torch.finfo(dtype).bits // 8)

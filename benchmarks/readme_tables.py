@@ -15,6 +15,8 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
   flops             docs/speed.md      model-complexity-*.json    benchmarks/model_complexity.py
   demo-train-step   docs/speed.md      demo-train-step-*.json     benchmarks/demo_train_step.py
   onnxruntime-speed docs/deployment.md onnxruntime-speed-*.json   benchmarks/onnxruntime_speed.py
+  gpu-targets       docs/gpu.md        gpu-*/*/env.json           benchmarks/gpu_targets.py; each
+                                                                  target's step's newest file
   gpu-checks        docs/gpu.md        gpu-*/*/kernel-tests.json  gpu_check.py (the test steps, sdpa)
   gpu-backbones     docs/gpu.md        gpu-*/*/backbones.json     gpu_check.py --steps backbones
   gpu-ablations     docs/gpu.md        gpu-*/*/ablations.json     gpu_check.py --steps ablations
@@ -64,30 +66,27 @@ from pathlib import Path
 from typing import NamedTuple
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.gpu_check_lib.plan import STEP_FILES, target_file  # noqa: E402
+from benchmarks.gpu_targets import (  # noqa: E402
+    GPU_TARGETS,
+    Target,
+    figure_value,
+    figures_of,
+    met,
+    target_of,
+)
+
 RESULTS_DIR = REPO_ROOT / 'benchmarks' / 'results'
 README = REPO_ROOT / 'README.md'
 # The files the blocks live in, by name (tests point these elsewhere).
 TARGET_FILES = {'README.md': README,
                 **{f'docs/{name}.md': REPO_ROOT / 'docs' / f'{name}.md'
                    for name in ('backbone', 'speed', 'deployment', 'gpu')}}
-# The MALA op's GPU targets, as benchmarks/gpu_check.py's GPU_TARGETS state
-# them (a test ties the two); bf16, d = 64, q, k, v in the model's layout.
-# The op's share of the copy bandwidth, minimum %, by (B*heads, N, pass):
-OP_COPY_TARGETS = {
-    (16, 65536, 'fwd'): 50,
-    (16, 65536, 'fwd+bwd'): 35,
-    (8, 65536, 'fwd'): 40,      # MAViT-T's stage-1 call at batch 8
-    (16, 16384, 'fwd'): 40,     # MAViT-T's stage-2 call at batch 8 (2 heads)
-}
 # What each bench row is, where it is one of the model's calls (batch 8) or a target's shape.
 OP_BENCH_CALLS = {(8, 65536): 'stage 1, batch 8', (16, 16384): 'stage 2, batch 8',
                   (1, 65536): 'stage 1, batch 1'}
-# Each MAViT-T stage call at batch 1: its GPU kernel time, maximum µs, by pass.
-OP_CALL_TARGETS_US = {'fwd': 20, 'fwd+bwd': 60}
-# The eager MAViT-T backbone forward at 512x2048: the op's calls' GPU time,
-# maximum µs, and the forward's GPU kernels, maximum count.
-MODEL_MALA_TARGET_US = 80
-MODEL_KERNELS_TARGET = 300
 # The forward's split-N reduction (k^T v and the key sums per chunk): the
 # kernel the op-calls block names apart.
 PARTIALS_KERNEL = '_forward_partials_kernel'
@@ -323,24 +322,27 @@ def _gpu_source_line(source: str, what: str, report: dict | None = None) -> str:
             f"`{Path(source).parent.as_posix()}/`.")
 
 
-def _against_target(value: float, fmt: str, minimum=None, maximum=None, unit: str = '') -> str:
-    """``value`` with its target and verdict, e.g. ``35.8 (≥ 70: **missed**)``
-    (``unit`` after both numbers); the bare value where there is no target."""
-    if minimum is None and maximum is None:
+def _against_target(value: float, fmt: str, target: Target | None, unit: str = '') -> str:
+    """``value`` with its target (``benchmarks/gpu_targets.py``) and verdict,
+    e.g. ``35.8 (≥ 70: **missed**)`` (``unit`` after both numbers); the bare
+    value where there is no target."""
+    if target is None:
         return f'{value:{fmt}}{unit}'
-    met = (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
-    bound = f'≥ {minimum}' if maximum is None else f'≤ {maximum}'
-    return f"{value:{fmt}}{unit} ({bound}{unit}: {'met' if met else '**missed**'})"
+    verdict = 'met' if met(target, [value]) else '**missed**'
+    return f"{value:{fmt}}{unit} ({target.comparison} {target.threshold:g}{unit}: {verdict})"
 
 
 def render_gpu_op(report: dict, source: str) -> str:
     """The op at the bandwidth targets' shapes and at MAViT-T's calls at batch
     8, fused against PyTorch, d = 64: every row of the file, the copy-bandwidth
-    targets (``OP_COPY_TARGETS``, bf16) beside theirs; a target's shape the
-    run did not time is a row that says so."""
+    targets (``benchmarks/gpu_targets.py``, bf16) beside theirs; a target's
+    shape the run did not time is a row that says so."""
     rows = {(row['dtype'], row['batch_heads'], row['tokens'], row['pass'], row['impl']): row
             for row in report['results'] if row['head_dim'] == 64}
-    cases = {key[:4] for key in rows} | {('bf16', *key) for key in OP_COPY_TARGETS}
+    wanted = [figure.match for figure in figures_of('bench', 'percent_of_copy')]
+    cases = {key[:4] for key in rows} | {
+        (match['dtype'], match['batch_heads'], match['tokens'], match['pass'])
+        for match in wanted if match.get('head_dim') == 64}
     dtypes, passes = ('bf16', 'fp16', 'fp32'), ('fwd', 'fwd+bwd')
     layouts = ', '.join(f'`{name}`' for name in sorted({row['layout'] for row in rows.values()}))
     byte_model = '; '.join(f'{name}: {text}' for name, text in report['byte_model'].items())
@@ -359,22 +361,59 @@ def render_gpu_op(report: dict, source: str) -> str:
                 passes.index(pass_name) if pass_name in passes else len(passes))
     for case in sorted(cases, key=order):
         dtype, batch_heads, tokens, pass_name = case
-        target = OP_COPY_TARGETS.get((batch_heads, tokens, pass_name)) if dtype == 'bf16' else None
+        target = target_of('bench', 'percent_of_copy', dict(
+            impl='triton', dtype=dtype, head_dim=64, batch_heads=batch_heads, tokens=tokens,
+            **{'pass': pass_name}))
         fused, torch_row = rows.get((*case, 'triton')), rows.get((*case, 'torch'))
         head = (f'| {dtype} | {batch_heads} | {tokens:,} | '
                 f'{OP_BENCH_CALLS.get((batch_heads, tokens), "")} | {pass_name} | ')
         if fused is None:
-            lines.append(head + f'not measured | | not measured (≥ {target}) | | |'
+            lines.append(head + f'not measured | | not measured ({target.comparison} '
+                         f'{target.threshold:g}) | | |'
                          if target else head + 'not measured | | | | |')
             continue
         lines.append(
             head + f"{fused['time_ms']:.3f} | "
             + (f"{torch_row['time_ms']:.3f}" if torch_row else 'n/a')
-            + f" | {_against_target(fused['percent_of_copy'], '.1f', minimum=target)} | "
+            + f" | {_against_target(fused['percent_of_copy'], '.1f', target)} | "
             + (f"{fused['speedup_vs_torch']:.2f}" if fused.get('speedup_vs_torch') else 'n/a')
             + ' | '
             + (f"{fused['memory_vs_torch']:.3f}" if fused.get('memory_vs_torch') else 'n/a')
             + ' |')
+    return '\n'.join(lines)
+
+
+def target_now(target: Target, results_dir: Path | None = None) -> str:
+    """A target's figures now: from the newest committed results file of its
+    step (the file the step writes, in a GPU run's folders) that has any of
+    them, with the verdict and the run; ``not measured`` where none has."""
+    found = []
+    for path in (results_dir or RESULTS_DIR).glob(
+            f'{GPU_RUN_PREFIX}*/**/{STEP_FILES[target.step]}'):
+        report = json.loads(path.read_text())
+        values = [figure_value(figure, report) for figure in target.figures]
+        if any(value is not None for value in values) and \
+                not is_uncommitted(recorded_commit(path, report)):
+            found.append((_report_date(path, report), path, values))
+    if not found:
+        return 'not measured'
+    _, path, values = max(found)
+    verdict = {True: 'met', False: 'missed', None: 'not all measured'}[met(target, values)]
+    figures = '; '.join(
+        (f'{figure.label} ' if figure.label else '')
+        + ('not measured' if value is None else f'{value:{target.fmt}}{target.unit}')
+        for figure, value in zip(target.figures, values))
+    return f'{figures}: {verdict} ({gpu_run_dir(path).name})'
+
+
+def render_gpu_targets(report: dict, source: str) -> str:
+    """Every GPU target (``benchmarks/gpu_targets.py``), the step that
+    measures it and the file it writes, and its figure now (``target_now``:
+    each step's newest file, whichever GPU run that is)."""
+    lines = ['| goal | measurement | target | now | step | file |',
+             '| --- | --- | --- | --- | --- | --- |']
+    lines += [f'| {target.goal} | {target.measurement} | {target.text} | {target_now(target)} | '
+              f'`{target.step}` | `{target_file(target)}` |' for target in GPU_TARGETS]
     return '\n'.join(lines)
 
 
@@ -394,7 +433,7 @@ def _byte_factors(folder: Path) -> dict[str, int]:
 
 def render_gpu_op_calls(report: dict, source: str) -> str:
     """The op at MAViT-T's own calls (``gpu_check.py``'s ``profile`` step): GPU
-    kernel time against the batch-1 targets (``OP_CALL_TARGETS_US``), the
+    kernel time against the batch-1 targets (``benchmarks/gpu_targets.py``), the
     split-N partial sums apart, the bytes at copy speed, the wall time and
     the host's time per call."""
     folder = (REPO_ROOT / source).parent
@@ -418,7 +457,7 @@ def render_gpu_op_calls(report: dict, source: str) -> str:
              + ' | '.join(host) + ' |',
              '| --- | --- | ---: | ---: | ---: | ' + ' | '.join('---:' for _ in host) + ' |']
     for row in rows:
-        target = OP_CALL_TARGETS_US.get(row['pass_name']) if row['batch'] == 1 else None
+        target = target_of('profile', 'kernel_us', row)
         partials = (row.get('kernels') or {}).get(PARTIALS_KERNEL)
         factor = factors.get(row['pass_name'])
         copy_us = (factor * row['batch_heads'] * row['tokens'] * row['head_dim']
@@ -428,7 +467,7 @@ def render_gpu_op_calls(report: dict, source: str) -> str:
         lines.append(
             f"| stage {row['stage']}, batch {row['batch']}, {row['heads']} head(s) of "
             f"d = {row['head_dim']} over {row['height']}x{row['width']}, {row['pass_name']} | "
-            f"{_against_target(row['kernel_us'], '.1f', maximum=target)} | "
+            f"{_against_target(row['kernel_us'], '.1f', target)} | "
             + ' | '.join('n/a' if value is None else f'{value:.1f}'
                          for value in (partials, copy_us, row['wall_us'], *cells)) + ' |')
     return '\n'.join(lines)
@@ -444,8 +483,8 @@ def render_gpu_model_profile(report: dict, source: str) -> str:
     lines = [_gpu_source_line(source, 'Measured', report) +
              f" {report['height']}x{report['width']}; models: "
              + ', '.join(f"`{row['model']}`" for row in models) + f"; {report['note']}. "
-             "Categories: `benchmarks/gpu_check.py`'s `kernel_category` (`mala`: the op's "
-             'kernels).',
+             "Categories: `benchmarks/gpu_check_lib/profiling.py`'s `kernel_category` (`mala`: "
+             "the op's kernels).",
              '',
              '| category | ' + ' | '.join(f'{name} µs | {name} kernels | {name} share'
                                          for name in names) + ' |',
@@ -460,10 +499,12 @@ def render_gpu_model_profile(report: dict, source: str) -> str:
     lines.append('| **all** | ' + ' | '.join(
         f"**{row['gpu_time_us']:.1f}** | **{row['kernel_count']}** | " for row in models) + ' |')
     mala = mavit['categories']['mala']
+    mala_target = target_of('model-profile', 'categories.mala.time_us', mavit)
+    kernels_target = target_of('model-profile', 'kernel_count', mavit)
     lines += ['', "MAViT-T's targets: the op's GPU time per forward "
-              f"{_against_target(mala['time_us'], '.1f', maximum=MODEL_MALA_TARGET_US, unit=' µs')}"
+              f"{_against_target(mala['time_us'], '.1f', mala_target, unit=' µs')}"
               f" in {mala['kernels']} kernels; GPU kernels per forward "
-              f"{_against_target(mavit['kernel_count'], 'd', maximum=MODEL_KERNELS_TARGET)}. "
+              f"{_against_target(mavit['kernel_count'], 'd', kernels_target)}. "
               'Eager forward, wall time: ' + ', '.join(
                   f"{name} {row['forward_ms']:.1f} ms" for name, row in zip(names, models)) + '.']
     return '\n'.join(lines)
@@ -786,6 +827,8 @@ BLOCKS: dict[str, Block] = {
                              target='docs/speed.md'),
     'onnxruntime-speed': Block('onnxruntime-speed-*.json', render_onnxruntime_speed,
                                target='docs/deployment.md'),
+    # The targets' "now" are each step's newest file: the block follows the newest run.
+    'gpu-targets': Block('gpu-*/*/env.json', render_gpu_targets, target='docs/gpu.md'),
     'gpu-checks': Block('gpu-*/*/kernel-tests.json', render_gpu_checks, target='docs/gpu.md'),
     'gpu-backbones': Block('gpu-*/*/backbones.json', render_gpu_backbones, target='docs/gpu.md'),
     'gpu-ablations': Block('gpu-*/*/ablations.json', render_gpu_ablations, target='docs/gpu.md'),

@@ -31,6 +31,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.bench_mala import DTYPES, environment, mala_case_inputs  # noqa: E402
+from benchmarks.timing import median_ms  # noqa: E402
 from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
@@ -41,6 +42,7 @@ STAGES = (1, 2, 3)
 COMBINE_CANDIDATES = [(rows, warps, 1) for rows in (2, 4, 8, 16, 32) for warps in (1, 2, 4)]
 CHUNK_COUNTS = (8, 16, 32, 64, 128, 256, 512)
 TILES_PER_PROGRAM = (1, 2, 4, 8, 16, 32)
+CUDA = torch.device('cuda')   # the kernels tuned are Triton's: CUDA only
 
 
 def parse_args(argv=None):
@@ -138,11 +140,10 @@ def bench(make_step: Callable[[], Callable], rep: int) -> float | None:
     compiling or running it fails (a tile that does not fit, say): the failure
     is printed and the sweep goes on. Raises :class:`BudgetSpent` once the
     ``--budget-s`` time has passed."""
-    import triton.testing
     if _deadline is not None and time.time() > _deadline:
         raise BudgetSpent()
     try:
-        return triton.testing.do_bench(make_step(), warmup=10, rep=rep, return_mode='median')
+        return median_ms(make_step(), CUDA, warmup_ms=10, rep_ms=rep)
     except Exception as exc:  # out of resources, compile failure: record and go on
         print(f'      failed: {type(exc).__name__}: {str(exc)[:160]}')
         return None

@@ -11,6 +11,18 @@ pytest.importorskip('triton')
 
 from helpers.paths import REPO_ROOT  # noqa: E402
 
+from benchmarks import gpu_targets  # noqa: E402
+from benchmarks.gpu_check_lib import (  # noqa: E402
+    children,
+    correctness,
+    model_steps,
+    models,
+    op_steps,
+    plan,
+    profiling,
+    runner,
+    upernet_fps,
+)
 from mavit_mm.tooling.run_script import run_script as run_repository_script  # noqa: E402
 
 # The benchmarks run from the repository root, as the README runs them.
@@ -45,9 +57,10 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     assert 'ablations, compile fwd+bwd: all on, then off in turn: channel_split' in result.stdout
     assert 'ablations, eager fwd+bwd: all on, then off in turn: channel_split' in result.stdout
     # Each target with the step and file that measure it.
-    assert ('target of the lean forward: backbone time, 512x2048, CUDA graph ≤ 0.75 (now 0.886; H100: '
-            '0.657): '
-            'part-2/backbones.json') in result.stdout
+    from benchmarks.readme_tables import target_now
+    first = gpu_targets.GPU_TARGETS[0]
+    assert (f'target of the lean forward: backbone time, 512x2048, CUDA graph ≤ 0.75 (now '
+            f'{target_now(first)}): part-2/backbones.json') in result.stdout
     # No problem: the child processes (bench_mala, tune_mala, benchmark_fps --modes)
     # take the arguments the steps give them, Swin-T builds from its config, and
     # MAViT takes the fast-path switches.
@@ -126,38 +139,48 @@ def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
     per step, summary, log) under 8. The parts run in priority order:
     correctness first (the kernel and model tests alone in part 1), then what
     each switch is worth (part 2), every target before what measures none."""
-    from benchmarks import gpu_check
-    assert sorted(gpu_check.PARTS) == list(range(1, len(gpu_check.PARTS) + 1))
-    assert gpu_check.plan_problems() == []
-    assert all(steps[0] == 'env' for steps in gpu_check.PARTS.values())
-    assert gpu_check.STEP_LIMIT_MIN == 5 and gpu_check.COMMAND_FILES == 8
-    assert gpu_check.PART_AIM_MIN == 7 < gpu_check.COMMAND_LIMIT_MIN <= 8
-    for part, steps in gpu_check.PARTS.items():
-        minutes = sum(gpu_check.STEP_BUDGET_MIN[step] for step in steps)
-        assert minutes <= gpu_check.PART_AIM_MIN + 1e-9
-        assert gpu_check.part_minutes(part) == round(minutes, 2)
-    assert gpu_check.PARTS[1] == ['env', 'kernel-tests', 'model-tests']
-    assert gpu_check.PARTS[2] == ['env', 'backbones', 'ablations']
+    assert sorted(plan.PARTS) == list(range(1, len(plan.PARTS) + 1))
+    assert plan.plan_problems() == []
+    assert all(steps[0] == 'env' for steps in plan.PARTS.values())
+    # The GPU machine's limits: options whose defaults are today's machine.
+    assert plan.STEP_LIMIT_MIN == 5
+    assert runner.parse_args([]).limits == plan.MACHINE_LIMITS == plan.MachineLimits(
+        command_limit_min=8, part_aim_min=7, command_files=8)
+    for part, steps in plan.PARTS.items():
+        minutes = sum(plan.STEP_BUDGET_MIN[step] for step in steps)
+        assert minutes <= plan.MACHINE_LIMITS.part_aim_min + 1e-9
+        assert plan.part_minutes(part) == round(minutes, 2)
+    assert plan.PARTS[1] == ['env', 'kernel-tests', 'model-tests']
+    assert plan.PARTS[2] == ['env', 'backbones', 'ablations']
     # The check fails a plan that breaks any of these: budgets, parts, files ...
-    parts = {part: list(steps) for part, steps in gpu_check.PARTS.items()}
-    monkeypatch.setitem(gpu_check.PARTS, 7, ['env', 'tune-bh16'])
-    monkeypatch.setitem(gpu_check.PARTS, 4, parts[4] + ['profile', 'bench', 'compiled-profile'])
-    monkeypatch.setitem(gpu_check.PARTS, 6, ['env', 'tune-bh1', 'tune-bh16'])
-    monkeypatch.setitem(gpu_check.STEP_BUDGET_MIN, 'upernet-fps-1024', 6.0)
-    assert gpu_check.plan_problems() == [
+    parts = {part: list(steps) for part, steps in plan.PARTS.items()}
+    monkeypatch.setitem(plan.PARTS, 7, ['env', 'tune-bh16'])
+    monkeypatch.setitem(plan.PARTS, 4, parts[4] + ['profile', 'bench', 'compiled-profile'])
+    monkeypatch.setitem(plan.PARTS, 6, ['env', 'tune-bh1', 'tune-bh16'])
+    monkeypatch.setitem(plan.STEP_BUDGET_MIN, 'upernet-fps-1024', 6.0)
+    assert plan.plan_problems() == [
         'step upernet-fps-1024 has a budget of 6.0 min (limit 5.0)',
         'step compiled-profile is in parts 4, 5', 'step profile is in parts 4, 5',
         'step bench is in parts 4, 5', 'step tune-bh16 is in parts 6, 7',
         'part 4 needs 10.15 min (limit 7.0)', 'part 4 writes 9 files (a GPU command returns 8)',
         'part 6 runs tune-bh1 without tune-bh16 before it']
+    # ... and against the limits the command line gives.
+    monkeypatch.undo()
+    limits = runner.parse_args(['--part-minutes', '6', '--command-files', '6',
+                                '--command-minutes', '5.5']).limits
+    assert plan.plan_problems(limits) == [
+        'a part is planned to 6 min, more than the 5.5 min a GPU command may take',
+        'part 2 needs 6.65 min (limit 6.0)', 'part 3 needs 6.1 min (limit 6.0)',
+        'part 5 writes 7 files (a GPU command returns 6)']
     # ... and the priority order: correctness, then the switches, the targets before the rest.
     monkeypatch.undo()
-    monkeypatch.setitem(gpu_check.PARTS, 1, ['env', 'kernel-tests', 'sdpa'])
-    monkeypatch.setitem(gpu_check.PARTS, 2, ['env', 'backbones', 'ablations', 'model-tests'])
-    monkeypatch.setitem(gpu_check.PARTS, 5, [step for step in parts[5] if step != 'sdpa'])
-    monkeypatch.setattr(gpu_check, 'GPU_TARGETS', gpu_check.GPU_TARGETS + (
-        gpu_check.Target('MALA op', 'something', '≤ 1', '2', 'no-such-step'),))
-    assert gpu_check.plan_problems() == [
+    monkeypatch.setitem(plan.PARTS, 1, ['env', 'kernel-tests', 'sdpa'])
+    monkeypatch.setitem(plan.PARTS, 2, ['env', 'backbones', 'ablations', 'model-tests'])
+    monkeypatch.setitem(plan.PARTS, 5, [step for step in parts[5] if step != 'sdpa'])
+    monkeypatch.setattr(gpu_targets, 'GPU_TARGETS', gpu_targets.GPU_TARGETS + (
+        gpu_targets.Target('MALA op', 'something', '≤', 1, '', '.1f', 'no-such-step',
+                           (gpu_targets.Figure('time_ms'),)),))
+    assert plan.plan_problems() == [
         'part 2 needs 8.4 min (limit 7.0)',
         'the target "something" of the MALA op names no step \'no-such-step\'',
         'step model-tests is correctness but is in part 2, not 1',
@@ -170,30 +193,50 @@ def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
 
 
 def test_gpu_check_budget_option_fits_a_step_to_what_is_left(capsys):
-    from benchmarks import gpu_check
-    args = gpu_check.parse_args(['--part', '2', '--budget', 'ablations=3.5'])
+    args = runner.parse_args(['--part', '2', '--budget', 'ablations=3.5'])
     assert args.budgets['ablations'] == 3.5
-    assert args.budgets['backbones'] == gpu_check.STEP_BUDGET_MIN['backbones']
+    assert args.budgets['backbones'] == plan.STEP_BUDGET_MIN['backbones']
     for bad, why in (('nothing=1', "no step 'nothing'"), ('ablations=x', 'not a number'),
                      ('ablations=9', 'at most 5')):
         with pytest.raises(SystemExit):
-            gpu_check.parse_args(['--budget', bad])
+            runner.parse_args(['--budget', bad])
         assert why in capsys.readouterr().err
 
 
 def test_gpu_md_target_map_is_gpu_targets():
     """docs/gpu.md's map names every GPU target (the lean forward, the fused
-    block, the MALA op) with
-    its value now, the step and the file that measure it, as gpu_check.py's
-    GPU_TARGETS and parts have them; each file is one its step writes."""
-    from benchmarks import gpu_check
+    block, the MALA op) with its threshold, its figure now (from the newest
+    results file of its step), the step and the file that measure it, as
+    gpu_targets.py and the plan have them."""
+    from benchmarks.readme_tables import target_now
     text = (REPO_ROOT / 'docs' / 'gpu.md').read_text()
     table = text[text.index('| goal | measurement | target | now | step | file |'):]
     rows = [tuple(cell.strip().strip('`') for cell in line.strip('|').split('|'))
-            for line in table.split('\n\n')[0].splitlines()[2:]]
-    assert rows == [(t.goal, t.measurement, t.target, t.now, t.step,
-                     gpu_check.target_file(t)) for t in gpu_check.GPU_TARGETS]
-    assert [*dict.fromkeys(t.goal for t in gpu_check.GPU_TARGETS)] == list(gpu_check.GOALS)
+            for line in table.split('\n\n')[0].split('\n<!--')[0].splitlines()[2:]]
+    assert rows == [(t.goal, t.measurement, t.text, target_now(t).replace('`', ''), t.step,
+                     plan.target_file(t)) for t in gpu_targets.GPU_TARGETS]
+    assert [*dict.fromkeys(t.goal for t in gpu_targets.GPU_TARGETS)] == list(gpu_targets.GOALS)
+
+
+def test_gpu_targets_name_steps_and_the_fields_their_files_hold():
+    """Every target is measured by a step of the check and judged from
+    figures its step's JSON holds: each figure is in a committed results file
+    of the step, but for the steps no GPU run has written yet, whose figures
+    the CPU runs of the steps below find."""
+    from benchmarks.readme_tables import target_now
+    assert {t.step for t in gpu_targets.GPU_TARGETS} <= set(plan.STEPS)
+    assert all(t.comparison in gpu_targets.COMPARISONS and t.figures
+               for t in gpu_targets.GPU_TARGETS)
+    unmeasured = {t.step for t in gpu_targets.GPU_TARGETS if target_now(t) == 'not measured'}
+    assert unmeasured <= set(upernet_fps.FPS_STEPS)    # test_gpu_check_upernet_fps_* below
+
+
+def _assert_targets_read(step: str, report: dict) -> None:
+    """Every figure of the step's targets is in what the step wrote."""
+    targets = [t for t in gpu_targets.GPU_TARGETS if t.step == step]
+    assert targets
+    for target in targets:
+        assert None not in [gpu_targets.figure_value(f, report) for f in target.figures], target
 
 
 def test_gpu_check_measures_the_training_step_at_512x2048_batch_2():
@@ -202,24 +245,24 @@ def test_gpu_check_measures_the_training_step_at_512x2048_batch_2():
     sweep is in a part."""
     import inspect
 
-    from benchmarks import gpu_check
-    assert 'backbone' not in gpu_check.STEPS and not hasattr(gpu_check, 'step_backbone')
-    defaults = inspect.signature(gpu_check.step_sweep).parameters
+    assert 'backbone' not in plan.STEPS and not hasattr(model_steps, 'step_backbone')
+    defaults = inspect.signature(model_steps.step_sweep).parameters
     assert defaults['train_size'].default == (512, 2048) and defaults['train_batch'].default == 2
-    assert any('sweep' in steps for steps in gpu_check.PARTS.values())
+    assert any('sweep' in steps for steps in plan.PARTS.values())
 
 
 def test_gpu_check_kills_a_step_at_its_budget_and_keeps_its_output(tmp_path):
-    from benchmarks import gpu_check
     log = tmp_path / 'step.log'
-    run = gpu_check._run_child(
+    run = children.run_child(
         [sys.executable, '-c', "print('measured so far', flush=True); import time; time.sleep(60)"],
         budget_s=3, log=log)
     assert run['timed_out'] and run['returncode'] is None and run['seconds'] < 30
     assert 'measured so far' in log.read_text() and 'killed at its budget' in log.read_text()
-    counts = gpu_check._log_summary('..F.s [ 50%]\n.. [100%]\nFAILED tests/x.py::t - boom\n')
+    counts = correctness.log_summary('..F.s [ 50%]\n.. [100%]\nFAILED tests/x.py::t - boom\n')
     assert (counts['passed'], counts['failed'], counts['skipped']) == (5, 1, 1)
     assert counts['failures'] == ['FAILED tests/x.py::t - boom']
+    _assert_targets_read('kernel-tests', counts)
+    _assert_targets_read('model-tests', counts)
 
 
 def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, monkeypatch):
@@ -266,8 +309,7 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
     """The model steps (SDPA kernels, the sweep against Swin-T with its training
     step, the host/kernel split), run on the CPU at small sizes: what they
     write a GPU run writes."""
-    from benchmarks import gpu_check
-    result = gpu_check.step_sdpa(tmp_path, 600, device='cpu', sizes=((64, 96),))
+    result = op_steps.step_sdpa(tmp_path, 600, device='cpu', sizes=((64, 96),))
     sdpa = json.loads((tmp_path / 'sdpa.json').read_text())
     assert result['failed'] == 0 and sdpa['complete'] and not sdpa['math_path_seen']
     assert [(row['precision'], row['allowed']) for row in sdpa['results']] == [
@@ -276,7 +318,7 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
     assert all(row['ok'] and any('flash' in op for op in row['sdpa_ops'])
                for row in sdpa['results'])
 
-    gpu_check.step_sweep(tmp_path, 600, device='cpu', sizes=((64, 96),), train_size=(64, 64),
+    model_steps.step_sweep(tmp_path, 600, device='cpu', sizes=((64, 96),), train_size=(64, 64),
                          train_batch=2)
     sweep = json.loads((tmp_path / 'sweep.json').read_text())
     assert sweep['complete']
@@ -297,8 +339,8 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
     assert all('peak_memory_mib' in row for row in sweep['training'])
 
     # MAViT-T's two MALA stages at 64x128 (16x32 and 8x16 maps, 1 and 2 heads).
-    shapes = gpu_check.mala_model_shapes(size=(64, 128), batches=(1,))
-    gpu_check.step_profile(tmp_path, 600, device='cpu', shapes=shapes, layout='nchw')
+    shapes = op_steps.mala_model_shapes(size=(64, 128), batches=(1,))
+    op_steps.step_profile(tmp_path, 600, device='cpu', shapes=shapes, layout='nchw')
     profile = json.loads((tmp_path / 'profile.json').read_text())
     assert profile['complete'] and profile['impl'] == 'torch' and profile['layout'] == 'nchw'
     assert [(row['stage'], row['heads'], row['pass_name']) for row in profile['results']] == [
@@ -306,6 +348,7 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
     # The layout each row names is the one of the tensors it timed (layout_of).
     assert {row['layout'] for row in profile['results']} == {'nchw'}
     assert all(row['wall_us'] > 0 and row['host_issue_us'] > 0 for row in profile['results'])
+    _assert_targets_read('profile', profile)
     for row in profile['results']:
         functions = [entry['function'] for entry in row['host_python']]
         assert len(functions) == 15 and all(entry['own_us'] >= 0 for entry in row['host_python'])
@@ -314,7 +357,6 @@ def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
 def test_gpu_check_sdpa_step_reports_a_math_fallback(tmp_path, monkeypatch):
     # Break the layout the flash kernel needs (the bug of the layout issue):
     # the restricted forward+backward must then fail, and the step say so.
-    from benchmarks import gpu_check
     from mavit_mm.models import mavit
     original = mavit.GatedAttention.split_heads
 
@@ -322,7 +364,7 @@ def test_gpu_check_sdpa_step_reports_a_math_fallback(tmp_path, monkeypatch):
         heads = original(self, x)
         return heads.transpose(-1, -2).contiguous().transpose(-1, -2)   # last stride != 1
     monkeypatch.setattr(mavit.GatedAttention, 'split_heads', strided_heads)
-    result = gpu_check.step_sdpa(tmp_path, 600, device='cpu', sizes=((64, 96),))
+    result = op_steps.step_sdpa(tmp_path, 600, device='cpu', sizes=((64, 96),))
     assert result['failed'] == 3
     rows = json.loads((tmp_path / 'sdpa.json').read_text())['results']
     assert all(not row['ok'] and 'No available kernel' in row['error'] for row in rows)
@@ -337,9 +379,8 @@ def test_ncu_mala_needs_a_gpu_and_says_so():
 
 
 def test_gpu_check_cuda_graphs_need_cuda(tmp_path):
-    from benchmarks import gpu_check
     with pytest.raises(ValueError, match='CUDA graphs need a CUDA device'):
-        gpu_check.step_sweep(tmp_path, 60, device='cpu', sizes=((64, 96),), cuda_graphs=True)
+        model_steps.step_sweep(tmp_path, 60, device='cpu', sizes=((64, 96),), cuda_graphs=True)
 
 
 # Representative CUDA kernel names (as torch.profiler reports them on H100s).
@@ -428,26 +469,23 @@ KERNEL_NAMES = {
                          ids=[f'{category}-{index}' for index, category in
                               enumerate(KERNEL_NAMES.values())])
 def test_kernel_category_of_real_cuda_kernel_names(name, category):
-    from benchmarks import gpu_check
-    assert gpu_check.kernel_category(name) == category
+    assert profiling.kernel_category(name) == category
 
 
 def test_mala_kernels_are_the_kernels_the_op_launches():
     """The names the profile looks for are the kernels of ops/mala's launch table."""
-    from benchmarks import gpu_check
     from mavit_mm.ops.mala.function import launch_table, make_launch_plan
     plan = make_launch_plan(4096, 2, 64, torch.bfloat16, torch.device('cpu'))
     launched = {kernel.__name__ for kernel, _ in launch_table(plan).values()}
-    assert gpu_check.mala_kernel_names() == launched and len(launched) == 5
+    assert profiling.mala_kernel_names() == launched and len(launched) == 5
 
 
 def test_gpu_time_by_category_adds_up():
-    from benchmarks import gpu_check
     kernels = [(name, 10.0 * (index + 1), index % 3 + 1)
                for index, name in enumerate(KERNEL_NAMES)]
-    summary = gpu_check.gpu_time_by_category(kernels, top=3)
+    summary = profiling.gpu_time_by_category(kernels, top=3)
     categories = summary['categories']
-    assert list(categories) == list(gpu_check.CATEGORY_ORDER)
+    assert list(categories) == list(profiling.CATEGORY_ORDER)
     assert summary['gpu_time_us'] == pytest.approx(sum(us for _, us, _ in kernels))
     assert summary['kernel_count'] == sum(count for _, _, count in kernels)
     for category in categories:
@@ -463,7 +501,6 @@ def test_gpu_check_model_profile_writes_categories_per_model(tmp_path, monkeypat
     """The model-profile step's plumbing on the CPU (whose profile has no GPU
     kernels): each backbone's forward is profiled after warm-up, and what the
     profile holds is categorised into model-profile.json."""
-    from benchmarks import gpu_check
     profiled = []
 
     def kernels(prof):
@@ -471,8 +508,8 @@ def test_gpu_check_model_profile_writes_categories_per_model(tmp_path, monkeypat
                             if event.key == 'aten::conv2d'))
         return [('nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT', 30.0, 2),
                 ('_forward_output_kernel', 10.0, 1)]
-    monkeypatch.setattr(gpu_check, '_profiled_kernels', kernels)
-    result = gpu_check.step_model_profile(tmp_path, 600, device='cpu', size=(64, 96), warmup=2)
+    monkeypatch.setattr(profiling, 'profiled_kernels', kernels)
+    result = profiling.step_model_profile(tmp_path, 600, device='cpu', size=(64, 96), warmup=2)
     report = json.loads((tmp_path / 'model-profile.json').read_text())
     assert result == {'rows': 2, 'complete': True, 'errors_recorded': 0} and report['complete']
     assert [row['model'][:7] for row in report['results']] == ['MAViT-T', 'Swin-T ']
@@ -483,6 +520,7 @@ def test_gpu_check_model_profile_writes_categories_per_model(tmp_path, monkeypat
         assert row['categories']['gemm'] == dict(time_us=30.0, kernels=2, share=0.75)
         assert row['categories']['mala']['kernels'] == 1
     assert sorted(tmp_path.iterdir()) == [tmp_path / 'model-profile.json']
+    _assert_targets_read('model-profile', report)
 
 
 def test_gpu_check_compiled_profile_compiles_each_backbone_first(tmp_path, monkeypatch):
@@ -490,7 +528,6 @@ def test_gpu_check_compiled_profile_compiles_each_backbone_first(tmp_path, monke
     by benchmark_fps.py's recipe (stood in for: a compile takes minutes here)
     without reduce-overhead's CUDA graph, then profiled; inductor's kernels
     and the MALA kernels keep categories of their own."""
-    from benchmarks import gpu_check
     from tools.analysis_tools import benchmark_fps
     compiles = []
 
@@ -498,10 +535,10 @@ def test_gpu_check_compiled_profile_compiles_each_backbone_first(tmp_path, monke
         compiles.append(mode)
         return forward, 12.34, None
     monkeypatch.setattr(benchmark_fps, 'compiled', compiled)
-    monkeypatch.setattr(gpu_check, '_profiled_kernels', lambda prof: [
+    monkeypatch.setattr(profiling, 'profiled_kernels', lambda prof: [
         ('triton_poi_fused__to_copy_add_convolution_mul_0', 30.0, 3),
         ('_forward_partials_kernel', 10.0, 1)])
-    result = gpu_check.step_model_profile(tmp_path, 600, device='cpu', size=(64, 96), warmup=2,
+    result = profiling.step_model_profile(tmp_path, 600, device='cpu', size=(64, 96), warmup=2,
                                           compiled=True)
     report = json.loads((tmp_path / 'compiled-profile.json').read_text())
     assert result == {'rows': 2, 'complete': True, 'errors_recorded': 0}
@@ -519,12 +556,11 @@ def test_swin_tiny_is_the_upernet_baselines_backbone():
     config builds it: Swin-T's depths, widths and windows of 7."""
     from mmseg.models.backbones import SwinTransformer
 
-    from benchmarks import gpu_check
     from mavit_mm.tooling.config import load_config
-    assert gpu_check.SWIN_T_CONFIG in gpu_check.UPERNET_CONFIGS
-    assert load_config(REPO_ROOT / gpu_check.SWIN_T_CONFIG).model.backbone.type == \
+    assert models.SWIN_T_CONFIG in models.UPERNET_CONFIGS
+    assert load_config(REPO_ROOT / models.SWIN_T_CONFIG).model.backbone.type == \
         'SwinTransformer'
-    model = gpu_check.swin_tiny()
+    model = models.swin_tiny()
     assert type(model) is SwinTransformer
     assert [len(stage.blocks) for stage in model.stages] == [2, 2, 6, 2]
     assert [stage.blocks[0].attn.w_msa.num_heads for stage in model.stages] == [3, 6, 12, 24]
@@ -552,32 +588,30 @@ def _stand_in_modes(monkeypatch) -> list:
 
 
 def _made_up_times(monkeypatch) -> None:
-    """gpu_check's timer stood in for: each step runs once (its model really
+    """The check's backbone timer stood in for: each step runs once (its model really
     runs, in its mode), its time is 10 ms, 11 ms, ... in the order of the rows
     (the real timer's rows are the sweep's, above)."""
-    from benchmarks import gpu_check
     times = iter(range(10, 100))
 
     def time_step(step, batch, device, warmup, rep):
         step()
         return dict(time_ms=float(next(times)))
-    monkeypatch.setattr(gpu_check, '_time_backbone_step', time_step)
+    monkeypatch.setattr(model_steps, 'time_backbone_step', time_step)
 
 
 def test_gpu_check_backbones_step_times_each_mode_through_benchmark_fps(tmp_path, monkeypatch):
     """The backbones step on the CPU at a small size: MAViT-T and Swin-T in
     each mode, the graph and the compile made by benchmark_fps.py's own code,
     MAViT-T's time over Swin-T's per mode."""
-    from benchmarks import gpu_check
     made = _stand_in_modes(monkeypatch)
     _made_up_times(monkeypatch)
-    result = gpu_check.step_backbones(tmp_path, 600, device='cpu', size=(64, 96))
+    result = model_steps.step_backbones(tmp_path, 600, device='cpu', size=(64, 96))
     report = json.loads((tmp_path / 'backbones.json').read_text())
     assert report['complete'] and result['errors_recorded'] == 0
     modes = ('cuda-graph', 'eager', 'compile')
     assert [(row['mode'], row['model']) for row in report['results']] == [
         (mode, model) for mode in modes
-        for model in (gpu_check.MAVIT_T_LABEL, gpu_check.SWIN_T_LABEL)]
+        for model in (models.MAVIT_T_LABEL, models.SWIN_T_LABEL)]
     assert made == [('cuda-graph', 3)] * 2 + [('compile', 'reduce-overhead')] * 2
     assert report['compile_mode'] == 'reduce-overhead'
     # Times 10, 11, 12, ... ms in row order: MAViT-T's over Swin-T's per mode.
@@ -585,17 +619,17 @@ def test_gpu_check_backbones_step_times_each_mode_through_benchmark_fps(tmp_path
         'cuda-graph': round(10 / 11, 4), 'eager': round(12 / 13, 4), 'compile': round(14 / 15, 4)}
     assert all('time_vs_swin' not in row for row in report['results'][1::2])
     assert [row.get('compile_s') for row in report['results']] == [None] * 4 + [1.2] * 2
+    _assert_targets_read('backbones', report)
 
 
 def test_ablation_rows_switch_each_fast_path_off_where_it_acts():
     """Per mode (CUDA graph, eager, then compile) and pass: the all-on row first, then
     each switch that acts there off alone; a switch that only changes a
     training step is timed on one (fwd+bwd), the others on a forward."""
-    from benchmarks import gpu_check
     from mavit_mm.ops.fast_paths import FAST_PATH_MODES, TRAINING_ONLY
-    rows = gpu_check.ablation_rows()
+    rows = model_steps.ablation_rows()
     assert [row['mode'] for row in rows] == sorted(
-        (row['mode'] for row in rows), key=gpu_check.ABLATION_MODES.index)
+        (row['mode'] for row in rows), key=model_steps.ABLATION_MODES.index)
     assert all(len(row['switches_off']) <= 1 for row in rows)
     cases = list(dict.fromkeys((row['mode'], row['pass_name']) for row in rows))
     for case in cases:
@@ -621,7 +655,6 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
     model built with its switches off and the same weights, run in its mode
     through benchmark_fps.py's code, against the all-on row of its mode and
     pass; a row whose model fails is recorded and the rest still run."""
-    from benchmarks import gpu_check
     from mavit_mm.models.mavit import MAViT
     from mavit_mm.ops.fast_paths import FAST_PATHS
     made = _stand_in_modes(monkeypatch)
@@ -635,9 +668,9 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
             raise TypeError("unexpected keyword argument 'fast_paths'")
         built.append((fast_paths, MAViT(arch='tiny', mala_impl=impl)))
         return built[-1][1]
-    monkeypatch.setattr(gpu_check, '_mavit', mavit)
-    plan = gpu_check.ablation_rows()
-    result = gpu_check.step_ablations(tmp_path, 600, device='cpu', size=(32, 64))
+    monkeypatch.setattr(model_steps, 'mavit_t', mavit)
+    plan = model_steps.ablation_rows()
+    result = model_steps.step_ablations(tmp_path, 600, device='cpu', size=(32, 64))
     report = json.loads((tmp_path / 'ablations.json').read_text())
     rows = report['results']
     failing = sum('dense_rope' in row['switches_off'] for row in plan)
@@ -675,7 +708,6 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
 def test_mala_model_shapes_are_the_calls_mavit_t_makes(monkeypatch):
     """The op's shapes the profile step times are the ones a MAViT-T forward
     passes to it (stages 1 and 2, channels_last head views)."""
-    from benchmarks import gpu_check
     from mavit_mm.models import mavit
     from mavit_mm.tooling.mala_inputs import layout_of
     calls = []
@@ -689,14 +721,14 @@ def test_mala_model_shapes_are_the_calls_mavit_t_makes(monkeypatch):
     model = mavit.MAViT(arch='tiny', mala_impl='torch').eval()
     with torch.no_grad():
         model(torch.randn(2, 3, 64, 160))
-    shapes = gpu_check.mala_model_shapes(size=(64, 160), batches=(2,))
+    shapes = op_steps.mala_model_shapes(size=(64, 160), batches=(2,))
     # Each stage's two blocks call the op with the same shape.
     assert calls == [(s['batch'], s['heads'], s['tokens'], s['head_dim'], 'channels_last')
                      for s in shapes for _ in range(2)]
     assert [(s['stage'], s['heads'], s['height'], s['width'], s['batch_heads'])
             for s in shapes] == [(1, 1, 16, 40, 2), (2, 2, 8, 20, 4)]
     # At 512x2048: 128x512 and 64x256 maps; B*heads 1 and 2 at batch 1, 8 and 16 at batch 8.
-    full = gpu_check.mala_model_shapes()
+    full = op_steps.mala_model_shapes()
     assert [(s['height'], s['width'], s['tokens'], s['batch_heads']) for s in full] == [
         (128, 512, 65536, 1), (64, 256, 16384, 2), (128, 512, 65536, 8), (64, 256, 16384, 16)]
 
@@ -706,7 +738,6 @@ def test_gpu_check_upernet_fps_gathers_its_runs_within_the_budget(tmp_path, monk
     JSON): three runs of both models, --iters 50, their rows gathered with
     each run's MAViT-T / Swin-T ratio and the median of the runs; runs past
     the budget recorded as cut."""
-    from benchmarks import gpu_check
     fake = (
         "import json, sys, time; run = json.loads(sys.argv[1]); time.sleep(run['sleep'])\n"
         "rows = [dict(config=config, mode=mode, dtype=run['dtype'], height=run['height'], "
@@ -721,15 +752,15 @@ def test_gpu_check_upernet_fps_gathers_its_runs_within_the_budget(tmp_path, monk
         commands.append(run)
         sleep = 60 if run['run'] == 3 else 0
         return ['-c', fake, json.dumps(dict(run, sleep=sleep, fps=fps[run['run']])), str(output)]
-    monkeypatch.setattr(gpu_check, 'fps_command', fps_command)
-    monkeypatch.setattr(gpu_check, 'FPS_MIN_RUN_S', 2)
-    result = gpu_check.step_upernet_fps(tmp_path, 6, 'upernet-fps')
+    monkeypatch.setattr(upernet_fps, 'fps_command', fps_command)
+    monkeypatch.setattr(upernet_fps, 'FPS_MIN_RUN_S', 2)
+    result = upernet_fps.step_upernet_fps(tmp_path, 6, 'upernet-fps')
     report = json.loads((tmp_path / 'upernet-fps.json').read_text())
     runs = report['runs']
     assert [(run['run'], run['modes'], run['dtype'], run['height'], run['width'],
              [Path(config).stem for config in run['configs']]) for run in runs] == [
         (number, ['eager', 'cuda-graph'], 'bf16', 512, 2048,
-         [Path(config).stem for config in gpu_check.UPERNET_CONFIGS]) for number in (1, 2, 3)]
+         [Path(config).stem for config in models.UPERNET_CONFIGS]) for number in (1, 2, 3)]
     assert runs[0]['returncode'] == runs[1]['returncode'] == 0 and runs[2]['timed_out']
     assert not report['complete'] and result['runs_cut_or_skipped'] == 1
     assert report['iters'] == 50    # the targets' --iters 50
@@ -743,26 +774,45 @@ def test_gpu_check_upernet_fps_gathers_its_runs_within_the_budget(tmp_path, monk
              fps_vs_swin_median=pytest.approx(1.35)) for mode in ('eager', 'cuda-graph')]
     assert result['fps_vs_swin_median'] == {'eager 512x2048': 1.35, 'cuda-graph 512x2048': 1.35}
     assert sorted(tmp_path.iterdir()) == [tmp_path / 'logs.txt', tmp_path / 'upernet-fps.json']
+    _assert_targets_read('upernet-fps', report)
     # The other UperNet steps: compiled at 512x2048, every mode at 1024x2048.
-    assert [(run['modes'], run['height']) for run in gpu_check.upernet_fps_runs(
+    assert [(run['modes'], run['height']) for run in upernet_fps.upernet_fps_runs(
         'upernet-fps-compile')] == [(['compile'], 512)] * 3
-    assert [(run['modes'], run['height']) for run in gpu_check.upernet_fps_runs(
+    assert [(run['modes'], run['height']) for run in upernet_fps.upernet_fps_runs(
         'upernet-fps-1024')] == [(['eager', 'cuda-graph', 'compile'], 1024)] * 3
+
+
+@pytest.mark.parametrize('step', ['upernet-fps-compile', 'upernet-fps-1024'])
+def test_gpu_check_upernet_fps_steps_write_what_their_targets_read(tmp_path, monkeypatch, step):
+    """The other UperNet steps, with benchmark_fps.py stood in for by a script
+    writing rows of both models in the step's modes and size: their targets'
+    figures are the medians the step writes."""
+    fake = ("import json, sys; run = json.loads(sys.argv[1])\n"
+            "rows = [dict(config=config, mode=mode, dtype=run['dtype'], height=run['height'], "
+            "width=run['width'], fps=30.0 if 'mavit' in config else 20.0) "
+            "for config in run['configs'] for mode in run['modes']]\n"
+            "open(sys.argv[2], 'w').write(json.dumps(dict(results=rows)))\n")
+    monkeypatch.setattr(upernet_fps, 'fps_command',
+                        lambda run, output: ['-c', fake, json.dumps(run), str(output)])
+    upernet_fps.step_upernet_fps(tmp_path, 60, step)
+    report = json.loads((tmp_path / plan.STEP_FILES[step]).read_text())
+    assert report['complete']
+    _assert_targets_read(step, report)
 
 
 def test_gpu_check_passes_the_layout_to_the_op_steps(tmp_path, monkeypatch):
     """--layout reaches bench_mala.py and tune_mala.py, which take it."""
-    from benchmarks import bench_mala, gpu_check, tune_mala
+    from benchmarks import bench_mala, tune_mala
     commands = []
 
     def run_child(command, budget_s, log):
         commands.append(command)
         return dict(returncode=0, timed_out=False, output='', seconds=0)
-    monkeypatch.setattr(gpu_check, '_run_child', run_child)
-    args = gpu_check.parse_args(['--layout', 'nchw', '--steps', 'bench', 'tune-bh1'])
-    assert gpu_check.parse_args([]).layout == 'channels_last'
-    assert gpu_check.run_step('bench', tmp_path, args)['layout'] == 'nchw'
-    assert gpu_check.run_step('tune-bh1', tmp_path, args)['layout'] == 'nchw'
+    monkeypatch.setattr(op_steps, 'run_child', run_child)
+    args = runner.parse_args(['--layout', 'nchw', '--steps', 'bench', 'tune-bh1'])
+    assert runner.parse_args([]).layout == 'channels_last'
+    assert runner.run_step('bench', tmp_path, args)['layout'] == 'nchw'
+    assert runner.run_step('tune-bh1', tmp_path, args)['layout'] == 'nchw'
     bench, tune = commands
     assert bench_mala.parse_args(bench[2:]).layout == 'nchw'
     assert tune_mala.parse_args(tune[2:]).layout == 'nchw'

@@ -102,7 +102,7 @@ except RuntimeError as exc:
     'sources', pytest.param('wheel', marks=pytest.mark.skipif(
         not BUILT_WHEELS, reason='no mmcv wheel in .whl/: run scripts/gpu_wheels.sh'))])
 def test_mmseg_runs_upernet_and_swin_with_mmcv_without_ops(tmp_path, source):
-    from benchmarks.gpu_check import UPERNET_CONFIGS
+    from benchmarks.gpu_check_lib.models import UPERNET_CONFIGS
     site = tmp_path / 'site'
     site.mkdir()
     mmcv_without_ops(site, source)

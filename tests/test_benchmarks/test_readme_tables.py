@@ -138,18 +138,50 @@ def test_gpu_blocks_read_the_files_of_the_run_s_other_parts(tmp_path):
     assert 'stage 1' not in block   # a row the budget cut has no figures
 
 
-def test_gpu_blocks_targets_are_gpu_check_s():
-    """The targets the GPU blocks judge by are GPU_TARGETS' (benchmarks/gpu_check.py)."""
-    from benchmarks import gpu_check
-    targets = {(t.step, t.target) for t in gpu_check.GPU_TARGETS if t.goal == 'MALA op'}
-    assert {('bench', f'≥ {minimum}%') for minimum in
-            readme_tables.OP_COPY_TARGETS.values()} == {t for t in targets if t[0] == 'bench'}
-    assert {('profile', f'≤ {maximum} µs') for maximum in
-            readme_tables.OP_CALL_TARGETS_US.values()} == {t for t in targets if t[0] == 'profile'}
-    assert {t for t in targets if t[0] == 'model-profile'} == {
-        ('model-profile', f'≤ {readme_tables.MODEL_MALA_TARGET_US} µs')}
-    assert ('model-profile', f'≤ {readme_tables.MODEL_KERNELS_TARGET}') in {
-        (t.step, t.target) for t in gpu_check.GPU_TARGETS}
+def test_gpu_blocks_judge_by_the_thresholds_of_gpu_targets(monkeypatch):
+    """The GPU blocks judge each figure by benchmarks/gpu_targets.py: a
+    threshold changed there changes the verdict on the page."""
+    from benchmarks import gpu_targets
+    row = dict(stage=2, batch=1, heads=2, head_dim=64, height=64, width=256, pass_name='fwd+bwd',
+               kernel_us=40.0)
+    target = gpu_targets.target_of('profile', 'kernel_us', row)
+    assert (target.comparison, target.threshold) == ('≤', 60)
+    assert readme_tables._against_target(40.0, '.1f', target) == '40.0 (≤ 60: met)'
+    changed = target._replace(threshold=30)
+    monkeypatch.setattr(gpu_targets, 'GPU_TARGETS', tuple(
+        changed if t is target else t for t in gpu_targets.GPU_TARGETS))
+    assert readme_tables._against_target(
+        40.0, '.1f', gpu_targets.target_of('profile', 'kernel_us', row)) == '40.0 (≤ 30: **missed**)'
+    # The op block's target shapes are the bench targets' figures: one the run did not
+    # time is a row that says so, with its threshold.
+    report = dict(byte_model={}, results=[])
+    monkeypatch.setattr(readme_tables, '_gpu_source_line', lambda *args: 'Measured.')
+    block = readme_tables.render_gpu_op(report, 'gpu-x/part-5/bench_mala.json')
+    assert block.count('not measured (≥ ') == len(gpu_targets.figures_of('bench', 'percent_of_copy'))
+    assert '| bf16 | 16 | 65,536 |  | fwd | not measured | | not measured (≥ 50) |' in block
+
+
+def test_target_now_reads_the_newest_committed_file_of_the_step(tmp_path):
+    """A target's figure now: from the newest results file of its step that
+    has it (by the run's env.json date), not from one of an uncommitted tree;
+    "not measured" where none has it."""
+    from benchmarks import gpu_targets
+    target = gpu_targets.GPU_TARGETS[0]          # backbones, time_vs_swin under a CUDA graph
+    assert readme_tables.target_now(target, tmp_path) == 'not measured'
+    for run, date, commit, ratio in (('gpu-a-2026-12-01', '2026-12-01', 'abc', 0.7),
+                                     ('gpu-b-2026-12-02', '2026-12-02', 'def', 0.5),
+                                     ('gpu-c-2026-12-03', '2026-12-03', 'ghi+changes', 0.1)):
+        (tmp_path / run / 'part-2').mkdir(parents=True)
+        (tmp_path / run / 'part-2' / 'env.json').write_text(json.dumps(dict(date=date,
+                                                                             commit=commit)))
+        (tmp_path / run / 'part-2' / 'backbones.json').write_text(json.dumps(dict(
+            time_vs_swin={'cuda-graph': ratio})))
+    (tmp_path / 'gpu-d-2026-12-04' / 'part-2').mkdir(parents=True)
+    (tmp_path / 'gpu-d-2026-12-04' / 'part-2' / 'env.json').write_text(json.dumps(dict(
+        date='2026-12-04', commit='jkl')))
+    (tmp_path / 'gpu-d-2026-12-04' / 'part-2' / 'backbones.json').write_text(json.dumps(dict(
+        time_vs_swin={'eager': 1.2})))          # cut before the CUDA-graph rows
+    assert readme_tables.target_now(target, tmp_path) == '0.500: met (gpu-b-2026-12-02)'
 
 
 # --------------------------------------------------------------------------

@@ -206,7 +206,7 @@ def capture_cuda_graph(forward, device, warmup: int):
 def compiled(forward, device, mode: str = COMPILE_MODE):
     """``forward`` under ``torch.compile`` (``mode``, static shapes) from a
     cold start, its first calls made: the one recipe of this tool's
-    ``compile`` mode, which ``benchmarks/gpu_check.py`` times the backbones
+    ``compile`` mode, which ``benchmarks/timing.py`` times the GPU check's backbones
     with too. Returns the compiled call, the seconds those first calls took
     (compilation and, with reduce-overhead on CUDA, the graph's recording)
     and, on CUDA, the extra memory they took (``None`` on a CPU, where the

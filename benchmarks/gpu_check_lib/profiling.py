@@ -1,0 +1,188 @@
+"""Where a backbone forward's GPU time goes (``model-profile``, eager;
+``compiled-profile``, compiled): its kernels under the profiler, by
+category (``kernel_category``) and count."""
+from __future__ import annotations
+
+import ast
+import functools
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from benchmarks.gpu_check_lib.children import REPO_ROOT, write_results
+from benchmarks.gpu_check_lib.models import (
+    BACKBONE_SIZE,
+    MAVIT_T_LABEL,
+    SWIN_T_LABEL,
+    backbone_step,
+    empty_cache,
+    mavit_t,
+    swin_tiny,
+    synchronize,
+)
+from benchmarks.gpu_check_lib.plan import STEP_FILES
+
+MODEL_PROFILE_WARMUP = 10
+# compiled-profile compiles without reduce-overhead's CUDA graph: the profiler
+# then sees each kernel launch, and the graph would replay the same kernels.
+PROFILE_COMPILE_MODE = 'default'
+
+MALA_KERNELS_FILE = REPO_ROOT / 'mavit_mm' / 'ops' / 'mala' / 'kernels.py'
+# Categories of CUDA kernel names, tried in this order after the MALA kernels'
+# own names (case-insensitive): inductor's generated Triton kernels first
+# (pointwise, reductions, persistent reductions, foreach, templates: each
+# fuses several ops, and their names carry the ops' names, "convolution" or
+# "_to_copy" among them), SDPA before GEMM (cutlass attention kernels),
+# convolution before GEMM (cuDNN's implicit GEMMs), copies before elementwise
+# (a cast is a direct_copy_kernel inside an elementwise kernel).
+KERNEL_CATEGORIES = (
+    ('inductor', r'\btriton_(poi|red|per|for|tem)_'),
+    ('sdpa', r'flash_fwd|flash_bwd|flash::|pytorch_flash|fmha|attentionkernel|native_sdpa'
+             r'|efficient_attention'),
+    ('conv', r'conv(?!ert)|fprop|dgrad|wgrad|winograd|implicit_gemm|depthwise|im2col'),
+    ('gemm', r'gemm|gemv|nvjet|cublas|xmma|wgmma|tensorop|matmul|splitkreduce|cutlass'),
+    ('norm', r'layer_?norm|batch_?norm|group_?norm|rms_?norm|instance_?norm|bn_fw|bn_bw'
+             r'|rowwisemoments|welford'),
+    ('copy', r'copy|memcpy|memset|catarray|nchwtonhwc|nhwctonchw|transpose'),
+    ('elementwise', r'elementwise'),
+)
+CATEGORY_ORDER = ('mala', *(name for name, _ in KERNEL_CATEGORIES), 'other')
+
+
+@functools.cache
+def mala_kernel_names() -> frozenset[str]:
+    """The fused op's GPU kernels, as a profiler names them: the
+    ``@triton.jit`` functions of ``ops/mala/kernels.py`` named ``*_kernel``
+    (the others are helpers inlined into them). Read from the source, so no
+    triton import."""
+    tree = ast.parse(MALA_KERNELS_FILE.read_text())
+    return frozenset(node.name for node in ast.walk(tree)
+                     if isinstance(node, ast.FunctionDef) and node.name.endswith('_kernel')
+                     and any('jit' in ast.unparse(d) for d in node.decorator_list))
+
+
+def kernel_category(name: str) -> str:
+    """The category of a CUDA kernel (or GPU memory operation) by its name:
+    one of ``CATEGORY_ORDER``."""
+    if re.search(r'\b(' + '|'.join(sorted(mala_kernel_names())) + r')\b', name):
+        return 'mala'
+    for category, pattern in KERNEL_CATEGORIES:
+        if re.search(pattern, name, re.IGNORECASE):
+            return category
+    return 'other'
+
+
+def gpu_time_by_category(kernels: Iterable[tuple[str, float, int]], top: int = 25) -> dict:
+    """GPU time, share and launches per category of ``(name, GPU µs,
+    launches)`` rows, the total, the kernel count, and the ``top`` kernels by
+    time with their category (to check the categorisation against real names)."""
+    kernels = list(kernels)
+    total_us = sum(us for _, us, _ in kernels)
+    categories = {name: dict(time_us=0.0, kernels=0, share=0.0) for name in CATEGORY_ORDER}
+    category_of = {name: kernel_category(name) for name, _, _ in kernels}
+    for name, us, count in kernels:
+        entry = categories[category_of[name]]
+        entry['time_us'] += us
+        entry['kernels'] += count
+    for entry in categories.values():
+        entry['time_us'] = round(entry['time_us'], 2)
+        entry['share'] = round(entry['time_us'] / total_us, 4) if total_us else 0.0
+    ranked = sorted(kernels, key=lambda row: -row[1])[:top]
+    return dict(gpu_time_us=round(total_us, 2), kernel_count=sum(c for _, _, c in kernels),
+                categories=categories,
+                top_kernels=[dict(name=name[:300], category=category_of[name],
+                                  time_us=round(us, 2), launches=count)
+                             for name, us, count in ranked])
+
+
+def profiled_kernels(prof) -> list[tuple[str, float, int]]:
+    """(name, GPU µs, launches) of each GPU kernel and memory operation a
+    ``torch.profiler`` profile holds."""
+    return [(event.key, _device_time_us(event), event.count) for event in prof.key_averages()
+            if 'CUDA' in str(getattr(event, 'device_type', ''))]
+
+
+def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
+                       size=BACKBONE_SIZE, warmup: int = MODEL_PROFILE_WARMUP,
+                       compiled: bool = False) -> dict:
+    """One bf16 (autocast) forward of each backbone (MAViT-T, ``mala_impl``
+    auto; Swin-T, ``swin_tiny``), batch 1, eval mode, under the profiler after
+    ``warmup`` forwards: GPU time and kernel count by category
+    (``kernel_category``) and the top kernels. ``compiled``: the
+    compiled-profile step, each forward compiled first by benchmark_fps.py's
+    ``compiled`` in ``PROFILE_COMPILE_MODE``. On a CPU the profile has no GPU
+    kernels (the tests run the plumbing)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tools.analysis_tools import benchmark_fps
+    name = 'compiled-profile' if compiled else 'model-profile'
+    device = torch.device(device)
+    on_cuda = device.type == 'cuda'
+    models = [(MAVIT_T_LABEL, lambda: mavit_t('auto')), (SWIN_T_LABEL, swin_tiny)]
+    rows = []
+    report = dict(note='backbones alone, batch 1, eval mode under no_grad, torch.autocast bf16; '
+                       'one forward profiled after warm-up; time_us: GPU time of the kernels '
+                       'and memory operations of each category; kernels: their launches; '
+                       'forward_ms: median wall time of the warm-up forwards after the first'
+                       + ('; compiled by benchmark_fps.compiled in compile_mode (its first calls '
+                          'took compile_s), without reduce-overhead\'s CUDA graph, which '
+                          'replays the same kernels: the profiler sees each launch; inductor: '
+                          "inductor's own Triton kernels" if compiled else ''),
+                  height=size[0], width=size[1], categories=list(CATEGORY_ORDER),
+                  category_patterns=dict(KERNEL_CATEGORIES), mala_kernels=sorted(mala_kernel_names()),
+                  compile_mode=PROFILE_COMPILE_MODE if compiled else None,
+                  complete=False, results=rows)
+    path = out / STEP_FILES[name]
+    deadline = time.time() + budget_s
+    for label, build in models:
+        if time.time() > deadline:
+            rows.append(dict(model=label, skipped='time budget spent'))
+            continue
+        compile_s = None
+        try:
+            model = build().to(device)
+            images = torch.randn(1, 3, *size, device=device)
+            forward = backbone_step(model, images, 'bf16', 'fwd', device.type)
+            if compiled:
+                forward, compile_s, _ = benchmark_fps.compiled(forward, device,
+                                                               PROFILE_COMPILE_MODE)
+            times_ms = [benchmark_fps.timed(forward, device) * 1e3 for _ in range(warmup)]
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+            with profile(activities=activities) as prof:
+                forward()
+                synchronize(device)
+            warm_ms = sorted(times_ms[1:] or times_ms)
+            row = dict(model=label, forward_ms=round(warm_ms[len(warm_ms) // 2], 3),
+                       **({'compile_s': round(compile_s, 1)} if compiled else {}),
+                       **gpu_time_by_category(profiled_kernels(prof)))
+        except Exception as exc:   # e.g. out of memory, a compile that fails: record it
+            row = dict(model=label, error=f'{type(exc).__name__}: {str(exc)[:300]}')
+        finally:
+            if compiled:
+                torch._dynamo.reset()   # frees the compiled graphs
+        rows.append(row)
+        write_results(path, report)
+        print(f'  {label[:45]:45} ' + (row['error'] if 'error' in row else
+              f'{row["gpu_time_us"] / 1e3:8.2f} ms on the GPU in {row["kernel_count"]} kernels: '
+              + ', '.join(f'{category} {entry["share"]:.0%}'
+                          for category, entry in row['categories'].items() if entry['kernels'])),
+              flush=True)
+        model = forward = None
+        empty_cache(device)
+    report['complete'] = not any('skipped' in row for row in rows)
+    write_results(path, report)
+    return {'rows': len(rows), 'complete': report['complete'],
+            'errors_recorded': sum('error' in row for row in rows)}
+
+
+def _device_time_us(event) -> float:
+    """The event's own device time (renamed from ``self_cuda_time_total``)."""
+    for name in ('self_device_time_total', 'self_cuda_time_total'):
+        value = getattr(event, name, None)
+        if value:
+            return float(value)
+    return 0.0
+

@@ -1,0 +1,76 @@
+"""The benchmarks' one timer: the median milliseconds of a call.
+
+On CUDA, ``triton.testing.do_bench`` with ``return_mode='median'``: CUDA
+events around each call, the L2 cache cleared between calls, ``warmup_ms``
+of untimed calls, then calls for ``rep_ms``. On a CPU (the tests, the CPU
+runs of the op's PyTorch path), ``cpu_warmup`` untimed calls and the median
+of ``cpu_calls`` timed by ``time.perf_counter``.
+
+``in_mode`` makes the call to time as ``tools/analysis_tools/benchmark_fps.py``
+runs a forward, through its own code (``benchmarks/`` may import from
+``tools/``, never the reverse): ``eager`` as it is; ``cuda-graph`` captured
+once in a CUDA graph (``capture_cuda_graph``) and replayed; ``compile``
+compiled (``compiled``), its seconds apart.
+
+Used by ``bench_mala.py``, ``tune_mala.py`` and the GPU check's model and op
+steps (``benchmarks/gpu_check_lib/``).
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+# do_bench's warm-up and measuring time in ms, and the CPU's calls.
+CUDA_WARMUP_MS, CUDA_REP_MS = 25, 100
+CPU_WARMUP_CALLS, CPU_CALLS = 2, 5
+
+
+def median_ms(step: Callable, device: torch.device, warmup_ms: float | None = None,
+              rep_ms: float | None = None, *, cpu_warmup: int | None = None,
+              cpu_calls: int | None = None) -> float:
+    """The median ms of ``step()`` on ``device`` (``None``: the default of each)."""
+    if device.type == 'cuda':
+        import triton.testing
+        return triton.testing.do_bench(
+            step, warmup=int(CUDA_WARMUP_MS if warmup_ms is None else warmup_ms),
+            rep=int(CUDA_REP_MS if rep_ms is None else rep_ms), return_mode='median')
+    warmup = CPU_WARMUP_CALLS if cpu_warmup is None else int(cpu_warmup)
+    calls = CPU_CALLS if cpu_calls is None else int(cpu_calls)
+    if warmup < 0 or calls < 1:
+        raise ValueError(f'a CPU timing takes 0 or more warm-up calls and 1 or more timed '
+                         f'calls, got {warmup} and {calls}')
+    for _ in range(warmup):
+        step()
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        step()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+@contextlib.contextmanager
+def in_mode(step: Callable, mode: str, device: torch.device) -> Iterator[tuple[Callable, dict]]:
+    """``step`` made into the call that ``mode`` (one of benchmark_fps.py's
+    ``MODES``) times, and what making it measured (``compile_s``: the
+    compile's first calls); a compile's graphs are freed
+    (``torch._dynamo.reset``) on leaving."""
+    if mode == 'eager':
+        yield step, {}
+        return
+    from tools.analysis_tools import benchmark_fps
+    if mode not in benchmark_fps.MODES:
+        raise ValueError(f'unknown mode {mode!r}: one of {benchmark_fps.MODES}')
+    if mode == 'cuda-graph':
+        replay, _ = benchmark_fps.capture_cuda_graph(step, device, benchmark_fps.CAPTURE_WARMUP)
+        yield replay, {}
+        return
+    run, compile_s, _ = benchmark_fps.compiled(step, device)
+    try:
+        yield run, {'compile_s': round(compile_s, 1)}
+    finally:
+        torch._dynamo.reset()

@@ -1,0 +1,69 @@
+"""benchmarks/timing.py, the benchmarks' one timer, where it runs without a GPU."""
+import pytest
+import torch
+
+from benchmarks import timing
+
+CPU = torch.device('cpu')
+
+
+def test_median_ms_on_a_cpu_is_the_median_of_the_timed_calls(monkeypatch):
+    """Warm-up calls untimed, then each call timed by the host's clock: the
+    median of their times (calls that take 7, 7, then 5, 1 and 3 ms on a
+    stood-in clock: 3)."""
+    clock = [0.0]
+    durations_ms = [7, 7, 5, 1, 3]
+    monkeypatch.setattr(timing.time, 'perf_counter', lambda: clock[0])
+
+    def step():
+        clock[0] += durations_ms.pop(0) * 1e-3
+    assert timing.median_ms(step, CPU, cpu_warmup=2, cpu_calls=3) == pytest.approx(3.0)
+    assert durations_ms == []
+    calls = []
+    timing.median_ms(lambda: calls.append(1), CPU)   # the defaults: 2 warm-up calls, 5 timed
+    assert len(calls) == timing.CPU_WARMUP_CALLS + timing.CPU_CALLS == 7
+
+
+@pytest.mark.parametrize('warmup, calls', [(-1, 3), (0, 0)])
+def test_median_ms_refuses_calls_it_cannot_time(warmup, calls):
+    with pytest.raises(ValueError, match='timed calls'):
+        timing.median_ms(lambda: None, CPU, cpu_warmup=warmup, cpu_calls=calls)
+
+
+def test_median_ms_on_cuda_is_do_bench_s_median(monkeypatch):
+    """On CUDA, triton.testing.do_bench's median, with its warm-up and
+    measuring time in ms (the defaults where none is given)."""
+    import triton.testing
+    asked = []
+
+    def do_bench(step, **kwargs):
+        asked.append(kwargs)
+        return 1.5
+    monkeypatch.setattr(triton.testing, 'do_bench', do_bench)
+    cuda = torch.device('cuda')
+    assert timing.median_ms(lambda: None, cuda, 10, 50, cpu_calls=9) == 1.5
+    timing.median_ms(lambda: None, cuda)
+    assert asked == [dict(warmup=10, rep=50, return_mode='median'),
+                     dict(warmup=timing.CUDA_WARMUP_MS, rep=timing.CUDA_REP_MS,
+                          return_mode='median')]
+
+
+def test_in_mode_makes_the_call_each_mode_times(monkeypatch):
+    """eager: the step itself; compile: benchmark_fps.py's ``compiled`` (stood
+    in for), its seconds recorded, dynamo reset on leaving; an unknown mode
+    refused."""
+    from tools.analysis_tools import benchmark_fps
+
+    def step():
+        return None
+
+    with timing.in_mode(step, 'eager', CPU) as (call, made):
+        assert call is step and made == {}
+    resets = []
+    monkeypatch.setattr(benchmark_fps, 'compiled', lambda forward, device: (forward, 12.34, None))
+    monkeypatch.setattr(torch._dynamo, 'reset', lambda: resets.append(1))
+    with timing.in_mode(step, 'compile', CPU) as (call, made):
+        assert call is step and made == {'compile_s': 12.3} and not resets
+    assert resets == [1]
+    with pytest.raises(ValueError, match='unknown mode'), timing.in_mode(step, 'jit', CPU):
+        pass
