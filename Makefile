@@ -23,8 +23,9 @@ lint: setup
 test: lint
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -n auto --dist loadgroup --no-loadscope-reorder
 
+# The tests make test leaves out (README.md says which and why), on every core.
 test-slow: setup
-	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -m slow
+	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -m slow -n auto --dist loadgroup
 
 # MAViT-T against Swin-T (backbone forward, training step, UperNet), JSON + PNG
 # under benchmarks/results/; then `python benchmarks/readme_tables.py --write`.

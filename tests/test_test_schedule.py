@@ -40,3 +40,6 @@ def test_the_recorder_sums_phases_per_test_and_busy_time_per_worker(tmp_path, mo
             dict(date=date, test_durations=dict(record, tests=[dict(test='t.py::a',
                                                                     seconds=seconds)]))))
     assert recorded_durations(tmp_path) == {'t.py::a': 5.0}
+    (tmp_path / 'benchmarks' / 'results' / 'test-durations-x.json').write_text(json.dumps(
+        dict(record, date='2026-03-01')))
+    assert recorded_durations(tmp_path) == {'t.py::a': 5.0, 't.py::b': 1.5, 't.py::c': 4.0}

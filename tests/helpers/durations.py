@@ -5,7 +5,8 @@ sets it), the controller writes every test's seconds (setup, call and
 teardown together) and the worker that ran it, and each worker's busy time.
 Read back: ``make test`` hands its work units (a test, or an ``xdist_group``
 of tests that share a fixture) to its workers heaviest first by the newest
-recorded run (``benchmarks/results/newcomer-*.json``), so that a long unit
+recorded run (``benchmarks/results/newcomer-*.json``, or a record of a plain
+run kept as ``benchmarks/results/test-durations-*.json``), so that a long unit
 starts early instead of leaving one worker busy while the other idles: the
 longest-first rule of scheduling, with xdist handing the next unit to
 whichever worker runs dry.
@@ -15,12 +16,14 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 from helpers.paths import REPO_ROOT
 
 DURATIONS_ENV = 'MAVIT_TEST_DURATIONS'
-RECORDED_RUNS = 'benchmarks/results/newcomer-*.json'
+NEWCOMER_RUNS = 'benchmarks/results/newcomer-*.json'     # the record under 'test_durations'
+PLAIN_RUNS = 'benchmarks/results/test-durations-*.json'  # the record itself
 
 
 def plain_nodeid(nodeid: str) -> str:
@@ -50,7 +53,8 @@ class DurationRecorder:
         busy: dict[str, float] = defaultdict(float)
         for nodeid, seconds in self.seconds.items():
             busy[self.worker[nodeid]] += seconds
-        record = dict(worker_busy_s={worker: round(s, 1) for worker, s in sorted(busy.items())},
+        record = dict(date=datetime.now(UTC).isoformat(timespec='seconds'),
+                      worker_busy_s={worker: round(s, 1) for worker, s in sorted(busy.items())},
                       tests=[dict(test=nodeid, seconds=round(seconds, 2),
                                   worker=self.worker[nodeid])
                              for nodeid, seconds in sorted(self.seconds.items(),
@@ -63,10 +67,12 @@ def recorded_durations(results: Path = REPO_ROOT) -> dict[str, float]:
     """Seconds per test of the newest recorded run (by its date); empty
     where none is recorded."""
     runs = []
-    for path in results.glob(RECORDED_RUNS):
-        report = json.loads(path.read_text())
-        if report.get('test_durations'):
-            runs.append((report.get('date', ''), path.name, report['test_durations']))
+    for pattern in (NEWCOMER_RUNS, PLAIN_RUNS):
+        for path in results.glob(pattern):
+            report = json.loads(path.read_text())
+            record = report.get('test_durations') if pattern == NEWCOMER_RUNS else report
+            if record and record.get('tests'):
+                runs.append((report.get('date', ''), path.name, record))
     if not runs:
         return {}
     return {row['test']: row['seconds'] for row in max(runs)[2]['tests']}
