@@ -75,7 +75,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
-from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
+from devtools.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
 DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
@@ -96,7 +96,7 @@ def parse_args(argv=None):
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='bf16',
                         help='q, k, v dtype (default bf16)')
     parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
-                        help="q, k, v memory layout (mavit_mm/tooling/mala_inputs.py; default "
+                        help="q, k, v memory layout (devtools/mala_inputs.py; default "
                              "channels_last, what the model passes)")
     parser.add_argument('--modes', nargs='+', choices=MODES, default=list(MODES),
                         help="forward: inference call under no_grad; train: forward + "
@@ -215,9 +215,9 @@ def summary(stages: list[dict]) -> dict:
 def measure(args) -> dict:
     """Per mode, the time per call of each MALA stage's calls (each call's
     launches checked)."""
+    from devtools.mala_inputs import mala_inputs
     from mavit_mm.ops.mala import dispatch
     from mavit_mm.ops.rope2d import RoPE2d
-    from mavit_mm.tooling.mala_inputs import mala_inputs
     error = dispatch._triton_unavailable()
     if error is not None:
         raise SystemExit(f'the Triton path is unavailable: {error}')
@@ -450,7 +450,8 @@ def _relative(path: Path) -> str:
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(1)
-    from mavit_mm.tooling.device import cpu_model, git_commit
+    from devtools.checkout import git_commit
+    from mavit_mm.tooling.device import cpu_model
     # Before measuring: the reference forward must be there.
     forward_ms = None if args.eager_fps is None else eager_forward_ms(args.eager_fps, args.image)
     baseline = None
