@@ -14,6 +14,8 @@ setup(
     description='MAViT (Magnitude-Aware Linear Attention) backbones for mmdet and mmseg',
     long_description=(ROOT / 'README.md').read_text() if (ROOT / 'README.md').exists() else '',
     long_description_content_type='text/markdown',
+    # The package alone: devtools/ (the tests' and benchmarks' instruments),
+    # tools/ and benchmarks/ stay in the checkout.
     packages=find_packages(include=['mavit_mm', 'mavit_mm.*']),
     python_requires='>=3.10',
     # torch is deliberately unpinned: a user's CUDA build must stay in place.

@@ -99,8 +99,9 @@ def run_task(task: str, model: torch.nn.Module, image: torch.Tensor, optimizer, 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    from devtools.checkout import git_commit
     from mavit_mm.models.mavit import MAViT
-    from mavit_mm.tooling.device import cpu_model, git_commit
+    from mavit_mm.tooling.device import cpu_model
     if args.threads:
         torch.set_num_threads(args.threads)
     base_commit = subprocess.run(['git', 'rev-parse', '--short', args.base], cwd=REPO_ROOT,

@@ -47,14 +47,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.timing import median_ms  # noqa: E402
-from mavit_mm.ops.mala import mala_attention  # noqa: E402
-from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
-from mavit_mm.tooling.device import cuda_peak_extra_bytes, device_name  # noqa: E402
-from mavit_mm.tooling.mala_inputs import (  # noqa: E402
+from devtools.mala_inputs import (  # noqa: E402
     DEFAULT_LAYOUT,
     MALA_LAYOUTS,
     mala_inputs,
 )
+from mavit_mm.ops.mala import mala_attention  # noqa: E402
+from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
+from mavit_mm.tooling.device import cuda_peak_extra_bytes, device_name  # noqa: E402
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -126,7 +126,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(default: what the model passes, head views of a channels_last "
                              "map, channels contiguous), 'nchw' (head views of an NCHW map, "
                              "tokens contiguous), 'contiguous' (B, heads, N, d); see "
-                             'mavit_mm/tooling/mala_inputs.py')
+                             'devtools/mala_inputs.py')
     parser.add_argument('--pair-loads', choices=('auto', 'strided'), default='auto',
                         help="--compile-report: RoPE channel pairs read as the launches read "
                              "them ('auto': whole tiles where channels are contiguous) or one "
@@ -184,7 +184,7 @@ def default_output_path(name: str, device: torch.device) -> Path:
 def mala_case_inputs(batch_heads: int, num_tokens: int, head_dim: int, dtype: torch.dtype,
                      device: torch.device, requires_grad: bool, layout: str = DEFAULT_LAYOUT):
     """q, k, v of one case (``batch_heads`` images of one head over a square
-    map) in ``layout`` (``mavit_mm.tooling.mala_inputs``), and the rotary
+    map) in ``layout`` (``devtools.mala_inputs``), and the rotary
     tables."""
     side = round(num_tokens ** 0.5)
     views = mala_inputs(batch_heads, 1, side, side, head_dim, layout=layout, dtype=dtype,
@@ -312,15 +312,15 @@ def _kernel_launches(plan, layout: str, pair_loads: str):
     as the launches do (whole tiles where channels are contiguous:
     ``function.whole_pairs``), 'strided' one tile per parity whatever the
     layout (the kernels before whole-tile loads)."""
+    from devtools.mala_inputs import mala_inputs
     from mavit_mm.ops.mala.function import launch_table, whole_pairs
-    from mavit_mm.tooling.mala_inputs import mala_inputs
     q = mala_inputs(1, 2, 2, 2, 2, layout=layout, device='meta')[0]   # its strides only
     whole = pair_loads == 'auto' and whole_pairs(q)
     return list(launch_table(plan, whole_q_pairs=whole, whole_k_pairs=whole).values())
 
 
 def _compile_for(kernel, meta: dict, io_type: str, capability: int, layout: str) -> dict:
-    from mavit_mm.tooling.gpu_compile_report import (
+    from devtools.gpu_compile_report import (
         KernelResources,
         compile_for_gpu,
         resident_blocks,

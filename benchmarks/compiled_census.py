@@ -1,6 +1,6 @@
 """The compiled graph's census, MAViT-T against Swin-T: what inductor compiles
 each backbone's forward into on the CPU, counted in its output code by the
-rule in ``mavit_mm/tooling/compiled_census.py`` (its module docstring).
+rule in ``devtools/compiled_census.py`` (its module docstring).
 
 Each backbone (``census_backbones``: MAViT-T with the fused MALA op, which
 launches no kernel here (``fused_launches_skipped``: the counts do not read
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
-from mavit_mm.tooling.compiled_census import COMPILED_CENSUS_SIZE  # noqa: E402
+from devtools.compiled_census import COMPILED_CENSUS_SIZE  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,13 +49,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from mavit_mm.tooling.compiled_census import compiled_census
-    from mavit_mm.tooling.device import cpu_model, git_commit
-    from mavit_mm.tooling.op_census import (
+    from devtools.checkout import git_commit
+    from devtools.compiled_census import compiled_census
+    from devtools.op_census import (
         CENSUS_BACKBONES,
         census_backbones,
         fused_launches_skipped,
     )
+    from mavit_mm.tooling.device import cpu_model
     torch.set_num_threads(1)
     image = torch.randn(1, 3, *args.size, generator=torch.Generator().manual_seed(0))
     results = {}
@@ -74,7 +75,7 @@ def main(argv=None) -> dict:
               f"{counts['fused_kernels']} fused + {counts['extern_calls']}, "
               f"{counts['bytes_accessed']} bytes accessed ({seconds:.0f} s)")
     report = dict(benchmark='compiled_census', input=[1, 3, *args.size], dtype='float32',
-                  rule='mavit_mm/tooling/compiled_census.py (module docstring)',
+                  rule='devtools/compiled_census.py (module docstring)',
                   backbones=CENSUS_BACKBONES,
                   cpu=cpu_model(), threads=torch.get_num_threads(), torch=torch.__version__,
                   commit=git_commit(), date=datetime.now(UTC).isoformat(timespec='seconds'),

@@ -68,6 +68,7 @@ def main(argv=None) -> dict:
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
+    from devtools.checkout import git_commit
     from mavit_mm.data.synthetic import (
         DEMO_DATA_ROOT,
         DEMO_DATA_SETTINGS,
@@ -75,7 +76,7 @@ def main(argv=None) -> dict:
         make_coco_dataset,
     )
     from mavit_mm.tooling.config import load_config
-    from mavit_mm.tooling.device import device_name, git_commit, library_versions
+    from mavit_mm.tooling.device import device_name, library_versions
     from mavit_mm.tooling.results_file import write_json
     root = Path(DEMO_DATA_ROOT) / 'coco'
     if not dataset_complete(root, 'coco', **DEMO_DATA_SETTINGS):

@@ -81,7 +81,7 @@ def variants():
 
 def compile_for(kernel, constexprs: dict, map_type: str, capability: int,
                 channels: int) -> dict:
-    from mavit_mm.tooling.gpu_compile_report import compile_for_gpu
+    from devtools.gpu_compile_report import compile_for_gpu
     signature, constants, attrs = {}, dict(constexprs), {}
     for index, arg in enumerate(kernel.arg_names):
         if arg in constants:

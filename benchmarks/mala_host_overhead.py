@@ -22,8 +22,8 @@ launch). The dispatch refuses CPU tensors without the interpreter, so its
 check of the interpreter is patched to say yes; everything else runs as is.
 
 Shapes: the op's calls in MAViT-T, the 4 MALA layers (stages 1 and 2, two
-blocks each; ``gpu_check.mala_model_shapes``, the GPU check's profile step's
-shapes) at ``--batch`` and ``--image``, q, k, v as the backbone passes them
+blocks each; ``gpu_check_lib.op_steps.mala_model_shapes``, the GPU check's
+profile step's shapes) at ``--batch`` and ``--image``, q, k, v as the backbone passes them
 (``--layout``). Each call is made ``--calls`` times per round, ``--rounds``
 rounds after ``--warmup`` calls; per stage the median over rounds of the time
 per call, then the mean per call over the 4 layers and their sum, one
@@ -75,7 +75,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
-from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
+from devtools.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
 DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
@@ -96,7 +96,7 @@ def parse_args(argv=None):
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='bf16',
                         help='q, k, v dtype (default bf16)')
     parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
-                        help="q, k, v memory layout (mavit_mm/tooling/mala_inputs.py; default "
+                        help="q, k, v memory layout (devtools/mala_inputs.py; default "
                              "channels_last, what the model passes)")
     parser.add_argument('--modes', nargs='+', choices=MODES, default=list(MODES),
                         help="forward: inference call under no_grad; train: forward + "
@@ -194,7 +194,7 @@ def make_call(mode: str, mala_attention, q, k, v, rope):
 def model_calls(args) -> list[dict]:
     """The op's calls in one MAViT-T forward at ``args.image``: per MALA stage
     its shape and its layers (blocks)."""
-    from benchmarks.gpu_check import mala_model_shapes
+    from benchmarks.gpu_check_lib.op_steps import mala_model_shapes
     from mavit_mm.models.mavit import ARCH_SETTINGS
     depths = ARCH_SETTINGS['tiny']['depths']
     return [dict(shape, layers=depths[shape['stage'] - 1])
@@ -215,9 +215,9 @@ def summary(stages: list[dict]) -> dict:
 def measure(args) -> dict:
     """Per mode, the time per call of each MALA stage's calls (each call's
     launches checked)."""
+    from devtools.mala_inputs import mala_inputs
     from mavit_mm.ops.mala import dispatch
     from mavit_mm.ops.rope2d import RoPE2d
-    from mavit_mm.tooling.mala_inputs import mala_inputs
     error = dispatch._triton_unavailable()
     if error is not None:
         raise SystemExit(f'the Triton path is unavailable: {error}')
@@ -450,7 +450,8 @@ def _relative(path: Path) -> str:
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(1)
-    from mavit_mm.tooling.device import cpu_model, git_commit
+    from devtools.checkout import git_commit
+    from mavit_mm.tooling.device import cpu_model
     # Before measuring: the reference forward must be there.
     forward_ms = None if args.eager_fps is None else eager_forward_ms(args.eager_fps, args.image)
     baseline = None

@@ -35,18 +35,6 @@ FLOP_CASES = (
 )
 
 
-def _git_commit() -> str:
-    import subprocess
-    try:
-        commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=REPO_ROOT,
-                                capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
-                               cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
-        return commit + ('+changes' if dirty else '')
-    except (OSError, subprocess.CalledProcessError):
-        return 'unknown'
-
-
 def count_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -102,8 +90,10 @@ def main(argv=None) -> int:
                         help='count these configs only (default: every published config)')
     args = parser.parse_args(argv)
     import torch
+
+    from devtools.checkout import git_commit
     started = time.time()
-    report = dict(benchmark='model-complexity', commit=_git_commit(),
+    report = dict(benchmark='model-complexity', commit=git_commit() or 'unknown',
                   date=time.strftime('%Y-%m-%dT%H:%M:%S%z'),
                   versions=dict(python=platform.python_version(), torch=torch.__version__),
                   **measure(args.configs))

@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.bench_mala import DTYPES, make_step, mala_case_inputs  # noqa: E402
-from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
+from devtools.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,7 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--passes', nargs='+', choices=('fwd', 'fwd+bwd'),
                         default=['fwd', 'fwd+bwd'])
     parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
-                        help='memory layout of q, k, v (mavit_mm/tooling/mala_inputs.py; '
+                        help='memory layout of q, k, v (devtools/mala_inputs.py; '
                              f'default {DEFAULT_LAYOUT}, what the model passes)')
     return parser.parse_args(argv)
 

@@ -143,7 +143,8 @@ def markdown(report: dict) -> str:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     sys.path.insert(0, str(REPO_ROOT))
-    from mavit_mm.tooling.device import cpu_model, git_commit
+    from devtools.checkout import git_commit
+    from mavit_mm.tooling.device import cpu_model
     from mavit_mm.tooling.results_file import write_json
     commit = git_commit()
     if commit is None or commit.endswith('+changes'):

@@ -61,8 +61,9 @@ def main(argv=None) -> dict:
     import torch
     from mmdeploy.apis import torch2onnx
 
+    from devtools.checkout import git_commit
     from mavit_mm.tooling.config import load_config
-    from mavit_mm.tooling.device import device_name, git_commit, library_versions
+    from mavit_mm.tooling.device import device_name, library_versions
     from mavit_mm.tooling.model_builder import build_model
     work = Path(tempfile.mkdtemp(prefix='ort_speed_'))
     torch.manual_seed(0)

@@ -1,5 +1,5 @@
 """The op census of one bf16 eager backbone forward, MAViT-T against Swin-T,
-counted without a clock by the rule in ``mavit_mm/tooling/op_census.py``
+counted without a clock by the rule in ``devtools/op_census.py``
 (its module docstring).
 
 Each backbone (``census_backbones``: MAViT-T with the fused MALA op, which
@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
-from mavit_mm.tooling.op_census import CENSUS_SIZE  # noqa: E402
+from devtools.op_census import CENSUS_SIZE  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,8 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from mavit_mm.tooling.device import git_commit
-    from mavit_mm.tooling.op_census import (
+    from devtools.checkout import git_commit
+    from devtools.op_census import (
         CENSUS_BACKBONES,
         census_backbones,
         first_and_steady,
@@ -74,7 +74,7 @@ def main(argv=None) -> dict:
                   f"{counts['bytes_moved'] / 1e6:.1f} MB moved")
     mavit, swin = (results[name]['steady'] for name in ('MAViT-T', 'Swin-T'))
     report = dict(benchmark='op_census', input=[1, 3, *args.size], autocast='cpu bf16',
-                  rule='mavit_mm/tooling/op_census.py (module docstring)',
+                  rule='devtools/op_census.py (module docstring)',
                   backbones=CENSUS_BACKBONES,
                   steady_ratios=dict(
                       non_view_ops=round(mavit['non_view_ops'] / swin['non_view_ops'], 4),

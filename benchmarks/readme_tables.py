@@ -41,7 +41,7 @@ more than once shows each run and their median.
 ``benchmarks/results/README.md`` says what produced each results file.
 
 A block never names an uncommitted tree: a results file whose commit ends in
-``+changes`` (``mavit_mm.tooling.device.git_commit``: tracked files differed
+``+changes`` (``devtools.checkout.git_commit``: tracked files differed
 from the commit) is refused (``UncommittedTreeError``, naming the file and
 the block). Re-run its benchmark on a clean checkout, commit the new file,
 then ``--write`` the block.
@@ -96,7 +96,7 @@ TASK_NAMES = {'backbone-forward': 'backbone forward',
 MODEL_NAMES = {'mask_rcnn': 'Mask R-CNN + MAViT-T', 'upernet': 'UperNet + MAViT-T',
                'retinanet': 'RetinaNet + MAViT-T', 'sem_fpn': 'Semantic FPN + MAViT-T',
                'cascade_mask_rcnn': 'Cascade Mask R-CNN + MAViT-T'}
-# How ``mavit_mm.tooling.device.git_commit`` marks a tree whose tracked files
+# How ``devtools.checkout.git_commit`` marks a tree whose tracked files
 # differ from its commit (a test ties the two).
 UNCOMMITTED_MARK = '+changes'
 # A GPU run's folder, and the line of its README.md that names its commit.

@@ -123,7 +123,8 @@ class Contender:
 def measure(args) -> dict:
     import torch
 
-    from mavit_mm.tooling.device import device_name, git_commit, library_versions
+    from devtools.checkout import git_commit
+    from mavit_mm.tooling.device import device_name, library_versions
 
     device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
     if args.dtype != 'fp32' and device.type != 'cuda':

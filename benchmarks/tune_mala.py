@@ -8,7 +8,7 @@ defaults, and writes everything as JSON. The chosen values go into
 ``KERNEL_TILES`` (``mavit_mm/ops/mala/function.py``) by hand, with the JSON
 committed under ``benchmarks/results/`` as the evidence.
 
-q, k, v come from ``mavit_mm.tooling.mala_inputs`` in ``--layout`` (default
+q, k, v come from ``devtools.mala_inputs`` in ``--layout`` (default
 ``channels_last``, what the model passes); each record names its layout.
 
 Example (the targets of the GPU issue)::
@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.bench_mala import DTYPES, environment, mala_case_inputs  # noqa: E402
 from benchmarks.timing import median_ms  # noqa: E402
-from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
+from devtools.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
 TOKEN_KERNELS = ('partials', 'output', 'query', 'key')
@@ -54,7 +54,7 @@ def parse_args(argv=None):
     parser.add_argument('--tokens', type=int, nargs='+', default=[65536],
                         help='tokens per image, a square feature map')
     parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
-                        help='memory layout of q, k, v (mavit_mm/tooling/mala_inputs.py; '
+                        help='memory layout of q, k, v (devtools/mala_inputs.py; '
                              f'default {DEFAULT_LAYOUT}, what the model passes)')
     parser.add_argument('--kernels', nargs='+', default=list(TOKEN_KERNELS) + ['combine'],
                         help='kernels whose tiles to tune')

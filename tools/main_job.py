@@ -234,7 +234,8 @@ def job_record(summary: dict) -> dict:
 
     import torch
 
-    from mavit_mm.tooling.device import device_name, git_commit, library_versions
+    from devtools.checkout import git_commit  # the demo job runs from its checkout
+    from mavit_mm.tooling.device import device_name, library_versions
     return dict(benchmark='main-job', device=device_name(torch.device('cpu')), device_type='cpu',
                 cpu_threads=torch.get_num_threads(), versions=library_versions(),
                 commit=git_commit(),

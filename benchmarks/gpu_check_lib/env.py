@@ -17,7 +17,7 @@ def step_env(out: Path, budget_s: float, commit: str | None = None) -> dict:
     import triton
 
     from benchmarks.bench_mala import COPY_METHOD, copy_bandwidth_tbps
-    from mavit_mm.tooling.device import git_commit
+    from devtools.checkout import git_commit
     device = torch.device('cuda')
     props = torch.cuda.get_device_properties(device)
     driver = _command_output(['nvidia-smi', '--query-gpu=driver_version', '--format=csv,noheader'])

@@ -20,10 +20,10 @@ from benchmarks.gpu_check_lib.models import (
     backbone_step,
     empty_cache,
     mavit_t,
-    swin_tiny,
 )
 from benchmarks.gpu_check_lib.plan import STEP_FILES
 from benchmarks.timing import in_mode, median_ms
+from devtools.baseline import swin_t
 
 SWEEP_SIZES = ((512, 512), (512, 1024), (1024, 1024), (512, 2048), (1024, 2048))
 # The sweep's training step (forward, backward, AdamW; peak memory).
@@ -61,7 +61,7 @@ def step_sweep(out: Path, budget_s: float, device: str = 'cuda', sizes=SWEEP_SIZ
     impls = ('triton', 'torch') if device.type == 'cuda' else ('torch',)
     # Each builds (model, its name).
     builders = [lambda impl=impl: (mavit_t(impl), f'MAViT-T {impl}') for impl in impls]
-    builders.append(lambda: (swin_tiny(), SWIN_T_LABEL))
+    builders.append(lambda: (swin_t(), SWIN_T_LABEL))
 
     def measure(rows_out, size, precision, batch, pass_name, build):
         row = dict(model=None, height=size[0], width=size[1], precision=precision, batch=batch,
@@ -114,7 +114,7 @@ def _add_ratios(rows: list[dict]) -> None:
 
 def step_backbones(out: Path, budget_s: float, device: str = 'cuda', size=BACKBONE_SIZE,
                    modes=BACKBONE_MODES, rep: int = 200) -> dict:
-    """MAViT-T (``mala_impl`` auto) against Swin-T (``swin_tiny``), bf16
+    """MAViT-T (``mala_impl`` auto) against Swin-T (``swin_t``), bf16
     autocast, batch 1, eval mode under no_grad, in each of ``modes``
     (``time_in_mode``): median ms and MAViT-T's time over Swin-T's per mode."""
     from tools.analysis_tools.benchmark_fps import COMPILE_MODE
@@ -130,7 +130,7 @@ def step_backbones(out: Path, budget_s: float, device: str = 'cuda', size=BACKBO
                   complete=False, results=rows, time_vs_swin={})
     deadline = time.time() + budget_s
     torch.manual_seed(0)
-    models = [(MAVIT_T_LABEL, mavit_t('auto').to(device)), (SWIN_T_LABEL, swin_tiny().to(device))]
+    models = [(MAVIT_T_LABEL, mavit_t('auto').to(device)), (SWIN_T_LABEL, swin_t().to(device))]
     images = torch.randn(1, 3, *size, device=device)
     for mode in modes:
         for name, model in models:

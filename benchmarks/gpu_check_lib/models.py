@@ -7,15 +7,13 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks.gpu_check_lib.children import REPO_ROOT
+from devtools.baseline import SWIN_T_CONFIG
 
 BACKBONE_SIZE = (512, 2048)
 # On a CPU (the tests) the steps time few calls: one warm-up, the median of three.
 CPU_TIMING = dict(cpu_warmup=1, cpu_calls=3)
-UPERNET_CONFIGS = ('configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py',
-                   'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py')
-# The UperNet baseline: its backbone is the Swin-T of every row (swin_tiny).
-SWIN_T_CONFIG = UPERNET_CONFIGS[1]
+# The UperNet baseline (SWIN_T_CONFIG): its backbone is the Swin-T of every row (swin_t).
+UPERNET_CONFIGS = ('configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py', SWIN_T_CONFIG)
 SWIN_T_LABEL = "Swin-T (mmseg's SwinTransformer, the UperNet baseline's backbone)"
 MAVIT_T_LABEL = 'MAViT-T (mala_impl auto)'
 
@@ -25,18 +23,6 @@ def mavit_t(impl: str, fast_paths: dict | None = None):
     from mavit_mm import MAViT
     switches = {} if fast_paths is None else dict(fast_paths=fast_paths)
     return MAViT(arch='tiny', mala_impl=impl, **switches)
-
-
-
-def swin_tiny() -> torch.nn.Module:
-    """Swin-T as the UperNet baseline builds it: mmseg's ``SwinTransformer``
-    with the backbone settings of ``SWIN_T_CONFIG`` (96 channels, depths
-    2/2/6/2, windows of 7), freshly initialised. The Swin-T of every row, so
-    that the backbone rows and the UperNet rows compare the same baseline."""
-    from mavit_mm.tooling.config import load_config
-    from mavit_mm.tooling.model_builder import build_model
-    cfg = load_config(REPO_ROOT / SWIN_T_CONFIG)
-    return build_model(cfg, model_cfg=cfg.model.backbone)
 
 
 def backbone_step(model, images, precision: str, pass_name: str,

@@ -23,7 +23,7 @@ from benchmarks.gpu_check_lib.models import (
 from benchmarks.gpu_check_lib.plan import LOG_NAME, STEP_FILES
 from benchmarks.gpu_check_lib.profiling import profiled_kernels
 from benchmarks.timing import median_ms
-from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT
+from devtools.mala_inputs import DEFAULT_LAYOUT
 
 # The op targets' shapes (bench_mala.py's JSON as ever; the fp16 and d 96 rows of
 # its full sweep are for tune_mala.py / bench_mala.py by hand): B*heads 16 at
@@ -165,8 +165,8 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda', shapes=None,
     from torch.profiler import ProfilerActivity, profile
 
     from benchmarks.bench_mala import make_step
+    from devtools.mala_inputs import layout_of, mala_inputs
     from mavit_mm.ops.rope2d import RoPE2d
-    from mavit_mm.tooling.mala_inputs import layout_of, mala_inputs
     shapes = mala_model_shapes(batches=PROFILE_BATCHES) if shapes is None else shapes
     device = torch.device(device)
     on_cuda = device.type == 'cuda'

@@ -20,10 +20,10 @@ from benchmarks.gpu_check_lib.models import (
     backbone_step,
     empty_cache,
     mavit_t,
-    swin_tiny,
     synchronize,
 )
 from benchmarks.gpu_check_lib.plan import STEP_FILES
+from devtools.baseline import swin_t
 
 MODEL_PROFILE_WARMUP = 10
 # compiled-profile compiles without reduce-overhead's CUDA graph: the profiler
@@ -109,7 +109,7 @@ def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
                        size=BACKBONE_SIZE, warmup: int = MODEL_PROFILE_WARMUP,
                        compiled: bool = False) -> dict:
     """One bf16 (autocast) forward of each backbone (MAViT-T, ``mala_impl``
-    auto; Swin-T, ``swin_tiny``), batch 1, eval mode, under the profiler after
+    auto; Swin-T, ``swin_t``), batch 1, eval mode, under the profiler after
     ``warmup`` forwards: GPU time and kernel count by category
     (``kernel_category``) and the top kernels. ``compiled``: the
     compiled-profile step, each forward compiled first by benchmark_fps.py's
@@ -121,7 +121,7 @@ def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
     name = 'compiled-profile' if compiled else 'model-profile'
     device = torch.device(device)
     on_cuda = device.type == 'cuda'
-    models = [(MAVIT_T_LABEL, lambda: mavit_t('auto')), (SWIN_T_LABEL, swin_tiny)]
+    models = [(MAVIT_T_LABEL, lambda: mavit_t('auto')), (SWIN_T_LABEL, swin_t)]
     rows = []
     report = dict(note='backbones alone, batch 1, eval mode under no_grad, torch.autocast bf16; '
                        'one forward profiled after warm-up; time_us: GPU time of the kernels '

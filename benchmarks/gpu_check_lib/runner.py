@@ -37,7 +37,7 @@ file per step (``env.json``, then ``<step>.json``; ``bench`` writes
 output): at most 8 files (``--command-files``), what a GPU command returns.
 
 Swin-T is mmseg's ``SwinTransformer`` as the UperNet baseline's config builds
-it (``swin_tiny``) in every row; MAViT-T is ``MAViT(arch='tiny')``. The model
+it (``swin_t``) in every row; MAViT-T is ``MAViT(arch='tiny')``. The model
 steps time bf16 autocast forwards at batch 1 in eval mode under no_grad
 unless they say otherwise, in benchmark_fps.py's modes (``benchmarks/timing.py``'s
 ``in_mode``), the median of ``triton.testing.do_bench`` (``median_ms``):
@@ -46,7 +46,7 @@ replayed; ``compile``, compiled by its ``compiled`` (``torch.compile``,
 ``mode='reduce-overhead'``).
 
 The op steps (``bench``, ``tune-*``, ``profile``) build q, k, v with
-``mavit_mm.tooling.mala_inputs`` in ``--layout`` (default ``channels_last``,
+``devtools.mala_inputs`` in ``--layout`` (default ``channels_last``,
 what the model passes) and record the layout by name in every row.
 
 Steps (``--steps`` runs any of them in any order):
@@ -156,9 +156,7 @@ from benchmarks.gpu_check_lib.model_steps import (
 )
 from benchmarks.gpu_check_lib.models import (
     BACKBONE_SIZE,
-    SWIN_T_CONFIG,
     UPERNET_CONFIGS,
-    swin_tiny,
 )
 from benchmarks.gpu_check_lib.op_steps import (
     TUNE_ARGS,
@@ -187,7 +185,8 @@ from benchmarks.gpu_check_lib.upernet_fps import (
     step_upernet_fps,
     upernet_fps_runs,
 )
-from mavit_mm.tooling.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS
+from devtools.baseline import SWIN_T_CONFIG, swin_t
+from devtools.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -210,7 +209,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              '(no training rows); writes sweep[-bN]-graphs.json')
     parser.add_argument('--layout', choices=MALA_LAYOUTS, default=DEFAULT_LAYOUT,
                         help='memory layout of q, k, v in the op steps (bench, tune-*, '
-                             'profile): mavit_mm/tooling/mala_inputs.py (default '
+                             'profile): devtools/mala_inputs.py (default '
                              f'{DEFAULT_LAYOUT}, what the model passes)')
     parser.add_argument('--dry-run', action='store_true',
                         help='no GPU needed: check imports, child arguments, budgets and '
@@ -319,7 +318,7 @@ def model_problems() -> list[str]:
     all-on rows only)."""
     problems = []
     try:
-        swin_tiny()
+        swin_t()
     except Exception as exc:
         problems.append(f'Swin-T does not build from {SWIN_T_CONFIG}: {type(exc).__name__}: {exc}')
     from mavit_mm.models.mavit import MAViT

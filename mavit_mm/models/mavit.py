@@ -332,7 +332,7 @@ def split_heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
 
     Of a channels_last map the view has channel stride 1, the layout SDPA's
     flash kernels need and the fused MALA op reads in whole channel rows
-    (``channels_last`` in ``mavit_mm.tooling.mala_inputs``, which cuts its
+    (``channels_last`` in ``devtools.mala_inputs``, which cuts its
     inputs with this function).
     """
     batch, _, height, width = t.shape

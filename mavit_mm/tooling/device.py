@@ -1,15 +1,14 @@
-"""What the benchmarks record about the machine they ran on, and measure on it."""
+"""What the benchmarks record about the machine they ran on, and measure on it
+(the checkout's commit is ``devtools.checkout.git_commit``'s: the installed
+package assumes no checkout)."""
 from __future__ import annotations
 
 import importlib
 import platform
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def device_name(device: torch.device) -> str:
@@ -28,18 +27,6 @@ def library_versions() -> dict[str, str]:
         except ImportError:
             pass
     return found
-
-
-def git_commit(repo_root: Path = REPO_ROOT) -> str | None:
-    """The checkout's short commit, ``+changes`` when tracked files differ from it."""
-    try:
-        out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=repo_root,
-                             capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'],
-                               cwd=repo_root, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() + ('+changes' if dirty.stdout.strip() else '') or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def cpu_model() -> str | None:

@@ -1,12 +1,13 @@
 """Helper modules shared by the tests, importable from every test folder
-(``pytest.ini`` puts ``tests/`` on ``sys.path``):
+(``pytest.ini`` puts ``tests/`` on ``sys.path``; the instruments the tests
+share with the benchmarks, such as the op log and the censuses, are in
+``devtools/``):
 
 - ``helpers.paths``: the repository's folders (``REPO_ROOT``, ``TESTS_DIR``);
 - ``helpers.models``: configs, models built without pretrained weights, and
   small CPU batches with real ground truth;
 - ``helpers.tools``: tiny data and configs derived from the demo configs,
   running the tools;
-- ``helpers.op_log``: ``OpLog``, the aten ops a call runs;
 - ``helpers.threads``: ``torch_threads``, PyTorch's thread count for a block;
 - ``helpers.shared_runs``: work a test session does once for all its workers
   (the demo data, the demo detectors' training runs);

@@ -551,16 +551,16 @@ def test_gpu_check_compiled_profile_compiles_each_backbone_first(tmp_path, monke
     assert sorted(tmp_path.iterdir()) == [tmp_path / 'compiled-profile.json']
 
 
-def test_swin_tiny_is_the_upernet_baselines_backbone():
+def test_swin_t_is_the_upernet_baselines_backbone():
     """Every row's Swin-T is mmseg's SwinTransformer as the UperNet baseline
     config builds it: Swin-T's depths, widths and windows of 7."""
     from mmseg.models.backbones import SwinTransformer
 
+    from devtools.baseline import SWIN_T_CONFIG, swin_t
     from mavit_mm.tooling.config import load_config
-    assert models.SWIN_T_CONFIG in models.UPERNET_CONFIGS
-    assert load_config(REPO_ROOT / models.SWIN_T_CONFIG).model.backbone.type == \
-        'SwinTransformer'
-    model = models.swin_tiny()
+    assert SWIN_T_CONFIG in models.UPERNET_CONFIGS
+    assert load_config(REPO_ROOT / SWIN_T_CONFIG).model.backbone.type == 'SwinTransformer'
+    model = swin_t()
     assert type(model) is SwinTransformer
     assert [len(stage.blocks) for stage in model.stages] == [2, 2, 6, 2]
     assert [stage.blocks[0].attn.w_msa.num_heads for stage in model.stages] == [3, 6, 12, 24]
@@ -708,8 +708,8 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
 def test_mala_model_shapes_are_the_calls_mavit_t_makes(monkeypatch):
     """The op's shapes the profile step times are the ones a MAViT-T forward
     passes to it (stages 1 and 2, channels_last head views)."""
+    from devtools.mala_inputs import layout_of
     from mavit_mm.models import mavit
-    from mavit_mm.tooling.mala_inputs import layout_of
     calls = []
     original = mavit.attention
 
@@ -822,7 +822,7 @@ def test_gpu_check_passes_the_layout_to_the_op_steps(tmp_path, monkeypatch):
 @pytest.mark.parametrize('layout', ['channels_last', 'nchw', 'contiguous'])
 def test_tune_mala_cases_are_built_in_their_layout(layout):
     from benchmarks import tune_mala
-    from mavit_mm.tooling.mala_inputs import layout_of
+    from devtools.mala_inputs import layout_of
     assert tune_mala.parse_args([]).layout == 'channels_last'
     assert tune_mala.parse_args(['--layout', layout]).layout == layout
     case = tune_mala.Case(torch.float32, 2, 256, 32, torch.device('cpu'), layout)

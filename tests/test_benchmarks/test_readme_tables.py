@@ -330,7 +330,7 @@ def test_gpu_table_refuses_a_file_of_another_machine(tmp_path):
 # No block names an uncommitted tree
 # --------------------------------------------------------------------------
 def test_the_uncommitted_mark_is_the_one_git_commit_writes(tmp_path):
-    from mavit_mm.tooling.device import git_commit
+    from devtools.checkout import git_commit
 
     def git(*args):
         subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@example.com',

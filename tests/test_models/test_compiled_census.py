@@ -1,6 +1,6 @@
 """What inductor compiles MAViT-T into, as a contract, counted without a clock.
 
-Counted by the rule in ``mavit_mm/tooling/compiled_census.py`` (its module
+Counted by the rule in ``devtools/compiled_census.py`` (its module
 docstring): fp32 on the CPU, one 128x512 image, one eager call first, the
 output code only (``run=False``: the C++ kernels are neither compiled nor
 run, and the fused ops launch nothing in the eager call). The contract: one
@@ -18,13 +18,13 @@ from collections import Counter
 import pytest
 import torch
 
-from mavit_mm.tooling.compiled_census import (
+from devtools.compiled_census import (
     COMPILED_CENSUS_SIZE,
     census_of_code,
     compiled_census,
     extern_kind,
 )
-from mavit_mm.tooling.op_census import fused_launches_skipped, mavit_t
+from devtools.op_census import fused_launches_skipped, mavit_t
 
 # A wrapper as inductor writes it for the CPU (torch 2.13), cut down.
 OUTPUT_CODE = '''

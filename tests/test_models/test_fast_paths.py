@@ -10,12 +10,12 @@ import json
 
 import pytest
 import torch
-from helpers.op_log import OpLog
 from helpers.paths import REPO_ROOT
 
+from devtools.op_census import first_and_steady, listing
+from devtools.op_log import OpLog
 from mavit_mm.models import MAViT
 from mavit_mm.ops.fast_paths import ALL_ON, DEFAULTS, DEFAULTS_MEASURED_BY, FAST_PATHS, FastPaths
-from mavit_mm.tooling.op_census import first_and_steady, listing
 
 IMAGE = (2, 3, 64, 96)
 
@@ -164,7 +164,7 @@ def _backward_ops(fast_paths) -> OpLog:
 
 
 def test_cached_weights_drop_every_weight_cast_from_a_steady_forward():
-    """Counted as the op census counts them (``mavit_mm.tooling.op_census``)."""
+    """Counted as the op census counts them (``devtools.op_census``)."""
     casts = {}
     for name, fast_paths in (('on', None), ('off', dict(cached_weights=False))):
         model = model_with(fast_paths)

@@ -14,13 +14,13 @@ import sys
 
 import pytest
 import torch
-from helpers.op_log import OpLog
 from helpers.paths import REPO_ROOT, child_environment
 
+from devtools.op_census import fused_launches_skipped
+from devtools.op_log import OpLog
 from mavit_mm.models import MAViT
 from mavit_mm.ops.fast_paths import DEPTHWISE_KERNEL_SWITCHES, FAST_PATHS
 from mavit_mm.ops.pointwise_conv import pointwise_conv
-from mavit_mm.tooling.op_census import fused_launches_skipped
 
 pytest.importorskip('triton')
 

@@ -15,10 +15,10 @@ from helpers.threads import torch_threads
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
+from devtools.mala_inputs import mala_inputs
 from mavit_mm.models import MAViT
 from mavit_mm.ops import ATTN_TYPES, LINEAR_ATTN_TYPES, attention
 from mavit_mm.ops.rope2d import RoPE2d
-from mavit_mm.tooling.mala_inputs import mala_inputs
 
 BATCH, HEIGHT, WIDTH = 1, 256, 384
 LAYOUTS = {'nchw': torch.contiguous_format, 'channels_last': torch.channels_last}

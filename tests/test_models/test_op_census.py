@@ -1,6 +1,6 @@
 """The lean bf16 forward as a contract, counted without a clock.
 
-Counted by the rule in ``mavit_mm/tooling/op_census.py`` (its module
+Counted by the rule in ``devtools/op_census.py`` (its module
 docstring): the steady-state forward (the second, in a fresh bf16 autocast
 context) of MAViT-T with the fused MALA op and the fused depthwise stages
 under Triton's interpreter, one 128x256 image. The targets: no mixed-dtype
@@ -26,9 +26,7 @@ import pytest
 import torch
 from helpers.models import needs_downstream
 
-from mavit_mm.models import MAViT
-from mavit_mm.models.mavit import MAViTBlock, MAViTStage
-from mavit_mm.tooling.op_census import (
+from devtools.op_census import (
     CENSUS_SIZE,
     LARGE_OPERAND,
     OpCensus,
@@ -38,6 +36,8 @@ from mavit_mm.tooling.op_census import (
     listing,
     mavit_t,
 )
+from mavit_mm.models import MAViT
+from mavit_mm.models.mavit import MAViTBlock, MAViTStage
 
 pytest.importorskip('triton')
 
@@ -136,7 +136,7 @@ def test_training_forward_keeps_bf16_and_learns(one_torch_thread):
 @needs_downstream
 def test_fewer_ops_and_bytes_than_swin_t(censuses, one_torch_thread):
     """Against the census's Swin-T (mmseg's, the UperNet baseline's backbone)."""
-    from mavit_mm.tooling.op_census import swin_t
+    from devtools.op_census import swin_t
     swin_steady = first_and_steady(swin_t(), image())[1]
     steady = censuses[1]
     assert steady.total < swin_steady.total, (steady.summary(), swin_steady.summary())

@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from devtools.mala_inputs import mala_inputs
+from devtools.op_log import OpLog
 from mavit_mm.models import MAViT
 from mavit_mm.ops import attention
 from mavit_mm.ops.mala import mala_attention
@@ -16,7 +18,6 @@ from mavit_mm.ops.rope2d import (
     rotated_bias_table,
     rotated_projection,
 )
-from mavit_mm.tooling.mala_inputs import mala_inputs
 
 HEIGHT, WIDTH = 6, 10
 
@@ -171,25 +172,13 @@ def test_rotated_projection_equals_the_plain_formula_with_gradients(dtype, batch
 
 def test_rotated_projection_runs_on_dense_operands_without_a_flip():
     """What the switch is for: no flip, and every elementwise operand dense."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.calls = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.calls.append((func.overloadpacket.__name__,
-                               [a for a in args if isinstance(a, torch.Tensor)]))
-            return func(*args, **(kwargs or {}))
-
     rope = RoPE2d(16)(HEIGHT, WIDTH)
     x = torch.randn(1, 24, HEIGHT, WIDTH).contiguous(memory_format=torch.channels_last)
     weight, bias = torch.randn(48, 24, 1, 1), torch.randn(48)
     tables = rope.tables(torch.float32)
     pair_weights, bias_table = rotary_pair_weights(weight), rotated_bias_table(bias, rope,
                                                                                 torch.float32)
-    with Ops() as ops:
+    with OpLog(keep_operands=True) as ops:
         rotated_projection(x, pair_weights, bias_table, *tables)
     names = [name for name, _ in ops.calls]
     assert 'flip' not in names and names.count('addcmul') + names.count('addcmul_') == 2

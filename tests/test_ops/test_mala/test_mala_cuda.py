@@ -12,12 +12,12 @@ pytest.importorskip('triton')
 if not torch.cuda.is_available():
     pytest.skip('needs a CUDA GPU', allow_module_level=True)
 
+from devtools.mala_inputs import MALA_LAYOUTS, mala_inputs  # noqa: E402
 from mavit_mm import MAViT  # noqa: E402
 from mavit_mm.ops.mala import dispatch as mala_dispatch  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
 from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
-from mavit_mm.tooling.mala_inputs import MALA_LAYOUTS, mala_inputs  # noqa: E402
 
 DEVICE = torch.device('cuda')
 DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
@@ -35,7 +35,7 @@ PLANS = {
 
 
 def make_qkv(batch, heads, size, head_dim, dtype, layout, seed=0):
-    """q, k, v on the GPU from the one factory (``mavit_mm.tooling.mala_inputs``):
+    """q, k, v on the GPU from the one factory (``devtools.mala_inputs``):
     'channels_last' (what the model passes), 'nchw' or 'contiguous'."""
     height, width = size
     return mala_inputs(batch, heads, height, width, head_dim, layout=layout, dtype=dtype,

@@ -9,11 +9,11 @@ import torch
 
 pytest.importorskip('triton')
 
+from devtools.mala_inputs import mala_inputs  # noqa: E402
 from mavit_mm.ops.mala import dispatch as mala_dispatch  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
-from mavit_mm.tooling.mala_inputs import mala_inputs  # noqa: E402
 
 HEIGHT, WIDTH = 5, 7
 GPU = torch.device('cuda', 0)

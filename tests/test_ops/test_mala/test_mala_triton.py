@@ -18,12 +18,12 @@ pytest.importorskip('triton')
 
 from helpers.paths import REPO_ROOT  # noqa: E402
 
+from devtools.mala_inputs import mala_inputs  # noqa: E402
 from mavit_mm import MAViT  # noqa: E402
 from mavit_mm.ops.mala import dispatch as mala_dispatch  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
 from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d, RotaryTables  # noqa: E402
-from mavit_mm.tooling.mala_inputs import mala_inputs  # noqa: E402
 
 DEVICE = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 HEIGHT, WIDTH = 5, 7          # odd N = 35, not a multiple of any block
@@ -38,7 +38,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 def make_qkv(batch, heads, head_dim, dtype=torch.float32, qk_scale=1.0, v_scale=1.0,
              seed=0, layout='channels_last', height=HEIGHT, width=WIDTH):
     """q, k, v requiring grad on DEVICE, from the one factory
-    (``mavit_mm.tooling.mala_inputs``): 'channels_last' (the model's, (B, N,
+    (``devtools.mala_inputs``): 'channels_last' (the model's, (B, N,
     heads, d) memory), 'nchw' (token-contiguous) or 'contiguous'."""
     return mala_inputs(batch, heads, height, width, head_dim, layout=layout, dtype=dtype,
                        device=DEVICE, requires_grad=True, seed=seed, qk_scale=qk_scale,
@@ -365,7 +365,7 @@ def test_resident_blocks_follow_the_tightest_sm_limit(registers, shared_kib, num
                                                       expected):
     # The rule behind the compile report's resident_per_sm, which
     # RESIDENT_PROGRAMS_PER_SM follows (test_default_resident_count_..._sm90_compile).
-    from mavit_mm.tooling.gpu_compile_report import KernelResources, resident_blocks
+    from devtools.gpu_compile_report import KernelResources, resident_blocks
     assert resident_blocks(KernelResources(registers, shared_kib * 1024, num_warps)) == expected
 
 

@@ -1,16 +1,16 @@
 """What an eager forward runs, op by op, counted without a clock: the op census.
 
 This module is the one home of the eager census (the CPU proxy of GPU glue
-work); its sibling :mod:`mavit_mm.tooling.compiled_census` counts what
-inductor compiles a forward into. :class:`OpCensus` is a
-``TorchDispatchMode``: it sees every aten op a call dispatches below autocast,
-so autocast's own casts are counted as the ``_to_copy`` ops they are, and a
-custom operator (the fused MALA, ``mavit_mm::mala``) is one op, as one launch
-is on CUDA. What a backend does inside one op is not seen: on the CPU, oneDNN
-adds a convolution's bias, and copies a strided input, inside the
-convolution, where cuDNN's path runs separate kernels for them (MAViT-T's
-91 bias adds on an H200, ``benchmarks/results/gpu-h200-2026-11-26/``); this
-census counts neither.
+work); its sibling :mod:`devtools.compiled_census` counts what inductor
+compiles a forward into. :class:`OpCensus` is the op log
+(:class:`devtools.op_log.OpLog`, a ``TorchDispatchMode``) extended: it sees
+every aten op a call dispatches below autocast, so autocast's own casts are
+counted as the ``_to_copy`` ops they are, and a custom operator (the fused
+MALA, ``mavit_mm::mala``) is one op, as one launch is on CUDA. What a
+backend does inside one op is not seen: on the CPU, oneDNN adds a
+convolution's bias, and copies a strided input, inside the convolution, where
+cuDNN's path runs separate kernels for them (MAViT-T's 91 bias adds on an
+H200, ``benchmarks/results/gpu-h200-2026-11-26/``); this census counts neither.
 
 The counting rule
 -----------------
@@ -98,9 +98,11 @@ from itertools import combinations
 from unittest import mock
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
+
+from devtools import baseline
+from devtools.op_log import OpLog
 
 LARGE_OPERAND = 4096
 """Operands of more elements than this are judged for layout (the rule above)."""
@@ -294,8 +296,10 @@ def _nbytes(t: torch.Tensor) -> int:
     return held_elements(t) * t.element_size()
 
 
-class OpCensus(TorchDispatchMode):
-    """Counts what is dispatched inside the block, by the module's rule.
+class OpCensus(OpLog):
+    """Counts what is dispatched inside the block, by the module's rule: the
+    op log's counter (``ops``, shared with ``report.ops``) over the non-view
+    ops, and the rule's categories.
 
     ``inputs``: the tensors the model is called with (provenance of
     activations). ``model``: where weight casts get the names of their
@@ -304,7 +308,7 @@ class OpCensus(TorchDispatchMode):
 
     def __init__(self, inputs=(), model: torch.nn.Module | None = None):
         super().__init__()
-        self.report = CensusReport()
+        self.report = CensusReport(ops=self.ops)
         self._origin = WeakIdKeyDictionary()   # tensor -> _FROM_INPUT or a weight's name
         if model is not None:
             named = [*model.named_parameters(remove_duplicate=False),
@@ -314,9 +318,7 @@ class OpCensus(TorchDispatchMode):
         for t in inputs:
             self._origin[t] = _FROM_INPUT
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+    def log(self, func, args, kwargs, out) -> None:
         arg_tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         origins = [self._origin.get(t) for t in arg_tensors]
         origin = (_FROM_INPUT if _FROM_INPUT in origins
@@ -327,10 +329,10 @@ class OpCensus(TorchDispatchMode):
                 if self._origin.get(t) is not _FROM_INPUT:
                     self._origin[t] = origin
         if func.is_view or func._schema.name in _UNCOUNTED:
-            return out
+            return
+        super().log(func, args, kwargs, out)
         name = str(func.overloadpacket.__name__)
         report = self.report
-        report.ops[name] += 1
         read = operands(func, args, kwargs)
         moved = (sum(_nbytes(t) for t in read),
                  0 if name in _ALLOCATIONS else sum(_nbytes(t) for t in results))
@@ -354,7 +356,6 @@ class OpCensus(TorchDispatchMode):
                 report.mixed_layout.append(OpRecord(name, tuple(map(Operand.of, read)), reason))
             if is_mixed_dtype(read):
                 report.mixed_dtype.append(OpRecord(name, tuple(map(Operand.of, read))))
-        return out
 
     @staticmethod
     def _cast(func, args, kwargs) -> tuple[torch.Tensor, torch.dtype] | None:
@@ -401,14 +402,11 @@ def mavit_t() -> torch.nn.Module:
 
 
 def swin_t() -> torch.nn.Module:
-    """The censuses' Swin-T, in eval mode, seeded: mmseg's ``SwinTransformer``
-    with Swin-T's settings (window 7), the backbone of the UperNet baseline
-    (``configs/baselines/upernet_swin-t_...``) that the GPU numbers compare
+    """The censuses' Swin-T, in eval mode, seeded: the UperNet baseline's
+    backbone (:func:`devtools.baseline.swin_t`) that the GPU numbers compare
     against. Needs mmseg."""
-    from mmseg.models.backbones import SwinTransformer
     torch.manual_seed(0)
-    swin = SwinTransformer(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24),
-                           window_size=7, out_indices=(0, 1, 2, 3))
+    swin = baseline.swin_t()
     swin.eval()   # (OpenMMLab's Swin.train returns None: no chaining)
     return swin
 

@@ -1,5 +1,5 @@
 """What inductor compiles a forward into, counted in its output code: the
-compiled-graph census (the sibling of :mod:`mavit_mm.tooling.op_census`, the
+compiled-graph census (the sibling of :mod:`devtools.op_census`, the
 eager one; the two are the census code's only homes).
 
 The counting rule
