@@ -26,9 +26,10 @@ from typing import NamedTuple
 import torch
 
 from ..amp import autocast_disabled
+from ..linear_attention import linear_attention_torch
 from ..rope2d import RotaryTables
 from ..triton_support import exporting, index_extent, triton_interpreter_enabled
-from .naive import MALA_EPS, linear_attention_torch, mala_naive
+from .naive import MALA_EPS, mala_naive
 
 MALA_IMPLS = ('auto', 'torch', 'triton')
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
