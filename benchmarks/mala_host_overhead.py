@@ -215,13 +215,14 @@ def summary(stages: list[dict]) -> dict:
 def measure(args) -> dict:
     """Per mode, the time per call of each MALA stage's calls (each call's
     launches checked)."""
+    from mavit_mm.ops import triton_support
     from mavit_mm.ops.mala import dispatch
     from mavit_mm.ops.rope2d import RoPE2d
     from mavit_mm.tooling.mala_inputs import mala_inputs
-    error = dispatch._triton_unavailable()
+    error = dispatch.MALA_DISPATCH.import_error()
     if error is not None:
         raise SystemExit(f'the Triton path is unavailable: {error}')
-    dispatch.triton_interpreter_enabled = lambda: True   # CPU tensors pass the dispatch
+    triton_support.triton_interpreter_enabled = lambda: True   # CPU tensors pass the dispatch
     from mavit_mm.ops.mala import function
 
     with contextlib.ExitStack() as stack:

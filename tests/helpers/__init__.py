@@ -7,6 +7,8 @@
 - ``helpers.tools``: tiny data and configs derived from the demo configs,
   running the tools;
 - ``helpers.op_log``: ``OpLog``, the aten ops a call runs;
+- ``helpers.depthwise_stages``: the fused depthwise stages called as the
+  model calls them;
 - ``helpers.threads``: ``torch_threads``, PyTorch's thread count for a block;
 - ``helpers.shared_runs``: work a test session does once for all its workers
   (the demo data, the demo detectors' training runs);

@@ -9,6 +9,7 @@ import torch
 
 pytest.importorskip('triton')
 
+from mavit_mm.ops import triton_support  # noqa: E402
 from mavit_mm.ops.mala import dispatch as mala_dispatch  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
@@ -27,14 +28,14 @@ def qkv(head_dim=32, requires_grad=False):
 
 @pytest.fixture
 def fresh_state(monkeypatch):
-    monkeypatch.setattr(mala_dispatch, '_warned_fallback_reasons', set())
+    monkeypatch.setattr(mala_dispatch.MALA_DISPATCH, '_warned', set())
 
 
 def test_fallback_imports_the_kernels_itself(monkeypatch, fresh_state):
     """``_triton_or_fallback`` must not depend on an earlier call having imported
     the Triton module (test order, a direct call)."""
-    monkeypatch.setattr(mala_dispatch, '_function', None)
-    monkeypatch.setattr(mala_dispatch, '_triton_import_tried', False)
+    monkeypatch.setattr(mala_dispatch.MALA_DISPATCH, '_function', None)
+    monkeypatch.setattr(mala_dispatch.MALA_DISPATCH, '_import_tried', False)
 
     def too_big(*args, **kwargs):
         raise mala_function.OutOfResources(300000, 232448, 'shared memory')
@@ -156,7 +157,7 @@ def test_the_check_is_asked_about_the_passes_the_call_needs(monkeypatch):
         asked.append((device, head_dim, backward))
     monkeypatch.setattr(mala_dispatch, '_gpu_shortfall', recording)
     # The interpreter stands in for the GPU (whatever this machine has).
-    monkeypatch.setattr(mala_dispatch, 'triton_interpreter_enabled', lambda: True)
+    monkeypatch.setattr(triton_support, 'triton_interpreter_enabled', lambda: True)
     rope = RoPE2d(32)(HEIGHT, WIDTH)
     q, k, v = qkv()
     assert mala_dispatch.triton_unsupported(q, k, v, rope, allow_interpreter=True) is None
@@ -175,7 +176,7 @@ def test_a_shortfall_is_a_clear_error_under_triton(monkeypatch, fresh_state):
               'NVIDIA GeForce RTX 3090 offers 99 KiB')
     monkeypatch.setattr(mala_dispatch, '_gpu_shortfall', lambda device, head_dim, backward: reason)
     # The interpreter stands in for the GPU (whatever this machine has).
-    monkeypatch.setattr(mala_dispatch, 'triton_interpreter_enabled', lambda: True)
+    monkeypatch.setattr(triton_support, 'triton_interpreter_enabled', lambda: True)
     q, k, v = qkv(requires_grad=True)
     rope = RoPE2d(32)(HEIGHT, WIDTH)
     unsupported = mala_dispatch.triton_unsupported(q, k, v, rope, allow_interpreter=True)

@@ -19,6 +19,7 @@ pytest.importorskip('triton')
 from helpers.paths import REPO_ROOT  # noqa: E402
 
 from mavit_mm import MAViT  # noqa: E402
+from mavit_mm.ops import triton_support  # noqa: E402
 from mavit_mm.ops.mala import dispatch as mala_dispatch  # noqa: E402
 from mavit_mm.ops.mala import function as mala_function  # noqa: E402
 from mavit_mm.ops.mala import mala_attention, mala_naive  # noqa: E402
@@ -161,7 +162,7 @@ def test_fp16_large_activations_stay_finite():
 # --------------------------------------------------------------------------
 @pytest.fixture
 def fresh_fallback_warnings(monkeypatch):
-    monkeypatch.setattr(mala_dispatch, '_warned_fallback_reasons', set())
+    monkeypatch.setattr(mala_dispatch.MALA_DISPATCH, '_warned', set())
 
 
 def plain_qkv(head_dim, dtype=torch.float32, device=DEVICE):
@@ -216,7 +217,7 @@ def test_triton_rejects_float64():
 
 
 def test_triton_on_cpu_needs_the_interpreter(monkeypatch):
-    monkeypatch.setattr(mala_dispatch, 'triton_interpreter_enabled', lambda: False)
+    monkeypatch.setattr(triton_support, 'triton_interpreter_enabled', lambda: False)
     q, k, v = plain_qkv(32, device='cpu')
     with pytest.raises(RuntimeError, match='CUDA'):
         mala_attention(q, k, v, RoPE2d(32)(HEIGHT, WIDTH), impl='triton')
