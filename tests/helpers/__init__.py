@@ -9,6 +9,8 @@
 - ``helpers.op_log``: ``OpLog``, the aten ops a call runs;
 - ``helpers.depthwise_stages``: the fused depthwise stages called as the
   model calls them;
+- ``helpers.mala_cases``: the fused MALA tests' small cases and float64
+  reference;
 - ``helpers.threads``: ``torch_threads``, PyTorch's thread count for a block;
 - ``helpers.shared_runs``: work a test session does once for all its workers
   (the demo data, the demo detectors' training runs);
