@@ -1,10 +1,8 @@
 """The fused Triton MALA's launch plans and compiled kernels: the split-N
 grid, tiles and resources against the sm_90 compile, the combine kernel's
 blocks, the ``mavit_mm::mala`` operator under ``torch.compile``, and the host
-path (plans made once per case, output layouts, host overhead).
-
-Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``
-from tests/conftest.py), which is slow: shapes stay tiny.
+path (plans made once per case, output layouts, host overhead). Off CUDA
+the launches run in Triton's CPU interpreter, as in test_mala_numerics.py.
 """
 import ast
 import os
