@@ -129,8 +129,9 @@ class FusedOpDispatch:
     def takes_plain_formula(self, impl: str, x: torch.Tensor) -> bool:
         """``'torch'``, an empty input, ``'auto'`` off CUDA, or a trace the
         export policy gives the plain formula: no check needed, nothing to warn."""
-        return (impl == 'torch' or x.numel() == 0 or (impl == 'auto' and x.device.type != 'cuda')
-                or exporting() or (not self.counted_when_traced and torch.jit.is_tracing()))
+        # The trace checks first: a jit.trace records x.numel() as a tensor.
+        return (exporting() or (not self.counted_when_traced and torch.jit.is_tracing())
+                or impl == 'torch' or x.numel() == 0 or (impl == 'auto' and x.device.type != 'cuda'))
 
     def device_unsupported(self, device: torch.device, allow_interpreter: bool
                            ) -> Unsupported | None:
