@@ -22,7 +22,7 @@ launch). The dispatch refuses CPU tensors without the interpreter, so its
 check of the interpreter is patched to say yes; everything else runs as is.
 
 Shapes: the op's calls in MAViT-T, the 4 MALA layers (stages 1 and 2, two
-blocks each; ``gpu_check.mala_model_shapes``, the GPU check's profile step's
+blocks each; ``gpu_check_lib.op_steps.mala_model_shapes``, the GPU check's profile step's
 shapes) at ``--batch`` and ``--image``, q, k, v as the backbone passes them
 (``--layout``). Each call is made ``--calls`` times per round, ``--rounds``
 rounds after ``--warmup`` calls; per stage the median over rounds of the time
@@ -194,7 +194,7 @@ def make_call(mode: str, mala_attention, q, k, v, rope):
 def model_calls(args) -> list[dict]:
     """The op's calls in one MAViT-T forward at ``args.image``: per MALA stage
     its shape and its layers (blocks)."""
-    from benchmarks.gpu_check import mala_model_shapes
+    from benchmarks.gpu_check_lib.op_steps import mala_model_shapes
     from mavit_mm.models.mavit import ARCH_SETTINGS
     depths = ARCH_SETTINGS['tiny']['depths']
     return [dict(shape, layers=depths[shape['stage'] - 1])
