@@ -22,8 +22,8 @@ launch). The dispatch refuses CPU tensors without the interpreter, so its
 check of the interpreter is patched to say yes; everything else runs as is.
 
 Shapes: the op's calls in MAViT-T, the 4 MALA layers (stages 1 and 2, two
-blocks each; ``gpu_check_lib.op_steps.mala_model_shapes``, the GPU check's
-profile step's shapes) at ``--batch`` and ``--image``, q, k, v as the backbone passes them
+blocks each; ``gpu_check_lib.op_steps.mala_model_shapes``, the GPU check's profile step's
+shapes) at ``--batch`` and ``--image``, q, k, v as the backbone passes them
 (``--layout``). Each call is made ``--calls`` times per round, ``--rounds``
 rounds after ``--warmup`` calls; per stage the median over rounds of the time
 per call, then the mean per call over the 4 layers and their sum, one
@@ -216,12 +216,13 @@ def measure(args) -> dict:
     """Per mode, the time per call of each MALA stage's calls (each call's
     launches checked)."""
     from devtools.mala_inputs import mala_inputs
+    from mavit_mm.ops import triton_support
     from mavit_mm.ops.mala import dispatch
     from mavit_mm.ops.rope2d import RoPE2d
-    error = dispatch._triton_unavailable()
+    error = dispatch.MALA_DISPATCH.import_error()
     if error is not None:
         raise SystemExit(f'the Triton path is unavailable: {error}')
-    dispatch.triton_interpreter_enabled = lambda: True   # CPU tensors pass the dispatch
+    triton_support.triton_interpreter_enabled = lambda: True   # CPU tensors pass the dispatch
     from mavit_mm.ops.mala import function
 
     with contextlib.ExitStack() as stack:

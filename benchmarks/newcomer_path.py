@@ -58,7 +58,10 @@ WHAT_IT_DOES = [
     ('test_openmmlab_tools.py', "mmdet's / mmseg's own tools as subprocesses"),
     ('test_distributed_launch.py', 'two-process data-parallel runs (gloo)'),
     ('test_benchmark_fps.py', 'benchmark_fps.py, torch.compile (inductor C++ kernels)'),
-    ('test_mala_triton.py', "the fused kernels in Triton's CPU interpreter"),
+    ('test_mala_numerics.py', "the fused kernels in Triton's CPU interpreter"),
+    ('test_mala_plans_and_compile.py', "the fused kernels compiled (sm_90) and in Triton's "
+                                       'CPU interpreter'),
+    ('test_mala_dispatch.py', "the fused kernels in Triton's CPU interpreter"),
     ('test_op_census.py', 'counts a bf16 forward; torch.compile (aot_eager)'),
     ('test_main_job.py', 'the main job on tiny data'),
     ('test_inferencers.py', "mmdet's / mmseg's inferencers on tiny checkpoints"),

@@ -14,7 +14,9 @@ from benchmarks.gpu_check_lib.plan import LOG_NAME
 TEST_FILES = {'kernel-tests': ('tests/test_ops/test_mala/test_mala_cuda.py',
                               'tests/test_ops/test_depthwise.py',
                               'tests/test_ops/test_fused_ops_under_compile.py'),
-              'model-tests': ('tests/test_ops/test_mala/test_mala_triton.py',
+              'model-tests': ('tests/test_ops/test_mala/test_mala_numerics.py',
+                             'tests/test_ops/test_mala/test_mala_plans_and_compile.py',
+                             'tests/test_ops/test_mala/test_mala_dispatch.py',
                              'tests/test_models/test_fused_block.py')}
 
 

@@ -74,9 +74,11 @@ Steps (``--steps`` runs any of them in any order):
                   depthwise stages against their formulas on CUDA.
                   ``tests/test_ops/test_fused_ops_under_compile.py``: both
                   fused ops as nodes of a compiled graph, not of an exported one.
-``model-tests``   ``tests/test_ops/test_mala/test_mala_triton.py`` on CUDA:
-                  dispatch, fallbacks, MAViT-T parity with the golden data
-                  with ``mala_impl='triton'``; ``tests/test_models/
+``model-tests``   ``tests/test_ops/test_mala/test_mala_numerics.py``,
+                  ``test_mala_plans_and_compile.py`` and
+                  ``test_mala_dispatch.py`` on CUDA: numerics, plans and
+                  compile, dispatch, fallbacks, MAViT-T parity with the golden
+                  data with ``mala_impl='triton'``; ``tests/test_models/
                   test_fused_block.py``: the block with its fused stages
                   against its modules.
 ``profile``       the op at MAViT-T's shapes at 512x2048 (``mala_model_shapes``:

@@ -28,9 +28,10 @@ Each fix names what it answers; all are applied once, by :func:`activate`:
   low-score detections differ. The rewrites here keep mmdet's candidates and
   run its class-aware NMS through ONNX's per-class NonMaxSuppression.
 
-MAViT's own ops need no rewrite: the fused Triton MALA never runs off CUDA or
-under tracing (its PyTorch path is exported), the rotation takes its real
-formula under tracing (ONNX has no complex type) and avoids ``unflatten``
+MAViT's own ops need no rewrite: an export takes the plain formula of both
+fused Triton ops (MALA, the depthwise stages) whatever their ``impl`` says
+(the export policy, :mod:`mavit_mm.ops.triton_support`), the rotation takes
+its real formula under tracing (ONNX has no complex type) and avoids ``unflatten``
 (no symbolic before opset 13), and mmdeploy's default rewrite of
 ``scaled_dot_product_attention`` covers the softmax stages at opset 11.
 """

@@ -2,8 +2,8 @@
 (:func:`attention_scores`, the readable reference) next to the path the model
 runs (:func:`attention`, linear time in N for the linear variants). The linear
 formula itself (kernel functions, the coefficients below,
-:func:`linear_attention_torch`) lives in the leaf :mod:`.mala.naive`, which the
-MALA reference shares.
+:func:`linear_attention_torch`) lives in the leaf :mod:`.linear_attention`, which
+MALA's reference and dispatch share.
 
 Inputs are per-head ``(B, heads, N, d)`` tensors, q and k *before* the kernel
 function; ``rope`` is a stage's :class:`~.rope2d.RotaryTables` (or ``None``).
@@ -59,8 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from .amp import autocast_disabled
-from .mala import check_mala_impl, mala_attention
-from .mala.naive import (
+from .linear_attention import (
     KERNEL_FUNCTIONS,
     LINEAR_ATTN_TYPES,
     Rotation,
@@ -69,6 +68,7 @@ from .mala.naive import (
     linear_coefficients,
     rotate,
 )
+from .mala import check_mala_impl, mala_attention
 from .rope2d import RotaryTables
 
 SOFTMAX_ATTN_TYPES = ('softmax', 'softmax_qnorm')
@@ -91,7 +91,7 @@ def check_kernel_function(kernel_function: str) -> str:
     return kernel_function
 
 
-# -- the formulas (the linear ones: .mala.naive) ---------------------------------
+# -- the formulas (the linear ones: .linear_attention) ---------------------------
 def _softmax_qk(q: torch.Tensor, k: torch.Tensor, rotation: Rotation, attn_type: str):
     if attn_type == 'softmax_qnorm':
         q = F.normalize(q, dim=-1)

@@ -1,15 +1,41 @@
-"""What both fused ops (MALA, the depthwise stages) need of Triton's runtime:
-whether kernels run in the CPU interpreter, the Triton releases they support,
-the device a launch goes to, and whether an export is tracing (no exported
-format holds a Triton kernel). Importing this module does not import triton.
+"""How both fused ops (MALA, the depthwise stages) reach their Triton kernels,
+in one shape: :class:`FusedOpDispatch` holds an op's lazy import of its
+function module (``import mavit_mm`` works without triton), the check of its
+``impl`` setting, the device check and the warn-once fallback; beside it, what
+the kernels need of Triton's runtime (the CPU interpreter, the supported
+releases, the launch device, int32 offsets).
+
+``impl`` (``mala_impl``, ``depthwise_impl``) is one of ``FUSED_IMPLS``:
+
+* ``'auto'``: the fused kernels on CUDA where they can run; the plain formula
+  off CUDA, silently (nothing better runs there), and on CUDA cases the
+  kernels cannot run, with one warning per reason.
+* ``'triton'``: the fused kernels, or a clear error saying why not. On CPU
+  they run in Triton's interpreter under ``TRITON_INTERPRET=1`` (how CI tests
+  them).
+* ``'torch'``: the plain formula.
+
+The export policy, the same for both ops: no exported format holds a Triton
+kernel, so an ONNX export (either exporter) and ``torch.export`` take the
+plain formula whatever ``impl`` says (:func:`exporting`). A plain
+``torch.jit.trace`` is mmengine's FLOP counter (mmdet's and mmseg's
+get_flops.py): it records what runs, and keeps a fused op only where the
+counter has that op's formula, so that a count does not depend on where the op
+ran. MALA's is registered (``mala/flops.py``); the depthwise stages have none
+and take their plain formula there. ``torch.compile`` keeps the fused ops.
+Importing this module does not import triton.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import warnings
+from typing import NamedTuple
 
 import torch
 
+FUSED_IMPLS = ('auto', 'torch', 'triton')
 # setup.py's 'triton' extra says the same.
 SUPPORTED_TRITON = ('3.2', '3.10')   # [lowest, first unsupported)
 
@@ -65,5 +91,114 @@ def on_device(device: torch.device):
     return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
 
 
-__all__ = ['SUPPORTED_TRITON', 'check_triton_release', 'exporting', 'index_extent', 'on_device',
+class Unsupported(NamedTuple):
+    """Why the fused kernels cannot run a case, and the error ``'triton'`` raises."""
+    reason: str
+    error: type
+
+
+class FusedOpDispatch:
+    """The part of a fused op's dispatch that both ops share (the module
+    docstring): its ``impl`` check, the cases that take the plain formula
+    before any check, the device check, the import of its function module
+    (``package.function``, the one that imports triton) and the fallback.
+
+    ``setting`` names the op's ``impl`` argument in messages, ``kernels`` its
+    kernels, ``falls_back`` opens its fallback warning; ``counted_when_traced``:
+    mmengine's FLOP counter has the fused op's formula (the export policy).
+    """
+
+    def __init__(self, package: str, setting: str, kernels: str, falls_back: str,
+                 counted_when_traced: bool):
+        self.name = package
+        self.setting = setting
+        self.kernels = kernels
+        self.falls_back = falls_back
+        self.counted_when_traced = counted_when_traced
+        self._function = None           # the function module, once imported
+        self._import_error: str | None = None
+        self._import_tried = False
+        self._warned: set[str] = set()
+        _DISPATCHES[package] = self
+
+    def check_impl(self, impl: str) -> str:
+        if impl not in FUSED_IMPLS:
+            raise ValueError(f'{self.setting} must be one of {FUSED_IMPLS}, got {impl!r}')
+        return impl
+
+    def takes_plain_formula(self, impl: str, x: torch.Tensor) -> bool:
+        """``'torch'``, an empty input, ``'auto'`` off CUDA, or a trace the
+        export policy gives the plain formula: no check needed, nothing to warn."""
+        # The trace checks first: a jit.trace records x.numel() as a tensor.
+        return (exporting() or (not self.counted_when_traced and torch.jit.is_tracing())
+                or impl == 'torch' or x.numel() == 0 or (impl == 'auto' and x.device.type != 'cuda'))
+
+    def device_unsupported(self, device: torch.device, allow_interpreter: bool
+                           ) -> Unsupported | None:
+        """Why no kernel of the op can run on ``device`` (or triton is
+        missing), else ``None``."""
+        if device.type != 'cuda' and not (allow_interpreter and triton_interpreter_enabled()):
+            return Unsupported(f'tensors are on {device.type}, the Triton kernels need CUDA '
+                               '(or TRITON_INTERPRET=1 to run them in the CPU interpreter '
+                               f"with {self.setting}='triton')", RuntimeError)
+        if device.type == 'cuda' and torch.version.hip is not None:
+            return Unsupported('the Triton kernels are written and checked for NVIDIA GPUs '
+                               'only, not ROCm', RuntimeError)
+        import_error = self.import_error()
+        if import_error is not None:
+            return Unsupported(import_error, RuntimeError)
+        return None
+
+    def import_error(self) -> str | None:
+        """Import the function module once; the error text if that fails."""
+        return _import_function_module(self.name)
+
+    def function(self):
+        """The function module, imported on first use; a RuntimeError where
+        triton is not available."""
+        import_error = self.import_error()
+        if import_error is not None:
+            raise RuntimeError(f'{self.kernels} cannot run: {import_error}')
+        return self._function
+
+    def fall_back(self, impl: str, unsupported: Unsupported,
+                  cause: BaseException | None = None) -> None:
+        """A case the kernels cannot run: ``'triton'`` raises its error,
+        ``'auto'`` warns once per reason (the caller then takes the plain
+        formula)."""
+        if impl == 'triton':
+            raise unsupported.error(f"{self.setting}='triton' cannot run this case: "
+                                    f'{unsupported.reason}') from cause
+        if unsupported.reason in self._warned:
+            return
+        self._warned.add(unsupported.reason)
+        # stacklevel: the caller of the op's dispatching entry.
+        warnings.warn(f'{self.falls_back} to the PyTorch path: {unsupported.reason}. Pass '
+                      f"{self.setting}='torch' to choose it explicitly.", RuntimeWarning,
+                      stacklevel=3)
+
+    def _import_once(self) -> str | None:
+        if not self._import_tried:
+            self._import_tried = True
+            try:
+                self._function = importlib.import_module('.function', self.name)
+            except ImportError as exc:
+                self._import_error = f'triton is not available ({exc})'
+        return self._import_error
+
+
+_DISPATCHES: dict[str, FusedOpDispatch] = {}
+
+
+@torch.compiler.assume_constant_result
+def _import_function_module(package: str) -> str | None:
+    """A constant to Dynamo (keyed by a string, a constant on every torch
+    release): a model compiled before its first eager call runs the import
+    when the graph is traced, instead of breaking the graph on an import
+    (which Dynamo refuses to trace)."""
+    return _DISPATCHES[package]._import_once()
+
+
+__all__ = ['FUSED_IMPLS', 'SUPPORTED_TRITON', 'FusedOpDispatch', 'Unsupported',
+           'check_triton_release', 'exporting', 'index_extent', 'on_device',
            'triton_interpreter_enabled']

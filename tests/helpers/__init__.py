@@ -8,6 +8,10 @@ share with the benchmarks, such as the op log and the censuses, are in
   small CPU batches with real ground truth;
 - ``helpers.tools``: tiny data and configs derived from the demo configs,
   running the tools;
+- ``helpers.depthwise_stages``: the fused depthwise stages called as the
+  model calls them;
+- ``helpers.mala_cases``: the fused MALA tests' small cases and float64
+  reference;
 - ``helpers.threads``: ``torch_threads``, PyTorch's thread count for a block;
 - ``helpers.shared_runs``: work a test session does once for all its workers
   (the demo data, the demo detectors' training runs);

@@ -14,13 +14,13 @@ import torch
 
 pytest.importorskip('triton')
 
+from helpers import depthwise_stages  # noqa: E402
+from helpers.depthwise_stages import ffn_middle, gated_lepe, position_norm  # noqa: E402
+
 from mavit_mm.ops import depthwise  # noqa: E402
 from mavit_mm.ops.depthwise import (  # noqa: E402
-    ffn_middle,
     ffn_middle_reference,
-    gated_lepe,
     gated_lepe_reference,
-    position_norm,
     position_norm_reference,
 )
 
@@ -197,8 +197,9 @@ def test_auto_off_cuda_and_torch_take_the_plain_formula(impl, monkeypatch):
     if DEVICE.type == 'cuda' and impl == 'auto':
         pytest.skip('auto takes the kernels on CUDA')
     calls = []
-    monkeypatch.setattr(depthwise.dispatch, '_function', None)   # any kernel call would fail
-    monkeypatch.setattr(depthwise.dispatch, 'ffn_middle_reference',
+    # any kernel call would fail
+    monkeypatch.setattr(depthwise.dispatch.DEPTHWISE_DISPATCH, '_function', None)
+    monkeypatch.setattr(depthwise_stages, 'ffn_middle_reference',
                         lambda *args: calls.append(args) or ffn_middle_reference(*args))
     h = channels_last(1, 8, 3, 5).detach()
     weight, bias, _, _ = parameters(8, 3)

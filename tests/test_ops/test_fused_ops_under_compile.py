@@ -10,7 +10,8 @@ import torch
 
 pytest.importorskip('triton')
 
-from mavit_mm.ops.depthwise import ffn_middle  # noqa: E402
+from helpers.depthwise_stages import ffn_middle  # noqa: E402
+
 from mavit_mm.ops.mala import mala_attention  # noqa: E402
 from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
 

@@ -252,7 +252,7 @@ def _gated_lepe_autograd(ctx, dout, _dtotal):
     v, taps, bias, gate, total = ctx.saved_tensors
     if total.numel() == 0:
         raise RuntimeError('mavit_mm::gated_lepe ran without keep_sum, so it saved nothing '
-                           'for backward; call it through gated_lepe()')
+                           'for backward; call it through fused_gated_lepe()')
     dv, dtaps, dbias, d_inner, dgate = gated_lepe_backward_op(dout, v, taps, bias, gate,
                                                                 total)
     return dv, dtaps, dbias, d_inner.to(ctx.attention_dtype), dgate, None

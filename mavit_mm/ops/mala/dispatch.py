@@ -1,45 +1,38 @@
 """Which path a MALA call takes: the PyTorch formula or the fused Triton op.
 
 ``mala_attention`` is the one entry point the backbone uses; ``impl`` picks the
-PyTorch path (``'torch'``, :mod:`.naive`), the fused Triton kernels
-(``'triton'``: the op in :mod:`.function`, written in :mod:`.kernels`) or the
-best available one (``'auto'``).
+PyTorch path (``'torch'``, the formula of :mod:`.naive`), the fused Triton
+kernels (``'triton'``: the op in :mod:`.function`, written in :mod:`.kernels`)
+or the best available one (``'auto'``), as both fused ops do
+(:mod:`mavit_mm.ops.triton_support`, which states the export policy: an
+export takes the PyTorch path, mmengine's FLOP-counting ``jit.trace`` keeps the
+fused op, whose formula ``flops.py`` gives the counter).
 
-* ``'auto'``: Triton for supported CUDA cases. Off CUDA, the PyTorch path,
-  silently. On CUDA cases the kernels cannot run (head dim, dtype, triton
-  missing, a GPU without the tf32 dots or the shared memory the kernels
-  need), the PyTorch path with one warning per distinct reason.
-* ``'triton'``: the fused kernels or a clear error saying why not. On CPU it
-  runs in Triton's interpreter when ``TRITON_INTERPRET=1`` (how CI tests them).
-* Exporting (ONNX, TorchScript tracing, ``torch.export``): the PyTorch path,
-  whatever ``impl`` says.
-
-The Triton modules are imported on first use only: ``import mavit_mm`` works
-without triton installed.
+Beyond the device checks both ops share, the MALA kernels cannot run some
+cases (head dim, dtype, a GPU without the tf32 dots or the shared memory the
+kernels need): ``'auto'`` warns once per reason and takes the PyTorch path.
 """
 from __future__ import annotations
-
-import importlib
-import warnings
-from typing import NamedTuple
 
 import torch
 
 from ..amp import autocast_disabled
+from ..linear_attention import linear_attention_torch
 from ..rope2d import RotaryTables
-from ..triton_support import exporting, index_extent, triton_interpreter_enabled
-from .naive import MALA_EPS, linear_attention_torch, mala_naive
+from ..triton_support import (
+    FUSED_IMPLS,
+    FusedOpDispatch,
+    Unsupported,
+    index_extent,
+)
 
-MALA_IMPLS = ('auto', 'torch', 'triton')
+MALA_IMPLS = FUSED_IMPLS
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 TRITON_MIN_HEAD_DIM = 16
 TRITON_MAX_HEAD_DIM = 128
 # (B * heads) is the second launch-grid axis, limited to 65535 programs.
 TRITON_MAX_BATCH_HEADS = 65535
 
-_warned_fallback_reasons = set()
-_triton_import_error: str | None = None
-_triton_import_tried = False
 # Shared memory one block of the fused kernels takes, at most, by head dim
 # (padded to a power of two) and pass: (forward, backward) bytes, from the
 # sm_90 compile report of every kernel (``bench_mala.py --compile-report``;
@@ -47,20 +40,12 @@ _triton_import_tried = False
 # every GPU with tf32 dots; wider ones need more than the ~99 KiB per block of
 # sm_86 / sm_89 GPUs in the backward, and run it on the PyTorch path there.
 TRITON_SHARED_BYTES = {64: (40960, 98304), 128: (90112, 155648)}
-# The module with the op (function.py, which imports triton), once imported.
-_function = None
-
-
-class Unsupported(NamedTuple):
-    """Why the Triton path cannot run a case, and the error ``'triton'`` raises."""
-    reason: str
-    error: type
+MALA_DISPATCH = FusedOpDispatch(__package__, 'mala_impl', 'the fused MALA kernels',
+                                'MALA falls back', counted_when_traced=True)
 
 
 def check_mala_impl(impl: str) -> str:
-    if impl not in MALA_IMPLS:
-        raise ValueError(f'mala_impl must be one of {MALA_IMPLS}, got {impl!r}')
-    return impl
+    return MALA_DISPATCH.check_impl(impl)
 
 
 def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -72,36 +57,24 @@ def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     check_mala_impl(impl)
     _check_shapes(q, k, v, rope)
-    # 'auto' off CUDA: the PyTorch path is the best there is, nothing to warn about.
-    # An exported graph (ONNX, TorchScript, torch.export) gets the PyTorch path
-    # whatever ``impl`` says: the fused op is a CUDA kernel no exported format holds.
-    # A plain ``torch.jit.trace`` (mmengine's FLOP counter) keeps it: the op is
-    # a traceable operator with a counted formula.
-    if (impl == 'torch' or q.numel() == 0 or (impl == 'auto' and q.device.type != 'cuda')
-            or exporting()):
+    if MALA_DISPATCH.takes_plain_formula(impl, q):
         return _torch_mala(q, k, v, rope)
     unsupported = triton_unsupported(q, k, v, rope, allow_interpreter=impl == 'triton')
     if unsupported is None:
         return _triton_or_fallback(q, k, v, rope, impl)
-    if impl == 'triton':
-        raise unsupported.error(f"mala_impl='triton' cannot run this case: {unsupported.reason}")
-    _warn_fallback_once(unsupported.reason)
+    MALA_DISPATCH.fall_back(impl, unsupported)
     return _torch_mala(q, k, v, rope)
 
 
 def _triton_or_fallback(q, k, v, rope: RotaryTables, impl: str) -> torch.Tensor:
     """The fused kernels; a launch the GPU cannot hold (Triton's out-of-resources
     error) falls back under 'auto' and is a clear error under 'triton'."""
-    import_error = _triton_unavailable()   # explicit: callers may come straight here
-    if import_error is not None:
-        raise RuntimeError(f'the fused MALA kernels cannot run: {import_error}')
+    function = MALA_DISPATCH.function()   # explicit: callers may come straight here
     try:
         return _triton_mala(q, k, v, rope)
-    except _function.OutOfResources as exc:
-        reason = f'the kernels do not fit this GPU ({exc})'
-        if impl == 'triton':
-            raise RuntimeError(f"mala_impl='triton' cannot run this case: {reason}") from exc
-        _warn_fallback_once(reason)
+    except function.OutOfResources as exc:
+        MALA_DISPATCH.fall_back(impl, Unsupported(f'the kernels do not fit this GPU ({exc})',
+                                                  RuntimeError), cause=exc)
         return _torch_mala(q, k, v, rope)
 
 
@@ -109,16 +82,9 @@ def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
                        allow_interpreter: bool) -> Unsupported | None:
     """``None`` when the fused kernels can run this case, else why not."""
     device = q.device
-    if device.type != 'cuda' and not (allow_interpreter and triton_interpreter_enabled()):
-        return Unsupported(f'tensors are on {device.type}, the Triton kernels need CUDA '
-                           '(or TRITON_INTERPRET=1 to run them in the CPU interpreter '
-                           "with mala_impl='triton')", RuntimeError)
-    if device.type == 'cuda' and torch.version.hip is not None:
-        return Unsupported('the Triton kernels are written and checked for NVIDIA GPUs only, '
-                           'not ROCm', RuntimeError)
-    import_error = _triton_unavailable()
-    if import_error is not None:
-        return Unsupported(import_error, RuntimeError)
+    unsupported = MALA_DISPATCH.device_unsupported(device, allow_interpreter)
+    if unsupported is not None:
+        return unsupported
     if q.dtype not in TRITON_DTYPES:
         return Unsupported(f'dtype {q.dtype} is not supported (float16, bfloat16 or float32)',
                            ValueError)
@@ -198,34 +164,8 @@ def _torch_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
 
 
 def _triton_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
-    return _function.fused_mala(q, k, v, rope.angle_on(q.device), rope.width)
+    return MALA_DISPATCH.function().fused_mala(q, k, v, rope.angle_on(q.device), rope.width)
 
 
-@torch.compiler.assume_constant_result
-def _triton_unavailable() -> str | None:
-    """Import the Triton modules once; the error text if that fails.
-
-    A constant to Dynamo: a model compiled before its first eager call runs
-    the import when the graph is traced, instead of breaking the graph on an
-    import (which Dynamo refuses to trace).
-    """
-    global _function, _triton_import_error, _triton_import_tried
-    if not _triton_import_tried:
-        _triton_import_tried = True
-        try:
-            _function = importlib.import_module('.function', __package__)
-        except ImportError as exc:
-            _triton_import_error = f'triton is not available ({exc})'
-    return _triton_import_error
-
-
-def _warn_fallback_once(reason: str) -> None:
-    if reason in _warned_fallback_reasons:
-        return
-    _warned_fallback_reasons.add(reason)
-    warnings.warn(f"MALA falls back to the PyTorch path: {reason}. Pass mala_impl='torch' "
-                  'to choose it explicitly.', RuntimeWarning, stacklevel=3)
-
-
-__all__ = ['mala_attention', 'mala_naive', 'check_mala_impl', 'triton_unsupported',
-           'triton_interpreter_enabled', 'MALA_IMPLS', 'MALA_EPS']
+__all__ = ['MALA_DISPATCH', 'MALA_IMPLS', 'check_mala_impl', 'mala_attention',
+           'triton_unsupported']

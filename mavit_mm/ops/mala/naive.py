@@ -1,8 +1,5 @@
-"""PyTorch MALA and its linear relatives: the formula the model runs off the
-fused kernels, and the reference the kernels are tested against.
-
-A leaf: it imports torch and :mod:`mavit_mm.ops.rope2d` (itself torch only),
-nothing else of the package, so every other attention module can build on it.
+"""MALA in PyTorch: the formula the model runs off the fused kernels, and the
+reference the kernels are tested against.
 
 Per head, with N tokens, head dim d and ``scale = d ** -0.5``, MALA is::
 
@@ -12,104 +9,15 @@ Per head, with N tokens, head dim d and ``scale = d ** -0.5``, MALA is::
     kv   = (scale / N) * sum_j k_j^T v_j
     out  = (q @ kv) * (1 + 1 / (z + 1e-6)) - z * mean_j(v_j)
 
-Its relatives (other kernel functions, vanilla linear attention, InLine, the
-Table 11 ablations) differ only in the per-query coefficients ``a`` and ``b``
-of ``out = a * (q @ kv) + b * mean_j(v_j)``; the table, with the papers'
-notation, is in :mod:`mavit_mm.ops.attention_variants`. ``MALA_EPS`` is shared
-with the kernels.
+the ``'mala'`` member of the linear-attention family
+(:mod:`mavit_mm.ops.linear_attention`), whose formula it runs. ``MALA_EPS`` is
+shared with the kernels.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-import torch.nn.functional as F
 
-from ..rope2d import RotaryTables, apply_rope
-
-MALA_EPS = 1e-6
-
-
-def _elu_plus_one(x: torch.Tensor) -> torch.Tensor:
-    # In place on elu's result: its backward reads the input, not the output.
-    return F.elu(x).add_(1.0)
-
-
-KERNEL_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    'elu': _elu_plus_one,
-    'relu': F.relu,
-    'exp': torch.exp,
-}
-LINEAR_ATTN_TYPES = ('mala', 'linear', 'inline', 'mala_no_beta', 'mala_no_gamma')
-
-# A stage's rotation: its RotaryTables, explicit (cos, signed_sin) tables, or None.
-Rotation = RotaryTables | tuple[torch.Tensor, torch.Tensor] | None
-
-
-def linear_coefficients(attn_type: str, z: torch.Tensor
-                        ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(a, b)`` of ``score_ij = a_i * S_ij + b_i / N`` (the table of
-    :mod:`mavit_mm.ops.attention_variants`); ``None`` stands for a = 1 / b = 0,
-    so no work is spent on it."""
-    if attn_type == 'mala':
-        return 1.0 + 1.0 / (z + MALA_EPS), -z
-    if attn_type == 'mala_no_beta':
-        return None, -z
-    if attn_type == 'mala_no_gamma':
-        return 1.0 + 1.0 / (z + MALA_EPS), None
-    if attn_type == 'linear':
-        return 1.0 / z.clamp_min(MALA_EPS), None
-    if attn_type == 'inline':
-        return None, 1.0 - z
-    raise ValueError(f'{attn_type!r} is not a linear attention; '
-                     f'those are {LINEAR_ATTN_TYPES}')
-
-
-def rotate(x: torch.Tensor, rotation: Rotation) -> torch.Tensor:
-    if rotation is None:
-        return x
-    if isinstance(rotation, RotaryTables):
-        return rotation.rotate(x)
-    return apply_rope(x, *rotation)
-
-
-def kernel_z_rope(q: torch.Tensor, k: torch.Tensor, rotation: Rotation, kernel_function: str):
-    """phi(q), phi(k) rotated, and z = s * phi(q) . mean(phi(k)) taken before RoPE."""
-    phi = KERNEL_FUNCTIONS[kernel_function]
-    scale = q.shape[-1] ** -0.5
-    q, k = phi(q), phi(k)
-    z = scale * (q @ k.mean(dim=-2, keepdim=True).transpose(-1, -2))     # (B, h, N, 1)
-    return rotate(q, rotation), rotate(k, rotation), z
-
-
-def linear_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           rotation: Rotation, attn_type: str = 'mala',
-                           kernel_function: str = 'elu') -> torch.Tensor:
-    """A linear variant in O(N d^2): ``a * (R(q) @ KV) + b * mean(v)``.
-
-    ``rotation`` is a stage's :class:`~mavit_mm.ops.rope2d.RotaryTables`, its
-    ``(cos, signed_sin)`` tables, or ``None``. Half-precision inputs are
-    computed in fp32 (the reductions over N overflow fp16 at high resolution;
-    the rotation too) and the result is cast back; call it outside autocast
-    (the callers do).
-    """
-    out_dtype = q.dtype
-    if out_dtype in (torch.float16, torch.bfloat16):
-        q, k, v = q.float(), k.float(), v.float()
-        if rotation is not None and not isinstance(rotation, RotaryTables):
-            rotation = tuple(t.float() for t in rotation)
-    num_tokens = q.shape[-2]
-    scale = q.shape[-1] ** -0.5
-    q, k, z = kernel_z_rope(q, k, rotation, kernel_function)
-    a, b = linear_coefficients(attn_type, z)
-    kv = (k.transpose(-1, -2) @ v) * (scale / num_tokens)              # (B, h, d, d)
-    out = q @ kv
-    if a is not None:
-        out = out * a
-    if b is not None:
-        # In place: neither q @ kv nor the product with a keeps its result for backward.
-        out = out.addcmul_(b, v.mean(dim=-2, keepdim=True))
-    return out.to(out_dtype)
+from ..linear_attention import MALA_EPS, linear_attention_torch
 
 
 def mala_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -121,3 +29,6 @@ def mala_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     fp16 at high resolution) and the result is cast back.
     """
     return linear_attention_torch(q, k, v, (cos, signed_sin), 'mala', 'elu')
+
+
+__all__ = ['MALA_EPS', 'mala_naive']

@@ -3,7 +3,7 @@ layouts, launch plans and batch x heads, forward and q/k/v gradients against
 the float64 PyTorch reference, and the backbone at full resolution.
 
 Skipped without CUDA (the CPU interpreter covers a subset in
-``test_mala_triton.py``); ``benchmarks/gpu_check.py`` runs it on a GPU.
+``test_mala_numerics.py``); ``benchmarks/gpu_check.py`` runs it on a GPU.
 """
 import pytest
 import torch
