@@ -195,7 +195,7 @@ def model_calls(args) -> list[dict]:
     """The op's calls in one MAViT-T forward at ``args.image``: per MALA stage
     its shape and its layers (blocks)."""
     from benchmarks.gpu_check_lib.op_steps import mala_model_shapes
-    from mavit_mm.models.mavit import ARCH_SETTINGS
+    from mavit_mm.models import ARCH_SETTINGS
     depths = ARCH_SETTINGS['tiny']['depths']
     return [dict(shape, layers=depths[shape['stage'] - 1])
             for shape in mala_model_shapes('tiny', tuple(args.image), (args.batch,))]

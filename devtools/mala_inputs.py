@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from mavit_mm.models.mavit import split_heads
+from mavit_mm.models.layers import split_heads
 
 MALA_LAYOUTS = ('channels_last', 'nchw', 'contiguous')
 DEFAULT_LAYOUT = 'channels_last'

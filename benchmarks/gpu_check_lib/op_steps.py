@@ -227,7 +227,7 @@ def mala_model_shapes(arch: str = 'tiny', size=BACKBONE_SIZE, batches=PROFILE_BA
     stage with MALA and batch, from the preset (``ARCH_SETTINGS``) and the
     model's default ``attn_types``. A stage's map is the input over 4 (the
     stem's stride) times 2 per stage before it."""
-    from mavit_mm.models.mavit import ARCH_SETTINGS, MAViT
+    from mavit_mm.models import ARCH_SETTINGS, MAViT
     preset = ARCH_SETTINGS[arch]
     attn_types = inspect.signature(MAViT).parameters['attn_types'].default
     shapes = []

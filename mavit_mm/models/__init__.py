@@ -1,3 +1,4 @@
-from .mavit import ARCH_SETTINGS, MAViT, resolve_arch
+from .arch import ARCH_SETTINGS, resolve_arch
+from .mavit import MAViT
 
 __all__ = ['MAViT', 'ARCH_SETTINGS', 'resolve_arch']

@@ -140,7 +140,7 @@ def _is_mavit_type(type_name) -> bool:
 
 def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
     """Every MAViT in the model has a known size; its pretrained file exists."""
-    from ..models.mavit import resolve_arch
+    from ..models.arch import resolve_arch
     for node, path in _iter_typed_cfgs(cfg.get('model')):
         if not _is_mavit_type(node.get('type')):
             continue

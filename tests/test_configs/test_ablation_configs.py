@@ -96,7 +96,7 @@ def test_ablation_builds_the_variant_with_the_published_keys(ablation):
     attn_types = expected.get('attn_types', PUBLISHED)
     assert [b.attn.attn_type for stage in backbone.layers for b in stage.blocks] == \
         [t for t, depth in zip(attn_types, backbone.depths) for _ in range(depth)]
-    assert backbone.kernel_function == expected.get('kernel_function', 'elu')
+    assert backbone.options.kernel_function == expected.get('kernel_function', 'elu')
     keys = [(k, tuple(v.shape)) for k, v in backbone.state_dict().items()]
     residual = [k for k, _ in keys if '.attn.residual.' in k]
     if expected.get('inline_residual'):

@@ -40,13 +40,13 @@ def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
 def test_fast_paths_default_to_what_was_measured_faster_and_take_a_dict():
     """Every feature on but the fused FFN middle, which the GPU run of
     DEFAULTS_MEASURED_BY measured slower than its plain formula."""
-    assert MAViT('tiny').fast_paths == FastPaths() == DEFAULTS
+    assert MAViT('tiny').options.fast_paths == FastPaths() == DEFAULTS
     assert [name for name, on in FastPaths().as_dict().items() if not on] == ['fused_ffn_middle']
     assert all(ALL_ON.as_dict().values())
     assert (REPO_ROOT / DEFAULTS_MEASURED_BY).is_file()
-    assert MAViT('tiny', fast_paths=dict(fused_ffn_middle=True)).fast_paths == ALL_ON
+    assert MAViT('tiny', fast_paths=dict(fused_ffn_middle=True)).options.fast_paths == ALL_ON
     model = MAViT('tiny', fast_paths=dict(dense_rope=False))
-    assert not model.fast_paths.dense_rope and model.fast_paths.cached_weights
+    assert not model.options.fast_paths.dense_rope and model.options.fast_paths.cached_weights
     assert FastPaths().without('dense_rope', 'channel_split') == FastPaths(
         dense_rope=False, channel_split=False)
 
@@ -93,7 +93,7 @@ def test_configs_reach_the_switches():
     import mavit_mm  # noqa: F401 (registers MAViT)
     backbone = MODELS.build(dict(type='MAViT', arch='tiny',
                                  fast_paths=dict(in_place_residual=False)))
-    assert backbone.fast_paths == FastPaths(in_place_residual=False)
+    assert backbone.options.fast_paths == FastPaths(in_place_residual=False)
 
 
 # -- every switch computes the same model --------------------------------------------

@@ -10,7 +10,7 @@ from helpers.paths import REPO_ROOT
 from torch import nn
 
 import mavit_mm
-from mavit_mm.models import MAViT
+from mavit_mm.models import MAViT, layers
 from mavit_mm.models import mavit as mavit_module
 from mavit_mm.ops import rope2d
 
@@ -220,7 +220,7 @@ def test_eval_forward_follows_every_weight_change(monkeypatch, autocast):
     copies of the norm weights) are kept while no gradient flows: a load, an
     optimizer step, an in-place edit and a move must all reach the next forward.
     The CUDA rule (norm weights cast to the input's dtype) is forced on the CPU."""
-    monkeypatch.setattr(mavit_module, '_MIXED_LAYER_NORM_DEVICES', ())
+    monkeypatch.setattr(layers, '_MIXED_LAYER_NORM_DEVICES', ())
     x = torch.randn(1, 3, 64, 64)
 
     def run(model):
@@ -245,7 +245,7 @@ def test_eval_forward_follows_every_weight_change(monkeypatch, autocast):
     same_as_fresh(model)
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, mavit_module.DepthwiseResidualConv):
+            if isinstance(module, layers.DepthwiseResidualConv):
                 module.weight.mul_(1.5)
             if isinstance(module, nn.LayerNorm):
                 module.weight.add_(0.25)
@@ -385,6 +385,7 @@ def test_embed_dims_divisible_by_num_heads():
 
 
 @pytest.mark.parametrize('name,value', [
+    ('depths', [2, 2, 6]),
     ('embed_dims', [64, 128, 256]),
     ('num_heads', [1, 2, 4]),
     ('mlp_ratios', [3.5, 3.5]),

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from mavit_mm.models import MAViT
 from mavit_mm.models import mavit as mavit_module
 from mavit_mm.models.mavit import GatedAttention
+from mavit_mm.models.options import MAViTOptions
 from mavit_mm.ops import (
     ATTN_TYPES,
     KERNEL_FUNCTIONS,
@@ -311,8 +312,9 @@ def test_model_level_misconfigurations_are_clear_errors():
         MAViT('t', inline_residual=True)
     with pytest.raises(ValueError, match="mala_impl='triton'.*'elu' kernel only, not 'exp'"):
         MAViT('t', kernel_function='exp', mala_impl='triton')
-    with pytest.raises(ValueError, match="inline_residual is InLine's"):
-        GatedAttention(16, 2, 'linear', inline_residual=True)
+    # The option adds InLine's residual to the 'inline' attentions only.
+    assert GatedAttention(16, 2, 'linear', options=MAViTOptions(inline_residual=True)).residual \
+        is None
 
 
 # -- MAViT with every variant ------------------------------------------------------
@@ -354,7 +356,7 @@ def test_inline_residual_adds_only_its_keys(published_keys):
 
 def test_inline_residual_is_the_3x3_neighbourhood_sum():
     torch.manual_seed(13)
-    module = GatedAttention(8, 2, 'inline', inline_residual=True).double()
+    module = GatedAttention(8, 2, 'inline', options=MAViTOptions(inline_residual=True)).double()
     x = torch.randn(2, 8, 3, 5, dtype=F64)
     v = torch.randn(2, 8, 3, 5, dtype=F64)
     r = module.residual(x.mean(dim=(2, 3), keepdim=True)).reshape(2, 8, 3, 3)

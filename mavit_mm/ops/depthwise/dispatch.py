@@ -76,7 +76,7 @@ def tap_major(weight: torch.Tensor) -> torch.Tensor:
     """A depthwise ``(C, 1, k, k)`` kernel as the fused ops read it fastest:
     ``(k * k, C)``, each tap's channels contiguous, so that the kernels read a
     tap in one vector load (a copy; the model keeps it while no gradient
-    flows, switch ``tap_major_weights``: ``models.mavit.Conv2d.depthwise_taps``)."""
+    flows, switch ``tap_major_weights``: ``models.layers.CachedCastConv2d.depthwise_taps``)."""
     return tap_view(weight).contiguous()
 
 

@@ -1,0 +1,294 @@
+"""The layers MAViT's blocks are built of, each computing the plain formula in
+its docstring, some faster (the switches of :mod:`mavit_mm.ops.fast_paths`).
+
+Each keeps the parameters and state-dict keys of the plain torch layer it
+stands for, so the published checkpoints load into them unchanged.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops.amp import autocast_disabled
+from ..ops.channel_split import channel_split
+from ..ops.depthwise import tap_major, tap_view
+from ..ops.derived_weights import DerivedWeights, compute_dtype, takes_no_gradient
+from ..ops.fast_paths import DEFAULTS, FastPaths
+from ..ops.pointwise_conv import pointwise_conv
+from ..ops.residual import scaled_residual
+from ..ops.rope2d import RotaryTables, rotary_pair_weights, rotated_bias_table, rotated_projection
+
+LN_EPS = 1e-6
+# Devices whose layer norm kernels take half inputs with fp32 weight and bias
+# (computing in fp32, writing the input's dtype). CUDA's read the weight in the
+# input's dtype, so there it is cast (once, while no gradient flows).
+_MIXED_LAYER_NORM_DEVICES = ('cpu',)
+
+
+def build_norm2d(norm_cfg: dict | None, num_features: int) -> nn.Module:
+    """BatchNorm-style norm for the stem and the downsampling layers.
+
+    A torch-only stand-in for mmcv's ``build_norm_layer`` covering what these
+    layers use: ``BN`` and ``SyncBN`` (mmengine reverts SyncBN to BN when not
+    distributed), with ``eps``, ``momentum`` and ``requires_grad``.
+    """
+    cfg = dict(type='BN') if norm_cfg is None else dict(norm_cfg)
+    norm_type = cfg.pop('type')
+    requires_grad = cfg.pop('requires_grad', True)
+    layers = {'BN': nn.BatchNorm2d, 'BN2d': nn.BatchNorm2d, 'SyncBN': nn.SyncBatchNorm}
+    if norm_type not in layers:
+        raise ValueError(f'norm_cfg type must be one of {sorted(layers)}, got {norm_type!r}')
+    norm = layers[norm_type](num_features, **cfg)
+    for param in norm.parameters():
+        param.requires_grad = requires_grad
+    return norm
+
+
+def split_heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(B, n * C, H, W) -> (B, n * C / head_dim, N, head_dim), a view (no
+    copy): the heads of q, k or v, or of q and k together.
+
+    Of a channels_last map the view has channel stride 1, the layout SDPA's
+    flash kernels need and the fused MALA op reads in whole channel rows
+    (``channels_last`` in ``devtools.mala_inputs``, which cuts its
+    inputs with this function).
+    """
+    batch, _, height, width = t.shape
+    return t.reshape(batch, -1, head_dim, height * width).transpose(-1, -2)
+
+
+class CachedCastConv2d(nn.Conv2d):
+    """``nn.Conv2d`` (same parameters, keys and result) whose weight and bias
+    meet the input in the dtype the layer computes in: under autocast, half
+    copies kept per weight value while no gradient flows
+    (:class:`~mavit_mm.ops.derived_weights.DerivedWeights`, switch
+    ``cached_weights``), instead of autocast's casts at every call."""
+
+    def __init__(self, *args, cached_weights: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.derived = DerivedWeights(cached_weights)
+
+    def weights_for(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(weight, bias)`` in the dtype the layer computes ``x`` in; where
+        no copy can be kept (a gradient flows, switch off), as they are, for
+        autocast to cast as it would."""
+        dtype = compute_dtype(x, self.weight)
+        if dtype == self.weight.dtype or not self.derived.caches(self.weight):
+            return self.weight, self.bias
+        return self.derived.cast('compute', (self.weight, self.bias), dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._conv_forward(x, *self.weights_for(x))
+
+    def depthwise_taps(self, tap_major_layout: bool) -> torch.Tensor:
+        """A depthwise kernel as the fused depthwise ops take it, ``(k * k,
+        C)``: tap-major (:func:`~mavit_mm.ops.depthwise.tap_major`, kept per
+        weight value while no gradient flows; switch ``tap_major_weights``)
+        or a view of the parameter."""
+        if not tap_major_layout:
+            return tap_view(self.weight)
+        return self.derived.get('taps', (self.weight,), self.weight.dtype, self.weight.device,
+                                lambda: tap_major(self.weight))
+
+
+class PointwiseConv2d(CachedCastConv2d):
+    """A 1x1 :class:`CachedCastConv2d` (same parameters and keys) that runs as
+    a matrix product over the pixels of a channels_last map (switch
+    ``matmul_1x1``: :func:`~mavit_mm.ops.pointwise_conv.pointwise_conv`)."""
+
+    def __init__(self, in_channels: int, out_channels: int, fast_paths: FastPaths = DEFAULTS):
+        super().__init__(in_channels, out_channels, 1, cached_weights=fast_paths.cached_weights)
+        self.as_matmul = fast_paths.matmul_1x1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.product(x, *self.weights_for(x))
+
+    def product(self, x: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor | None) -> torch.Tensor:
+        """This layer's 1x1 product of ``x`` with ``weight`` and ``bias`` (its
+        own, or a slice of them), as the switch says."""
+        return pointwise_conv(x, weight, bias) if self.as_matmul else F.conv2d(x, weight, bias)
+
+
+class DepthwiseResidualConv(CachedCastConv2d):
+    """``x + conv(x)`` of a depthwise 'same' convolution, as one convolution.
+
+    The identity is folded into the centre tap of the kernel, which saves a
+    full pass over the map for the add (switch ``folded_residual_conv``; off,
+    and under compile: the convolution, then the add). The folded kernel is
+    built in the compute dtype (autocast's where it is on), and, while no
+    gradient flows, once per weight value. Parameters and keys are those of
+    the plain ``nn.Conv2d`` (the identity is a non-persistent buffer).
+    """
+
+    def __init__(self, channels: int, kernel_size: int, fast_paths: FastPaths = DEFAULTS):
+        super().__init__(channels, channels, kernel_size, padding=kernel_size // 2,
+                         groups=channels, cached_weights=fast_paths.cached_weights)
+        self.folded = fast_paths.folded_residual_conv
+        identity = torch.zeros_like(self.weight)
+        identity[:, :, kernel_size // 2, kernel_size // 2] = 1.0
+        self.register_buffer('identity', identity, persistent=False)
+
+    def folded_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        """The kernel of ``x + conv(x)`` in ``dtype`` (summed in the weight's
+        own precision, then cast)."""
+        return self.derived.get('folded', (self.weight, self.identity), dtype,
+                                self.weight.device,
+                                lambda: (self.weight + self.identity).to(dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Not under compile: the weights are graph inputs there, so the fold is
+        # a kernel of its own at every call (mavit_mm.ops.fast_paths).
+        if not self.folded or torch.compiler.is_compiling():
+            return x + super().forward(x)
+        dtype = compute_dtype(x, self.weight)
+        bias = self.bias                        # (autocast casts it where none is kept)
+        if dtype != bias.dtype and self.derived.caches(bias):
+            (bias,) = self.derived.cast('bias', (bias,), dtype)
+        return self._conv_forward(x, self.folded_weight(dtype), bias)
+
+
+class LayerNorm2d(nn.Module):
+    """LayerNorm over the channels of an NCHW tensor (key ``<name>.norm.*``).
+
+    Returns a channels_last tensor (an NHWC buffer seen as NCHW): free for a
+    channels_last input, which is what the backbone keeps inside (layout:
+    ``docs/architecture.md``). The backbone's outputs are made contiguous NCHW
+    in :meth:`~mavit_mm.models.MAViT.forward`, since mmcv's RoIAlign reads raw
+    memory as NCHW.
+
+    A half input (bf16 / fp16, e.g. under autocast) is normalised in one op
+    that computes in fp32 and returns the input's dtype: CUDA's autocast
+    would otherwise cast the whole map to fp32 and back (three passes over it
+    where one will do, and an fp32 map for the next convolution to cast).
+    """
+
+    def __init__(self, num_channels: int, eps: float = LN_EPS, cached_weights: bool = True):
+        super().__init__()
+        self.norm = nn.LayerNorm(num_channels, eps=eps)
+        self.derived = DerivedWeights(cached_weights)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        nhwc = x.permute(0, 2, 3, 1)
+        if x.dtype not in (torch.float16, torch.bfloat16) or x.dtype == self.norm.weight.dtype:
+            return self.norm(nhwc).permute(0, 3, 1, 2)
+        weight, bias = self.norm.weight, self.norm.bias
+        if x.device.type not in _MIXED_LAYER_NORM_DEVICES:
+            weight, bias = self.derived.cast('affine', (weight, bias), x.dtype)
+        with autocast_disabled(x.device.type):
+            out = F.layer_norm(nhwc, self.norm.normalized_shape, weight, bias, self.norm.eps)
+        return out.permute(0, 3, 1, 2)
+
+
+class DropPath(nn.Module):
+    """Stochastic depth per sample."""
+
+    def __init__(self, drop_prob: float = 0.0):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def _keep_scale(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Per sample, 0 (dropped) or 1 / keep_prob, shaped (B, 1, ...);
+        ``None`` when nothing is dropped (eval, or drop_prob 0)."""
+        if self.drop_prob == 0.0 or not self.training:
+            return None
+        keep_prob = 1.0 - self.drop_prob
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep_prob)
+        return mask / keep_prob
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keep = self._keep_scale(x)
+        return x if keep is None else x * keep
+
+    def residual(self, x: torch.Tensor, branch: torch.Tensor,
+                 scale: torch.Tensor | None = None, in_place: bool = True) -> torch.Tensor:
+        """``x + self(scale * branch)`` in one pass over the map
+        (:func:`~mavit_mm.ops.residual.scaled_residual`): the layer scale (in
+        ``x``'s dtype) and the per-sample keep mask are one small factor.
+        Written into ``x`` (a map the block made itself) where ``in_place``
+        allows it and no gradient flows."""
+        keep = self._keep_scale(x)
+        if keep is not None:
+            scale = keep if scale is None else scale * keep
+        tensors = (x, branch) if scale is None else (x, branch, scale)
+        return scaled_residual(x, branch, scale, in_place=in_place and takes_no_gradient(*tensors))
+
+    def extra_repr(self) -> str:
+        return f'drop_prob={self.drop_prob}'
+
+
+class QKVOProjection(PointwiseConv2d):
+    """The gated attention's input projection: one 1x1 convolution (key
+    ``qkvo.*``) whose output is q, k, v and the gate o.
+
+    Plain formula (:meth:`project`): ``q, k, v, o = chunk(qkvo(x), 4)``, q and
+    k cut into heads and left for the attention to rotate by the stage's 2D
+    RoPE. Faster, with the same result:
+
+    - joint rotation (the softmax stages, switch ``joint_qk_rotation``): q and
+      k rotated here, as one tensor (:attr:`rotates_qk`; the attention then
+      rotates nothing);
+    - dense RoPE (switch ``dense_rope``, in half precision while no gradient
+      reaches the weights): ``R(q), R(k)`` straight from the input, by
+      :func:`~mavit_mm.ops.rope2d.rotated_projection` (its plain formula is
+      there), with only v and o from the convolution;
+    - the split's backward writes one channels_last gradient (switch
+      ``channel_split``).
+    """
+
+    def __init__(self, dim: int, num_heads: int, joint_rotation: bool,
+                 fast_paths: FastPaths = DEFAULTS):
+        super().__init__(dim, 4 * dim, fast_paths)
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
+        self.joint_rotation = joint_rotation and fast_paths.joint_qk_rotation
+        self.dense_rope = fast_paths.dense_rope
+        self.split = fast_paths.channel_split
+
+    @property
+    def rotates_qk(self) -> bool:
+        """Whether :meth:`project` rotates q and k (elsewhere the attention
+        rotates them). Not under compile, where the two rotations fuse into
+        their neighbours (:mod:`~mavit_mm.ops.fast_paths`)."""
+        return self.joint_rotation and not torch.compiler.is_compiling()
+
+    def project(self, x: torch.Tensor, rope: RotaryTables) -> tuple[torch.Tensor, ...]:
+        """``q, k, v, o``: q and k as ``(B, heads, N, d)`` views, rotated where
+        :attr:`rotates_qk`; v and o as maps."""
+        dim = self.dim
+        if self.rotates_qk and self._takes_dense_rope(x):
+            weight, bias = self.weights_for(x)
+            v, o = channel_split(self.product(x, weight[2 * dim:], bias[2 * dim:]),
+                                 (dim, dim), self.split)
+            qk = split_heads(self._rotated_qk(x, rope), self.head_dim)
+        else:
+            qk, v, o = channel_split(self(x), (2 * dim, dim, dim), self.split)
+            qk = split_heads(qk, self.head_dim)            # q's heads, then k's
+            if self.rotates_qk:
+                qk = rope.rotate(qk)                       # one rotation of both
+        return qk[:, :self.num_heads], qk[:, self.num_heads:], v, o
+
+    def _takes_dense_rope(self, x: torch.Tensor) -> bool:
+        """Dense RoPE in half precision, where the plain rotation flips pairs,
+        while no gradient reaches the weights (its pair weights and rotated
+        bias are built once, not at every training step) and not while
+        compiling (inductor fuses the plain formula into one kernel)."""
+        return (self.dense_rope
+                and compute_dtype(x, self.weight) in (torch.float16, torch.bfloat16)
+                and takes_no_gradient(self.weight, self.bias))
+
+    def _rotated_qk(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
+        """``R(q), R(k)`` as one channels_last map, from dense operands."""
+        dtype, qk_channels = compute_dtype(x, self.weight), 2 * self.dim
+        weight, bias = self.weight[:qk_channels], self.bias[:qk_channels]
+        pair_weights = self.derived.get('qk_pair_weights', (self.weight,), dtype,
+                                        x.device, lambda: rotary_pair_weights(weight).to(dtype))
+        bias_table = self.derived.get('qk_bias_table', (self.bias, rope.angle), dtype,
+                                      x.device, lambda: rotated_bias_table(bias, rope, dtype),
+                                      state=(rope.height, rope.width))
+        cos, signed_sin = rope.tables(dtype, x.device)
+        return rotated_projection(x, pair_weights, bias_table, cos, signed_sin)
+
+
+__all__ = ['build_norm2d', 'split_heads', 'CachedCastConv2d', 'PointwiseConv2d',
+           'DepthwiseResidualConv', 'LayerNorm2d', 'DropPath', 'QKVOProjection', 'LN_EPS']

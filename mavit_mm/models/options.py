@@ -1,0 +1,91 @@
+"""The settings every block of MAViT reads, in one frozen object."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..ops.attention_variants import LINEAR_ATTN_TYPES, check_kernel_function
+from ..ops.depthwise import check_depthwise_impl, kernels_run
+from ..ops.fast_paths import DEFAULTS, FastPaths
+from ..ops.mala import check_mala_impl
+
+
+@dataclasses.dataclass(frozen=True)
+class MAViTOptions:
+    """How MAViT's blocks compute: built by :class:`~mavit_mm.models.MAViT`
+    from its keyword arguments of the same names, and passed, by keyword, to
+    every stage, block and layer.
+
+    Two choose the model:
+
+    - ``kernel_function``: phi of every linear attention variant, ``'elu'``
+      (elu + 1, as published), ``'relu'`` or ``'exp'`` (the paper's Table 10);
+    - ``inline_residual``: InLine's local 3x3 residual in the ``'inline'``
+      attentions (adds ``attn.residual.*`` parameters; the others have none);
+      off by default.
+
+    Three choose how the same model runs:
+
+    - ``mala_impl``: ``'auto'|'torch'|'triton'``, the MALA implementation
+      (:mod:`mavit_mm.ops.mala`; the fused kernels run ``'mala'`` with the
+      ``'elu'`` kernel);
+    - ``depthwise_impl``: ``'auto'|'torch'|'triton'``, whether the fused
+      Triton kernels of the block's depthwise stages may run
+      (:mod:`mavit_mm.ops.depthwise`; ``'auto'``: on CUDA), or the modules
+      themselves;
+    - ``fast_paths``: the speed features to switch on or off, as a dict such
+      as ``dict(dense_rope=False)`` or a ``FastPaths`` (by default, those
+      measured faster; each computes the same model:
+      :mod:`mavit_mm.ops.fast_paths`).
+
+    The rule between ``depthwise_impl`` and the switches ``fused_*``: a fused
+    depthwise stage (``position_norm``, ``lepe_gate``, ``ffn_middle``) runs
+    where its switch is on **and** ``depthwise_impl`` lets the kernels run on
+    the tensors at hand (:meth:`fuses`): never under ``'torch'``, on CUDA
+    under ``'auto'``, always under ``'triton'`` (or an error saying why not).
+    ``depthwise_impl`` says whether the kernels may run, the switches which
+    stages use them; ``tap_major_weights`` acts only where they run.
+    """
+
+    kernel_function: str = 'elu'
+    inline_residual: bool = False
+    mala_impl: str = 'auto'
+    depthwise_impl: str = 'auto'
+    fast_paths: FastPaths = DEFAULTS
+
+    def __post_init__(self):
+        check_kernel_function(self.kernel_function)
+        check_mala_impl(self.mala_impl)
+        check_depthwise_impl(self.depthwise_impl)
+        # Frozen: the resolved switches replace the dict they were given as.
+        object.__setattr__(self, 'inline_residual', bool(self.inline_residual))
+        object.__setattr__(self, 'fast_paths', FastPaths.resolve(self.fast_paths))
+
+    def check_stages(self, attn_types: list[str]) -> None:
+        """That these options fit a model of these attentions, one a stage."""
+        kernel_function = self.kernel_function
+        if kernel_function != 'elu' and not any(t in LINEAR_ATTN_TYPES for t in attn_types):
+            raise ValueError(f'kernel_function={kernel_function!r} is phi of the linear '
+                             f'attentions {LINEAR_ATTN_TYPES}, but no stage uses one '
+                             f'(attn_types {attn_types})')
+        if self.inline_residual and 'inline' not in attn_types:
+            raise ValueError("inline_residual=True needs an 'inline' stage, got attn_types "
+                             f'{attn_types}')
+        if self.mala_impl == 'triton' and kernel_function != 'elu' and 'mala' in attn_types:
+            raise ValueError(f"mala_impl='triton': the fused kernels run MALA with the 'elu' "
+                             f'kernel only, not {kernel_function!r}; use '
+                             "mala_impl='auto' or 'torch'")
+
+    def fuses(self, stage: str, x: torch.Tensor, *others: torch.Tensor, weight: torch.Tensor,
+              norm_channels: int | None = None) -> bool:
+        """Whether the fused depthwise ``stage`` runs on these tensors (the
+        rule above)."""
+        return (getattr(self.fast_paths, f'fused_{stage}')
+                and kernels_run(self.depthwise_impl, x, *others, weight=weight,
+                                norm_channels=norm_channels))
+
+
+DEFAULT_OPTIONS = MAViTOptions()   # frozen, so one instance serves every module
+
+__all__ = ['MAViTOptions', 'DEFAULT_OPTIONS']
