@@ -24,7 +24,10 @@ test: lint
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -n auto --dist loadgroup --no-loadscope-reorder
 
 # The tests make test leaves out (README.md says which and why), on every core.
+# The bundled demo data first (tools/make_demo_data.py: seconds, the same
+# bytes every time), which the slow launch test trains on as shipped.
 test-slow: setup
+	$(PYTHON_VENV) tools/make_demo_data.py
 	PYTHONUNBUFFERED=1 $(PYTHON_VENV) -m pytest -m slow -n auto --dist loadgroup
 
 # MAViT-T against Swin-T (backbone forward, training step, UperNet), JSON + PNG
