@@ -319,7 +319,10 @@ DET_CASES = [('mask_rcnn', 'instance-seg_onnxruntime_dynamic'),
              ('mask_rcnn', 'stock:instance-seg_onnxruntime_dynamic'),
              ('retinanet', 'detection_onnxruntime_dynamic'),
              ('retinanet', 'stock:detection_onnxruntime_dynamic'),
-             ('cascade', 'instance-seg_onnxruntime_dynamic')]
+             # 32 s of a 2-core make test, on Mask R-CNN's deployment path with
+             # two more R-CNN stages: under make test-slow.
+             pytest.param('cascade', 'instance-seg_onnxruntime_dynamic',
+                          marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize('pipeline,deploy_name', DET_CASES)

@@ -92,8 +92,17 @@ def on_the_worker_that_trains(name: str):
     return pytest.mark.xdist_group(f'e2e-{name}')
 
 
-@pytest.mark.parametrize('name', [pytest.param(name, marks=on_the_worker_that_trains(name))
-                                  for name in DEMO_JOBS])
+# The cascade's run is the slowest (41 s of a 2-core make test): it runs under
+# make test-slow; make test still trains the cascade through the tools
+# (test_our_checkpoints_feed_load_from_and_pretrained) and tests Mask R-CNN's
+# whole path, which the cascade extends with two more R-CNN stages.
+SLOW_E2E = ('cascade_mask_rcnn',)
+
+
+@pytest.mark.parametrize('name', [
+    pytest.param(name, marks=(on_the_worker_that_trains(name),
+                              *((pytest.mark.slow,) if name in SLOW_E2E else ())))
+    for name in DEMO_JOBS])
 def test_train_then_test(trained, name, tmp_path):
     _, kind, metric_names = DEMO_JOBS[name]
     extra = ('--amp',) if name == 'retinanet' else ()
