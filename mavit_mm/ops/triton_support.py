@@ -129,9 +129,11 @@ class FusedOpDispatch:
     def takes_plain_formula(self, impl: str, x: torch.Tensor) -> bool:
         """``'torch'``, an empty input, ``'auto'`` off CUDA, or a trace the
         export policy gives the plain formula: no check needed, nothing to warn."""
-        # The trace checks first: a jit.trace records x.numel() as a tensor.
-        return (exporting() or (not self.counted_when_traced and torch.jit.is_tracing())
-                or impl == 'torch' or x.numel() == 0 or (impl == 'auto' and x.device.type != 'cuda'))
+        # The settings first (the every-call case of a CPU model), then the
+        # traces, then the size: a jit.trace records x.numel() as a tensor.
+        return (impl == 'torch' or (impl == 'auto' and x.device.type != 'cuda')
+                or exporting() or (not self.counted_when_traced and torch.jit.is_tracing())
+                or x.numel() == 0)
 
     def device_unsupported(self, device: torch.device, allow_interpreter: bool
                            ) -> Unsupported | None:

@@ -144,11 +144,15 @@ def model_config(config: str, data_root, out_dir: Path) -> str:
     return str(path)
 
 
-def fixed_seed_checkpoint(config: str, path: Path) -> str:
+def fixed_seed_model(config: str) -> torch.nn.Module:
     torch.manual_seed(0)
     model = build_model(load_config(config))
     model.init_weights()
-    torch.save({'state_dict': model.state_dict()}, path)
+    return model
+
+
+def fixed_seed_checkpoint(config: str, path: Path) -> str:
+    torch.save({'state_dict': fixed_seed_model(config).state_dict()}, path)
     return str(path)
 
 
@@ -245,9 +249,7 @@ def test_segmentation_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp
 # -- detectors ------------------------------------------------------------------
 def scoring_checkpoint(pipeline: str, config: str, path: Path) -> str:
     """Fixed-seed weights with SCORING_LAYERS drawn wider (see there)."""
-    torch.manual_seed(0)
-    model = build_model(load_config(config))
-    model.init_weights()
+    model = fixed_seed_model(config)
     generator = torch.Generator().manual_seed(1)
     layers = [(name, module, std, bias) for name, module in model.named_modules()
               for suffix, std, bias in SCORING_LAYERS[pipeline] if name.endswith(suffix)]
