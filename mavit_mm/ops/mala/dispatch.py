@@ -19,14 +19,8 @@ import torch
 from ..amp import autocast_disabled
 from ..linear_attention import linear_attention_torch
 from ..rope2d import RotaryTables
-from ..triton_support import (
-    FUSED_IMPLS,
-    FusedOpDispatch,
-    Unsupported,
-    index_extent,
-)
+from ..triton_support import FusedOpDispatch, Unsupported, index_extent
 
-MALA_IMPLS = FUSED_IMPLS
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 TRITON_MIN_HEAD_DIM = 16
 TRITON_MAX_HEAD_DIM = 128
@@ -167,5 +161,5 @@ def _triton_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
     return MALA_DISPATCH.function().fused_mala(q, k, v, rope.angle_on(q.device), rope.width)
 
 
-__all__ = ['MALA_DISPATCH', 'MALA_IMPLS', 'check_mala_impl', 'mala_attention',
+__all__ = ['MALA_DISPATCH', 'check_mala_impl', 'mala_attention',
            'triton_unsupported']
