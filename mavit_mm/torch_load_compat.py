@@ -21,6 +21,8 @@ and any other class still fail to load.
 """
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import torch
 
@@ -46,14 +48,9 @@ def restricted_getattr(owner, name: str):
     """
     allowed = _history_buffer_methods().get(owner) if isinstance(owner, type) else None
     if allowed is None or name not in allowed:
-        raise pickle_error(f'weights-only load refused getattr({owner!r}, {name!r}): only '
-                           'the statistics methods of mmengine HistoryBuffer are allowed')
+        raise pickle.UnpicklingError(f'weights-only load refused getattr({owner!r}, {name!r}): only '
+                                     'the statistics methods of mmengine HistoryBuffer are allowed')
     return getattr(owner, name)
-
-
-def pickle_error(message: str) -> Exception:
-    import pickle
-    return pickle.UnpicklingError(message)
 
 
 def _numpy_core_names(attr: str) -> list:

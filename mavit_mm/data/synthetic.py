@@ -161,18 +161,14 @@ def render_scene(rng: np.random.RandomState, height: int, width: int, num_classe
     return Scene(image, instances, masks)
 
 
-def _write_jpeg(path: Path, image: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ok, encoded = cv2.imencode('.jpg', image, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY,
-                                               cv2.IMWRITE_JPEG_OPTIMIZE, 0])
-    if not ok:
-        raise RuntimeError(f'could not encode {path}')
-    path.write_bytes(encoded.tobytes())
+_JPEG_PARAMS = [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY, cv2.IMWRITE_JPEG_OPTIMIZE, 0]
+_PNG_PARAMS = [cv2.IMWRITE_PNG_COMPRESSION, 6]
 
 
-def _write_png(path: Path, label_map: np.ndarray) -> None:
+def _write_image(path: Path, image: np.ndarray, params: list[int]) -> None:
+    """``image`` encoded by the format of ``path``'s suffix, with ``params``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    ok, encoded = cv2.imencode('.png', label_map, [cv2.IMWRITE_PNG_COMPRESSION, 6])
+    ok, encoded = cv2.imencode(path.suffix, image, params)
     if not ok:
         raise RuntimeError(f'could not encode {path}')
     path.write_bytes(encoded.tobytes())
@@ -208,7 +204,6 @@ def make_coco_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
     """
     root = Path(root)
     height, width = _image_size(image_size)
-    _check_num_classes(num_classes)
     categories = [dict(id=i + 1, name=name, supercategory='shape')
                   for i, name in enumerate(shape_class_names(num_classes))]
     outputs = {'root': root}
@@ -220,7 +215,7 @@ def make_coco_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
             scene = render_scene(rng, height, width, num_classes, max_objects)
             image_id = index + 1
             file_name = f'{index:06d}.jpg'
-            _write_jpeg(root / split / file_name, scene.image)
+            _write_image(root / split / file_name, scene.image, _JPEG_PARAMS)
             images.append(dict(id=image_id, file_name=file_name, height=height, width=width))
             for instance in scene.instances:
                 annotations.append(_coco_annotation(annotation_id, image_id, instance, width, height))
@@ -287,8 +282,8 @@ def make_ade20k_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
                 unlabelled |= border
             label_map[unlabelled] = 0
             name = f'{index:06d}'
-            _write_jpeg(root / 'images' / folder / f'{name}.jpg', scene.image)
-            _write_png(root / 'annotations' / folder / f'{name}.png', label_map)
+            _write_image(root / 'images' / folder / f'{name}.jpg', scene.image, _JPEG_PARAMS)
+            _write_image(root / 'annotations' / folder / f'{name}.png', label_map, _PNG_PARAMS)
         outputs[f'{split}_img_dir'] = root / 'images' / folder
         outputs[f'{split}_ann_dir'] = root / 'annotations' / folder
     _write_manifest(root, 'ade20k', num_train=num_train, num_val=num_val,
@@ -306,11 +301,10 @@ def _image_size(image_size) -> tuple[int, int]:
     return height, width
 
 
-def _write_manifest(root: Path, kind: str, **params) -> Path:
+def _write_manifest(root: Path, kind: str, **params) -> None:
     """Written last, so its presence means the dataset was generated completely."""
-    manifest = root / MANIFEST_NAME
-    manifest.write_text(json.dumps(dict(kind=kind, **params), sort_keys=True, indent=1) + '\n')
-    return manifest
+    (root / MANIFEST_NAME).write_text(
+        json.dumps(dict(kind=kind, **params), sort_keys=True, indent=1) + '\n')
 
 
 def read_manifest(root) -> dict:

@@ -68,7 +68,7 @@ from .linear_attention import (
     linear_coefficients,
     rotate,
 )
-from .mala import check_mala_impl, mala_attention
+from .mala import check_mala_impl, check_shapes, mala_attention
 from .rope2d import RotaryTables
 
 SOFTMAX_ATTN_TYPES = ('softmax', 'softmax_qnorm')
@@ -112,7 +112,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_type: str,
     """
     check_attn_type(attn_type)
     check_kernel_function(kernel_function)
-    _check_qk(q, k, rope)
+    check_shapes(q, k, rope=rope)
     out_dtype = q.dtype
     if out_dtype in (torch.float16, torch.bfloat16):
         q, k = q.float(), k.float()
@@ -158,10 +158,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_type: str,
     check_attn_type(attn_type)
     check_kernel_function(kernel_function)
     check_mala_impl(impl)
-    if v.shape != q.shape:
-        raise ValueError(f'q, k and v must all be (B, heads, N, d), got '
-                         f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
-    _check_qk(q, k, rope)
+    check_shapes(q, k, v, rope)
     if (attn_type, kernel_function) == FUSED_CASE and rope is not None:
         return mala_attention(q, k, v, rope, impl=impl)
     if attn_type == 'mala' and impl == 'triton':
@@ -175,15 +172,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_type: str,
     # Our own precision policy (fp32 for half inputs); autocast would undo it.
     with autocast_disabled(q.device.type):
         return linear_attention_torch(q, k, v, rope, attn_type, kernel_function)
-
-
-def _check_qk(q: torch.Tensor, k: torch.Tensor, rope: RotaryTables | None) -> None:
-    if q.dim() != 4 or q.shape != k.shape:
-        raise ValueError(f'q and k must both be (B, heads, N, d), got '
-                         f'{tuple(q.shape)}, {tuple(k.shape)}')
-    if rope is not None and q.shape[-2] != rope.height * rope.width:
-        raise ValueError(f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
-                         'feature map of the rotary tables')
 
 
 __all__ = ['attention', 'attention_scores', 'linear_attention_torch', 'check_attn_type',

@@ -154,12 +154,8 @@ FAST_PATH_MODES = {
     'tap_major_weights': ('eager', 'cuda-graph', 'compile'),
     'matmul_1x1': ('eager', 'cuda-graph', 'compile'),
 }
-# Switches that act only where the depthwise kernels run (depthwise_impl).
-DEPTHWISE_KERNEL_SWITCHES = ('fused_position_norm', 'fused_lepe_gate', 'fused_ffn_middle',
-                             'tap_major_weights')
-
 # Switches that change only a training step (a backward), not a forward.
 TRAINING_ONLY = ('channel_split',)
 
 __all__ = ['FastPaths', 'DEFAULTS', 'ALL_ON', 'DEFAULTS_MEASURED_BY', 'FAST_PATHS',
-           'FAST_PATH_MODES', 'TRAINING_ONLY', 'DEPTHWISE_KERNEL_SWITCHES']
+           'FAST_PATH_MODES', 'TRAINING_ONLY']

@@ -51,7 +51,6 @@ HEAD_MODULES = {
     'mmdet': ('rpn_head', 'roi_head', 'bbox_head'),
     'mmseg': ('decode_head', 'auxiliary_head'),
 }
-MODEL_MODULES = {scope: ('backbone', 'neck') + heads for scope, heads in HEAD_MODULES.items()}
 # The first major version of the layout our configs load: mmdet 2.x, mmseg 0.x
 # and later. Older ones named above are refused.
 LIBRARY_GENERATIONS = {'mmdet': {2: 'mmdet 2.x', 3: 'mmdet 3.x'},

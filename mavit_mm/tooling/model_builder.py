@@ -31,12 +31,12 @@ def scope_registry(cfg: Config, name: str = 'MODELS'):
     return getattr(importlib.import_module(f'{scope}.registry'), name)
 
 
-def build_model(cfg: Config, with_pretrained: bool = False, model_cfg=None) -> torch.nn.Module:
-    """The model of ``cfg`` (or ``model_cfg`` in its scope); the backbone's
-    pretrained init is dropped unless asked."""
+def build_model(cfg: Config, model_cfg=None) -> torch.nn.Module:
+    """The model of ``cfg`` (or ``model_cfg`` in its scope), without the
+    backbone's pretrained init."""
     registry = scope_registry(cfg)
     model_cfg = (cfg.model if model_cfg is None else model_cfg).copy()
-    if not with_pretrained and 'backbone' in model_cfg:
+    if 'backbone' in model_cfg:
         model_cfg.backbone = dict(model_cfg.backbone, init_cfg=None)
     return registry.build(model_cfg)
 

@@ -18,7 +18,7 @@ from .config import ConfigCheckError, iter_dataset_cfgs
 # Parse JSON annotation files up to this size; beyond it (full COCO train is
 # ~450 MB) only the first and last bytes are checked, to stay fast.
 MAX_JSON_BYTES_TO_PARSE = 64 * 1024 * 1024
-# Wrappers whose real dataset sits under 'dataset' or 'datasets'.
+# The keys of a dataset's data_prefix that name folders.
 _DATASET_DIR_KEYS = ('img', 'img_path', 'seg_map_path', 'seg', 'ann')
 
 
@@ -172,8 +172,6 @@ def check_checkpoint(checkpoint: str, what: str, hint: str = '') -> None:
 
 def check_resume(cfg) -> None:
     """``resume=True`` with ``load_from`` (an explicit file) or the work dir's latest."""
-    if not cfg.get('resume'):
-        return
     load_from = cfg.get('load_from')
     if load_from:
         check_checkpoint(load_from, 'resume')

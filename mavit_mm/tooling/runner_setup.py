@@ -17,9 +17,6 @@ from mmengine.logging import print_log
 from ..engine import amp, cpu_distributed
 from .config import ConfigCheckError, FormattedOnceConfig
 
-# Keys only AmpOptimWrapper accepts; dropped when it becomes an OptimWrapper.
-_AMP_ONLY_KEYS = ('loss_scale', 'dtype', 'use_fsdp')
-
 CFG_OPTIONS_HELP = (
     'override settings of the config, as key=value pairs merged into it, e.g. '
     'train_cfg.max_iters=100 optim_wrapper.optimizer.lr=1e-4. A list value is given as '
@@ -78,7 +75,7 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
     if not cuda_available():
         if wrapper_type == 'AmpOptimWrapper':
             optim_wrapper.type = 'OptimWrapper'
-            for key in _AMP_ONLY_KEYS:
+            for key in amp.AMP_ONLY_KEYS:
                 optim_wrapper.pop(key, None)
             log('No CUDA device: the config\'s AmpOptimWrapper is replaced by OptimWrapper '
                 '(fp32 training; mixed precision needs a GPU).', logging.WARNING)

@@ -19,7 +19,7 @@ from helpers.paths import REPO_ROOT, child_environment
 from devtools.op_census import fused_launches_skipped
 from devtools.op_log import OpLog
 from mavit_mm.models import MAViT
-from mavit_mm.ops.fast_paths import DEPTHWISE_KERNEL_SWITCHES, FAST_PATHS
+from mavit_mm.ops.fast_paths import FAST_PATHS
 from mavit_mm.ops.pointwise_conv import pointwise_conv
 
 pytest.importorskip('triton')
@@ -105,7 +105,6 @@ def test_tap_major_weights_off_reads_the_parameters_in_place(one_torch_thread):
     """Switch ``tap_major_weights`` off: the kernels read each depthwise kernel
     as a view of its parameter (a channel stride of k * k), no copy; the same
     outputs and gradients as tap-major."""
-    assert 'tap_major_weights' in DEPTHWISE_KERNEL_SWITCHES
     runs = []
     for tap_major_layout in (True, False):
         model = small_model('triton', fast_paths=dict(fused_ffn_middle=True,

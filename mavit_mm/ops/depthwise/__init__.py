@@ -4,7 +4,6 @@ position + first norm, LePE + gate, the FFN's middle. Plain formulas in
 autograd in :mod:`.function`, the choice of path and the ops' entries in
 :mod:`.dispatch`."""
 from .dispatch import (
-    DEPTHWISE_IMPLS,
     check_depthwise_impl,
     fused_ffn_middle,
     fused_gated_lepe,
@@ -15,7 +14,7 @@ from .dispatch import (
 )
 from .reference import ffn_middle_reference, gated_lepe_reference, position_norm_reference
 
-__all__ = ['DEPTHWISE_IMPLS', 'check_depthwise_impl', 'kernels_run',
+__all__ = ['check_depthwise_impl', 'kernels_run',
            'fused_position_norm', 'fused_gated_lepe', 'fused_ffn_middle',
            'tap_major', 'tap_view',
            'position_norm_reference', 'gated_lepe_reference',

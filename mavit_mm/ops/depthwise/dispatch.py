@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from ..triton_support import FUSED_IMPLS, FusedOpDispatch, Unsupported, index_extent
+from ..triton_support import FusedOpDispatch, Unsupported, index_extent
 
-DEPTHWISE_IMPLS = FUSED_IMPLS
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_NORM_CHANNELS = 4096          # the norm holds a pixel's channels in one program
 

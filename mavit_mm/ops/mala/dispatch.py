@@ -19,14 +19,8 @@ import torch
 from ..amp import autocast_disabled
 from ..linear_attention import linear_attention_torch
 from ..rope2d import RotaryTables
-from ..triton_support import (
-    FUSED_IMPLS,
-    FusedOpDispatch,
-    Unsupported,
-    index_extent,
-)
+from ..triton_support import FusedOpDispatch, Unsupported, index_extent
 
-MALA_IMPLS = FUSED_IMPLS
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 TRITON_MIN_HEAD_DIM = 16
 TRITON_MAX_HEAD_DIM = 128
@@ -56,7 +50,7 @@ def mala_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Any strides are accepted.
     """
     check_mala_impl(impl)
-    _check_shapes(q, k, v, rope)
+    check_shapes(q, k, v, rope)
     if MALA_DISPATCH.takes_plain_formula(impl, q):
         return _torch_mala(q, k, v, rope)
     unsupported = triton_unsupported(q, k, v, rope, allow_interpreter=impl == 'triton')
@@ -146,11 +140,14 @@ def _int32_offset_overflow(*tensors: torch.Tensor) -> str | None:
     return None
 
 
-def _check_shapes(q, k, v, rope: RotaryTables) -> None:
-    if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
-        raise ValueError(f'q, k and v must all be (B, heads, N, d), got '
-                         f'{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}')
-    if q.shape[-2] != rope.height * rope.width:
+def check_shapes(q, k, v=None, rope: RotaryTables | None = None) -> None:
+    """q, k (and v, where given) of one ``(B, heads, N, d)`` shape, ``N`` the
+    tokens of ``rope``'s map (where given)."""
+    if q.dim() != 4 or q.shape != k.shape or (v is not None and q.shape != v.shape):
+        which = 'q and k must both be' if v is None else 'q, k and v must all be'
+        shapes = ', '.join(str(tuple(t.shape)) for t in (q, k, v) if t is not None)
+        raise ValueError(f'{which} (B, heads, N, d), got {shapes}')
+    if rope is not None and q.shape[-2] != rope.height * rope.width:
         raise ValueError(f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
                          'feature map of the rotary tables')
 
@@ -167,5 +164,5 @@ def _triton_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
     return MALA_DISPATCH.function().fused_mala(q, k, v, rope.angle_on(q.device), rope.width)
 
 
-__all__ = ['MALA_DISPATCH', 'MALA_IMPLS', 'check_mala_impl', 'mala_attention',
+__all__ = ['MALA_DISPATCH', 'check_mala_impl', 'check_shapes', 'mala_attention',
            'triton_unsupported']

@@ -23,11 +23,8 @@ from ..linear_attention import MALA_EPS, linear_attention_torch
 def mala_naive(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """MALA on ``(B, heads, N, d)`` tensors with ``(N, d)`` rotary tables: the
-    kernels' reference signature.
-
-    Half-precision inputs are computed in fp32 (the reductions over N overflow
-    fp16 at high resolution) and the result is cast back.
-    """
+    kernels' reference signature (half inputs computed in fp32, as
+    :func:`~mavit_mm.ops.linear_attention.linear_attention_torch` says why)."""
     return linear_attention_torch(q, k, v, (cos, signed_sin), 'mala', 'elu')
 
 
