@@ -136,8 +136,8 @@ def _gated_dtype(v: torch.Tensor, attention: torch.Tensor, gate: torch.Tensor) -
     return torch.promote_types(torch.promote_types(v.dtype, attention.dtype), gate.dtype)
 
 
-def _forward(launch: str, x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor,
-             out: torch.Tensor, *, pre_gelu: bool = False, add_input: bool = False,
+def _forward(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, *,
+             launch: str, pre_gelu: bool = False, add_input: bool = False,
              attention: torch.Tensor | None = None, gate: torch.Tensor | None = None,
              second: torch.Tensor | None = None, norm: tuple | None = None) -> None:
     """Launch ``_depthwise_forward_kernel``: ``out`` (and ``second``: the
@@ -162,8 +162,8 @@ def _forward(launch: str, x: torch.Tensor, taps: torch.Tensor, bias: torch.Tenso
             BLOCK_W=block_w, BLOCK_C=block_c, num_warps=num_warps)
 
 
-def _backward(launch: str, dz: torch.Tensor, x: torch.Tensor, taps: torch.Tensor,
-              bias: torch.Tensor, *, pre_gelu: bool = False, add_input: bool = False
+def _backward(dz: torch.Tensor, x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, *,
+              launch: str, pre_gelu: bool = False, add_input: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dx, dtaps, dbias)`` of ``[x +] dwconv(act(x)) + b`` given the
     gradient ``dz`` of its result (``dtaps`` tap-major, as ``taps``)."""
@@ -202,7 +202,7 @@ def position_norm_op(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor,
     stream, normed = _empty_like_map(x), _empty_like_map(x)
     mean = torch.empty(batch * height * width, dtype=torch.float32, device=x.device)
     rstd = torch.empty_like(mean)
-    _forward('position_norm.forward', x, taps, bias, stream, add_input=True, second=normed,
+    _forward(x, taps, bias, stream, launch='position_norm.forward', add_input=True, second=normed,
              norm=(norm_weight, norm_bias, mean, rstd, eps))
     return stream, normed, mean, rstd
 
@@ -235,7 +235,8 @@ def position_norm_backward_op(d_stream: torch.Tensor, d_normed: torch.Tensor, x:
             num_warps=num_warps)
     dnorm_weight = partials[:, 0].sum(0).to(norm_weight.dtype)
     dnorm_bias = partials[:, 1].sum(0).to(norm_weight.dtype)
-    dx, dtaps, dbias = _backward('position_norm.backward', dy, x, taps, bias, add_input=True)
+    dx, dtaps, dbias = _backward(dy, x, taps, bias, launch='position_norm.backward',
+                                 add_input=True)
     return dx, dtaps, dbias, dnorm_weight, dnorm_bias
 
 
@@ -274,7 +275,7 @@ def gated_lepe_op(v: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor,
     dtype = _gated_dtype(v, attention, gate)
     out = _empty_like_map(v, dtype)
     total = _empty_like_map(v, dtype) if keep_sum else v.new_empty(0, dtype=dtype)
-    _forward('gated_lepe.forward', v, taps, bias, out, attention=attention, gate=gate,
+    _forward(v, taps, bias, out, launch='gated_lepe.forward', attention=attention, gate=gate,
              second=total if keep_sum else None)
     return out, total
 
@@ -295,7 +296,8 @@ def gated_lepe_backward_op(dout: torch.Tensor, v: torch.Tensor, taps: torch.Tens
     the bracket, i.e. also the attention's."""
     d_inner = _channel_stride_one(dout * gate).to(v.dtype)
     dgate = (dout * total).to(gate.dtype)
-    dv, dtaps, dbias = _backward('gated_lepe.backward', d_inner, _channel_stride_one(v), taps, bias)
+    dv, dtaps, dbias = _backward(d_inner, _channel_stride_one(v), taps, bias,
+                                 launch='gated_lepe.backward')
     return dv, dtaps, dbias, d_inner, dgate
 
 
@@ -331,7 +333,7 @@ def ffn_middle_op(h: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor) -> to
     """``GELU(h) + dwconv(GELU(h)) + b``."""
     h = _channel_stride_one(h)
     out = _empty_like_map(h)
-    _forward('ffn_middle.forward', h, taps, bias, out, pre_gelu=True, add_input=True)
+    _forward(h, taps, bias, out, launch='ffn_middle.forward', pre_gelu=True, add_input=True)
     return out
 
 
@@ -344,8 +346,8 @@ def _ffn_middle_fake(h, taps, bias):
 def ffn_middle_backward_op(dout: torch.Tensor, h: torch.Tensor, taps: torch.Tensor,
                            bias: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward('ffn_middle.backward', _channel_stride_one(dout), _channel_stride_one(h),
-                     taps, bias, pre_gelu=True, add_input=True)
+    return _backward(_channel_stride_one(dout), _channel_stride_one(h), taps, bias,
+                     launch='ffn_middle.backward', pre_gelu=True, add_input=True)
 
 
 @ffn_middle_backward_op.register_fake
