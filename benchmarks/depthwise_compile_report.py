@@ -46,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def variants():
     """(name, kernel, constexprs, channels) of every launch the stages make,
-    with the tile sizes of ``function.py``."""
+    with the tiles of ``function.launch_tile`` (``num_warps`` among the constexprs)."""
     from mavit_mm.ops.depthwise import function, kernels
     forward, backward, norm_backward = (kernels._depthwise_forward_kernel,
                                         kernels._depthwise_backward_kernel,
@@ -56,33 +56,35 @@ def variants():
     flags = dict(PRE_GELU=False, ADD_INPUT=False, GATE=False, STORE_SUM=False, NORM=False,
                  swc=1)
 
-    def tile(channels, norm=False, backward_ksize=None):
-        block_w, block_c = (function.norm_blocks(channels) if norm else
-                            function.conv_blocks(channels, backward_ksize))
-        return dict(BLOCK_W=block_w, BLOCK_C=block_c)
+    def tile(launch, channels, ksize):
+        block_w, block_c, num_warps = function.launch_tile(launch, channels, ksize)
+        return dict(BLOCK_W=block_w, BLOCK_C=block_c, num_warps=num_warps)
 
     for c in CHANNELS:
         yield ('position_norm fwd', forward, dict(flags, K=3, ADD_INPUT=True, NORM=True,
-                                                  **tile(c, True)), c)
-        yield ('gated_lepe fwd (inference)', forward, dict(flags, K=5, GATE=True, **tile(c)), c)
+                                                  **tile('position_norm.forward', c, 3)), c)
+        yield ('gated_lepe fwd (inference)', forward,
+               dict(flags, K=5, GATE=True, **tile('gated_lepe.forward', c, 5)), c)
         yield ('gated_lepe fwd (training)', forward,
-               dict(flags, K=5, GATE=True, STORE_SUM=True, **tile(c)), c)
-        yield ('position_norm bwd: norm', norm_backward, dict(HAS_DS=True, **tile(c, True)), c)
+               dict(flags, K=5, GATE=True, STORE_SUM=True, **tile('gated_lepe.forward', c, 5)), c)
+        yield ('position_norm bwd: norm', norm_backward,
+               dict(HAS_DS=True, **tile('position_norm.norm_backward', c, 3)), c)
         yield ('position_norm bwd: conv', backward, dict(K=3, PRE_GELU=False, ADD_INPUT=True, swc=1,
-                                                         **tile(c, backward_ksize=3)), c)
+                                                         **tile('position_norm.backward', c, 3)), c)
         yield ('gated_lepe bwd: conv', backward, dict(K=5, PRE_GELU=False, ADD_INPUT=False, swc=1,
-                                                      **tile(c, backward_ksize=5)), c)
+                                                      **tile('gated_lepe.backward', c, 5)), c)
     for c in HIDDEN:
         yield ('ffn_middle fwd', forward, dict(flags, K=3, PRE_GELU=True, ADD_INPUT=True,
-                                               **tile(c)), c)
+                                               **tile('ffn_middle.forward', c, 3)), c)
         yield ('ffn_middle bwd: conv', backward, dict(K=3, PRE_GELU=True, ADD_INPUT=True, swc=1,
-                                                      **tile(c, backward_ksize=3)), c)
+                                                      **tile('ffn_middle.backward', c, 3)), c)
 
 
 def compile_for(kernel, constexprs: dict, map_type: str, capability: int,
                 channels: int) -> dict:
     from devtools.gpu_compile_report import compile_for_gpu
     signature, constants, attrs = {}, dict(constexprs), {}
+    num_warps = constants.pop('num_warps')
     for index, arg in enumerate(kernel.arg_names):
         if arg in constants:
             signature[arg] = 'constexpr'
@@ -98,7 +100,7 @@ def compile_for(kernel, constexprs: dict, map_type: str, capability: int,
             if arg.startswith('s') or (arg == 'C' and channels % 16 == 0):
                 attrs[(index,)] = [['tt.divisibility', 16]]
     return compile_for_gpu(kernel, signature, constants, attrs, capability,
-                           dict(num_warps=4, num_stages=3))[1]
+                           dict(num_warps=num_warps, num_stages=3))[1]
 
 
 def main(argv=None) -> int:
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
     os.environ['TRITON_INTERPRET'] = '0'     # compile, do not interpret
     import triton
     print(f'# depthwise stages, sm_{args.capability}, Triton {triton.__version__}, '
-          'num_warps 4, channels_last maps, fp32 weights')
+          'the tiles of function.launch_tile, channels_last maps, fp32 weights')
     plan = list(variants())
     failures = 0
     for dtype in args.dtypes:
@@ -116,7 +118,8 @@ def main(argv=None) -> int:
             except Exception as exc:   # report it and go on with the other variants
                 failures += 1
                 usage = f'FAILED: {type(exc).__name__}: {str(exc)[:300]}'
-            tiles = f"BLOCK_W={constexprs['BLOCK_W']} BLOCK_C={constexprs['BLOCK_C']}"
+            tiles = (f"BLOCK_W={constexprs['BLOCK_W']} BLOCK_C={constexprs['BLOCK_C']} "
+                     f"num_warps={constexprs['num_warps']}")
             print(f'{dtype:5} C={channels:<5} {name:28} {tiles:22} {usage}', flush=True)
             print(f'[{dtype} {i}/{len(plan)}]', file=sys.stderr, flush=True)
     return 1 if failures else 0

@@ -58,6 +58,13 @@ def parse_args(argv=None):
                              f'default {DEFAULT_LAYOUT}, what the model passes)')
     parser.add_argument('--kernels', nargs='+', default=list(TOKEN_KERNELS) + ['combine'],
                         help='kernels whose tiles to tune')
+    add_sweep_options(parser, 'the candidates per kernel')
+    return parser.parse_args(argv)
+
+
+def add_sweep_options(parser: argparse.ArgumentParser, listed: str) -> None:
+    """The options of a tile sweep (this one, ``tune_depthwise.py``):
+    ``--rep``, ``--output``, ``--budget-s`` and ``--dry-run``, which lists ``listed``."""
     parser.add_argument('--rep', type=int, default=25, help='do_bench measuring time in ms')
     parser.add_argument('--output', type=Path, required=False,
                         help='JSON file to write (default: print only)')
@@ -65,8 +72,7 @@ def parse_args(argv=None):
                         help='stop timing candidates once this many seconds have passed; what '
                              'was measured stays in the JSON, marked incomplete')
     parser.add_argument('--dry-run', action='store_true',
-                        help='list the candidates per kernel and exit (no GPU needed)')
-    return parser.parse_args(argv)
+                        help=f'list {listed} and exit (no GPU needed)')
 
 
 def tile_candidates(kernel: str, head_dim: int):
@@ -133,6 +139,12 @@ class BudgetSpent(Exception):
 
 
 _deadline: float | None = None
+
+
+def start_budget(budget_s: float | None) -> None:
+    """Start the ``--budget-s`` clock (``None``: no budget) that :func:`bench` keeps."""
+    global _deadline
+    _deadline = None if budget_s is None else time.time() + budget_s
 
 
 def bench(make_step: Callable[[], Callable], rep: int) -> float | None:
@@ -272,8 +284,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print('tune_mala.py needs a CUDA GPU (use --dry-run to list the candidates)')
         return 2
-    global _deadline
-    _deadline = None if args.budget_s is None else time.time() + args.budget_s
+    start_budget(args.budget_s)
     device = torch.device('cuda')
     name = torch.cuda.get_device_name(device)
     results = Results(args.output, environment(name, device, None))

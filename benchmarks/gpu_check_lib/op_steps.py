@@ -1,7 +1,7 @@
 """The check's op steps: ``bench`` and ``tune-*`` (bench_mala.py and
-tune_mala.py as children at the op targets' shapes), ``profile`` (the op at
-MAViT-T's own calls: GPU kernel time against the host's) and ``sdpa`` (the
-softmax stages on SDPA's fast kernels)."""
+tune_mala.py as children at the op targets' shapes, tune_depthwise.py at
+MAViT-T's), ``profile`` (the op at MAViT-T's own calls: GPU kernel time
+against the host's) and ``sdpa`` (the softmax stages on SDPA's fast kernels)."""
 from __future__ import annotations
 
 import inspect
@@ -57,16 +57,18 @@ def tune_command(name: str, output: Path, budget_s: float,
                  layout: str = DEFAULT_LAYOUT) -> list[str]:
     # The sweep stops itself at 90% of the budget (keeping its JSON); the kill
     # at the budget is the backstop.
+    stop = ['--budget-s', str(round(0.9 * budget_s)), '--output', str(output)]
+    if name == 'tune-depthwise':    # its maps are channels_last, as the model passes them
+        return ['benchmarks/tune_depthwise.py', *stop]
     return ['benchmarks/tune_mala.py', *TUNE_ARGS, '--batch-heads', str(TUNE_BATCH_HEADS[name]),
-            '--layout', layout, '--budget-s', str(round(0.9 * budget_s)),
-            '--output', str(output)]
+            '--layout', layout, *stop]
 
 
 def step_tune(name: str, out: Path, budget_s: float, layout: str = DEFAULT_LAYOUT) -> dict:
     output = out / STEP_FILES[name]
     run = run_child([sys.executable, *tune_command(name, output, budget_s, layout)],
                      budget_s, out / LOG_NAME)
-    return {'file': output.name, 'layout': layout,
+    return {'file': output.name, 'layout': layout if name in TUNE_BATCH_HEADS else 'channels_last',
             **{k: v for k, v in run.items() if k != 'output'}}
 
 

@@ -31,12 +31,15 @@ from benchmarks import gpu_targets
 # compiles cold, the others find inductor's caches warm).
 # ablations: 38 rows (15 under a CUDA graph and 15 eager at a few seconds each,
 # 8 compiled at a cold compile each; ablation_rows), given the step's limit.
+# tune-depthwise: about 69 compiles (tune_depthwise.py --dry-run) at 1-2.5 s each
+# as tune-bh16's, and some 220 timings of tens of ms: about 2 min at 1.5 s a
+# compile; it stops itself at 90%, the norm launches (last) then cut short.
 STEP_BUDGET_MIN = {'env': 0.4, 'kernel-tests': 2.8, 'model-tests': 1.75,
                    'backbones': 1.25, 'ablations': 5.0,
                    'upernet-fps': 1.85, 'upernet-fps-compile': 3.85,
                    'upernet-fps-1024': 3.75, 'model-profile': 0.25, 'sweep': 1.4,
                    'compiled-profile': 1.0, 'profile': 0.25, 'bench': 0.85, 'sdpa': 0.75,
-                   'tune-bh16': 1.6, 'tune-bh1': 0.5}
+                   'tune-bh16': 1.6, 'tune-bh1': 0.5, 'tune-depthwise': 2.5}
 STEPS = tuple(STEP_BUDGET_MIN)
 STEP_LIMIT_MIN = 5.0
 # One GPU command each, in priority order: correctness first, then what each
@@ -47,7 +50,7 @@ PARTS = {1: ['env', 'kernel-tests', 'model-tests'],
          3: ['env', 'upernet-fps', 'upernet-fps-compile'],
          4: ['env', 'upernet-fps-1024', 'model-profile', 'sweep'],
          5: ['env', 'compiled-profile', 'profile', 'bench', 'sdpa'],
-         6: ['env', 'tune-bh16', 'tune-bh1']}
+         6: ['env', 'tune-bh16', 'tune-bh1', 'tune-depthwise']}
 # A loan's first commands: whether the kernels compute the right thing, before
 # anything is timed; then what each fast path is worth, which sets the defaults.
 PRIORITY_PARTS = {1: ('correctness', ('kernel-tests', 'model-tests')),

@@ -114,6 +114,13 @@ Steps (``--steps`` runs any of them in any order):
                   tuned plan against the default. A candidate costs a compile
                   (1-2.5 s), so run ``tune-bh16`` first: ``tune-bh1`` then finds
                   them compiled. ``tune_mala.py`` by hand tunes every kernel.
+``tune-depthwise`` ``tune_depthwise.py``: the fused depthwise stages' launch tiles
+                  (``mavit_mm/ops/depthwise/function.py``, ``TUNED_TILES``) at
+                  MAViT-T's shapes at 512x2048, bf16, batch 1: each launch's
+                  current tile and its halves and doubles (block_w, block_c,
+                  warps; about 69 compiles), the FFN's middle first, the
+                  norm launches last; then each stage's forward and
+                  forward+backward with the winners against the current tiles.
 
 Dropped: the ``backbone`` step (MAViT-T against Swin-T at 512x2048, batch 1
 and 2): its batch-1 forwards are the sweep's 512x2048 rows, and its
@@ -259,11 +266,12 @@ def dry_run(args) -> int:
         if not (REPO_ROOT / name).is_file():
             problems.append(f'{name} is missing')
     problems += plan_problems(args.limits)
-    from benchmarks import bench_mala, tune_mala
+    from benchmarks import bench_mala, tune_depthwise, tune_mala
     out = Path(tempfile.gettempdir())
     children = [(bench_mala.parse_args, bench_command(out / 'bench.json', args.layout)),
                 (tune_mala.parse_args, tune_command('tune-bh16', out / 'tune.json', 60,
-                                                    args.layout))]
+                                                    args.layout)),
+                (tune_depthwise.parse_args, tune_command('tune-depthwise', out / 'tune.json', 60))]
     try:
         from tools.analysis_tools import benchmark_fps
         children += [(benchmark_fps.parse_args, fps_command(run, out / 'fps.json'))
@@ -284,6 +292,7 @@ def dry_run(args) -> int:
     problems += model_problems()
     problems = list(dict.fromkeys(problems))
     tune_mala.main(TUNE_ARGS + ['--batch-heads', '16', '--dry-run'])
+    tune_depthwise.main(tune_command('tune-depthwise', out / 'tune.json', 60)[1:] + ['--dry-run'])
     import mavit_mm  # noqa: F401  (the backbone and the op import)
     from mavit_mm.ops.mala import function  # noqa: F401  (the Triton launches import)
     print(f'MALA calls profiled (MAViT-T at {BACKBONE_SIZE[0]}x{BACKBONE_SIZE[1]}): ' + '; '.join(

@@ -42,10 +42,11 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
             in result.stdout)
     assert ('part 5: env compiled-profile profile bench sdpa (at most 3.25 min, 7 files)'
             in result.stdout)
-    assert 'part 6: env tune-bh16 tune-bh1 (at most 2.50 min, 5 files)' in result.stdout
+    assert ('part 6: env tune-bh16 tune-bh1 tune-depthwise (at most 5.00 min, 6 files)'
+            in result.stdout)
     assert 'part 7' not in result.stdout
     assert ('whole check: 6 parts in priority order, one GPU command of at most 8 min each '
-            '(29.25 min of budgets; the longest part 6.65, planned to at most 7.00)'
+            '(31.75 min of budgets; the longest part 6.65, planned to at most 7.00)'
             ) in result.stdout
     # The op's calls in MAViT-T at 512x2048, from the preset.
     assert ('stage 1 batch 1 heads 1 128x512 d 64; stage 2 batch 1 heads 2 64x256 d 64; '
@@ -65,8 +66,11 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     # take the arguments the steps give them, Swin-T builds from its config, and
     # MAViT takes the fast-path switches.
     assert 'problem:' not in result.stdout
-    # The tuning candidates it would time: the query kernel's only.
+    # The tuning candidates it would time: the query kernel's only; the depthwise
+    # stages' at MAViT-T's shapes (tune_depthwise.py's dry run, as the step runs it).
     assert 'd=64 query: 24 candidates' in result.stdout and 'd=64 output:' not in result.stdout
+    assert 'ffn_middle    stage 1 C=224  128x512 k=3: forward 7, backward 7' in result.stdout
+    assert '12 shapes: 172 candidate timings, about 69 kernel compiles' in result.stdout
 
 
 def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
@@ -152,11 +156,12 @@ def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
         assert plan.part_minutes(part) == round(minutes, 2)
     assert plan.PARTS[1] == ['env', 'kernel-tests', 'model-tests']
     assert plan.PARTS[2] == ['env', 'backbones', 'ablations']
+    assert plan.PARTS[6] == ['env', 'tune-bh16', 'tune-bh1', 'tune-depthwise']
     # The check fails a plan that breaks any of these: budgets, parts, files ...
     parts = {part: list(steps) for part, steps in plan.PARTS.items()}
     monkeypatch.setitem(plan.PARTS, 7, ['env', 'tune-bh16'])
     monkeypatch.setitem(plan.PARTS, 4, parts[4] + ['profile', 'bench', 'compiled-profile'])
-    monkeypatch.setitem(plan.PARTS, 6, ['env', 'tune-bh1', 'tune-bh16'])
+    monkeypatch.setitem(plan.PARTS, 6, ['env', 'tune-bh1', 'tune-bh16', 'tune-depthwise'])
     monkeypatch.setitem(plan.STEP_BUDGET_MIN, 'upernet-fps-1024', 6.0)
     assert plan.plan_problems() == [
         'step upernet-fps-1024 has a budget of 6.0 min (limit 5.0)',
@@ -801,22 +806,31 @@ def test_gpu_check_upernet_fps_steps_write_what_their_targets_read(tmp_path, mon
 
 
 def test_gpu_check_passes_the_layout_to_the_op_steps(tmp_path, monkeypatch):
-    """--layout reaches bench_mala.py and tune_mala.py, which take it."""
-    from benchmarks import bench_mala, tune_mala
+    """--layout reaches bench_mala.py and tune_mala.py, which take it;
+    tune_depthwise.py times the model's channels_last maps, within its budget."""
+    from benchmarks import bench_mala, tune_depthwise, tune_mala
     commands = []
 
     def run_child(command, budget_s, log):
-        commands.append(command)
+        commands.append((command, budget_s))
         return dict(returncode=0, timed_out=False, output='', seconds=0)
     monkeypatch.setattr(op_steps, 'run_child', run_child)
     args = runner.parse_args(['--layout', 'nchw', '--steps', 'bench', 'tune-bh1'])
     assert runner.parse_args([]).layout == 'channels_last'
     assert runner.run_step('bench', tmp_path, args)['layout'] == 'nchw'
     assert runner.run_step('tune-bh1', tmp_path, args)['layout'] == 'nchw'
-    bench, tune = commands
+    depthwise = runner.run_step('tune-depthwise', tmp_path, args)
+    assert depthwise['layout'] == 'channels_last' and depthwise['file'] == 'tune-depthwise.json'
+    (bench, _), (tune, _), (tune_dw, budget_s) = commands
     assert bench_mala.parse_args(bench[2:]).layout == 'nchw'
     assert tune_mala.parse_args(tune[2:]).layout == 'nchw'
     assert tune_mala.parse_args(tune[2:]).batch_heads == [1]
+    assert tune_dw[1] == 'benchmarks/tune_depthwise.py'
+    tune_dw = tune_depthwise.parse_args(tune_dw[2:])
+    assert budget_s == 60 * plan.STEP_BUDGET_MIN['tune-depthwise']
+    assert tune_dw.budget_s == round(0.9 * budget_s)
+    assert tune_dw.output == tmp_path / 'tune-depthwise.json'
+    assert (tune_dw.dtype, tune_dw.size, tune_dw.batch) == ('bf16', [512, 2048], 1)
 
 
 @pytest.mark.parametrize('layout', ['channels_last', 'nchw', 'contiguous'])
@@ -827,6 +841,100 @@ def test_tune_mala_cases_are_built_in_their_layout(layout):
     assert tune_mala.parse_args(['--layout', layout]).layout == layout
     case = tune_mala.Case(torch.float32, 2, 256, 32, torch.device('cpu'), layout)
     assert case.layout == layout and {layout_of(t) for t in case.views} == {layout}
+
+
+def test_tune_depthwise_dry_run_lists_mavit_t_shapes_and_candidates(capsys):
+    """The shapes are MAViT-T's calls at 512x2048, with the block's own kernel
+    sizes and FFN width; the candidates are the current tile and its halves
+    and doubles that the launch runs (a norm's block_c holds every channel),
+    or the values given; --dry-run lists them without a GPU."""
+    from benchmarks import tune_depthwise
+    from mavit_mm.models.mavit import MAViTBlock
+    block = MAViTBlock(dim=64, num_heads=1, mlp_ratio=3.5)
+    assert tune_depthwise.KERNEL_SIZES == {
+        'position_norm': block.pos.weight.shape[-1], 'gated_lepe': block.attn.lepe.weight.shape[-1],
+        'ffn_middle': block.ffn.dwconv.weight.shape[-1]}
+    assert block.ffn.dwconv.weight.shape[0] == 224
+    maps = [(128, 512), (64, 256), (32, 128), (16, 64)]
+    assert [(s['stage'], s['channels'], (s['height'], s['width']))
+            for s in tune_depthwise.model_shapes()] == [
+        *(('ffn_middle', c, m) for c, m in zip((224, 448, 896, 1792), maps)),
+        *(('gated_lepe', c, m) for c, m in zip((64, 128, 256, 512), maps)),
+        *(('position_norm', c, m) for c, m in zip((64, 128, 256, 512), maps))]
+    assert tune_depthwise.candidates('position_norm.forward', 512, 3) == [
+        (4, 512, 4), (2, 512, 4), (4, 512, 2), (4, 512, 8)]
+    assert tune_depthwise.candidates('gated_lepe.backward', 64, 5) == [
+        (16, 32, 4), (8, 32, 4), (32, 32, 4), (16, 16, 4), (16, 64, 4), (16, 32, 2), (16, 32, 8)]
+    assert tune_depthwise.candidates('ffn_middle.forward', 224, 3, block_ws=[8, 16],
+                                     warps=[4, 8]) == [(16, 64, 4), (8, 64, 4), (8, 64, 8),
+                                                       (16, 64, 8)]
+    assert tune_depthwise.main(['--dry-run']) == 0
+    printed = capsys.readouterr().out
+    for line in ('ffn_middle    stage 4 C=1792 16x64 k=3: forward 7, backward 7',
+                 'gated_lepe    stage 1 C=64   128x512 k=5: forward 6, backward 7',
+                 'position_norm stage 4 C=512  16x64 k=3: forward 4, norm_backward 4, backward 7',
+                 '12 shapes: 172 candidate timings, about 69 kernel compiles; then 48 timings'):
+        assert line in printed, printed
+    with pytest.raises(SystemExit) as help_exit:
+        tune_depthwise.parse_args(['--help'])
+    assert help_exit.value.code == 0
+
+
+def test_tune_depthwise_times_each_candidate_under_its_tile_and_writes_the_table(
+        tmp_path, monkeypatch):
+    """In Triton's interpreter at a small shape, the timer stood in for (the
+    FFN's forward fastest on 8 warps, its backward on 8 pixels a program): each
+    candidate runs under its tile, the winners and their speed-ups land in the
+    JSON with the table's lines, saved after every timing; a spent budget stops
+    the sweep between candidates."""
+    import triton.testing
+
+    from benchmarks import tune_depthwise, tune_mala
+    from mavit_mm.ops.depthwise.function import launch_tile
+    monkeypatch.setattr(tune_mala, '_deadline', None)
+    timed = []
+
+    def do_bench(step, **kwargs):
+        step()
+        forward, backward = (launch_tile(f'ffn_middle.{p}', 24, 3) for p in ('forward', 'backward'))
+        timed.append((forward, backward))
+        return 1.0 - 0.2 * (forward.num_warps == 8) - 0.1 * (backward.block_w == 8)
+    monkeypatch.setattr(triton.testing, 'do_bench', do_bench)
+    shape = dict(stage='ffn_middle', model_stage=1, channels=24, height=3, width=11, kernel_size=3)
+    case = tune_depthwise.Case(shape, 1, torch.float32, torch.device('cpu'))
+    plan = {launch: tune_depthwise.candidates(launch, 24, 3)
+            for launch in tune_depthwise.stage_launches('ffn_middle')}
+    forward_tiles, backward_tiles = plan['ffn_middle.forward'], plan['ffn_middle.backward']
+    output = tmp_path / 'tune.json'
+    results = tune_mala.Results(output, {'device': 'cpu'})
+    record = results.start(dict(shape))
+    saved = []
+
+    def save():
+        results.save()
+        saved.append(json.loads(output.read_text()))
+    tune_depthwise.tune_case(case, plan, 1, record, save, tune_depthwise.Progress(16))
+    current = (16, 32, 4)
+    assert timed[:len(forward_tiles) + len(backward_tiles)] == [
+        *((tile, current) for tile in forward_tiles), *((current, tile) for tile in backward_tiles)]
+    forward, backward = (record['launches'][f'ffn_middle.{p}'] for p in ('forward', 'backward'))
+    assert [t['tile'] for t in forward['timings']] == [list(t) for t in forward_tiles]
+    assert (forward['timed'], forward['current'], forward['best'], forward['speedup']) == (
+        'forward', list(current), [16, 32, 8], 1.25)
+    assert (backward['timed'], backward['best'], backward['speedup']) == (
+        'backward', [8, 32, 4], pytest.approx(1 / 0.9, abs=1e-4))
+    assert record['tuned_tiles'] == {'ffn_middle.forward': [16, 32, 8],
+                                     'ffn_middle.backward': [8, 32, 4]}
+    assert (record['current_forward_backward_ms'], record['forward_backward_speedup']) == (
+        1.0, pytest.approx(1 / 0.7, abs=1e-4))
+    assert tune_depthwise.table_lines(results.document['results']) == [
+        "('ffn_middle.forward', 24): DepthwiseTile(16, 32, 8),  # x1.25",
+        "('ffn_middle.backward', 24): DepthwiseTile(8, 32, 4),  # x1.11"]
+    assert len(saved) == len(forward_tiles) + len(backward_tiles) + 2
+    assert len(saved[0]['results'][0]['launches']['ffn_middle.forward']['timings']) == 1
+    tune_mala.start_budget(-1)
+    with pytest.raises(tune_mala.BudgetSpent):
+        tune_depthwise.tune_case(case, plan, 1, {}, lambda: None, tune_depthwise.Progress(1))
 
 
 def test_ncu_mala_builds_its_inputs_in_the_layout_asked(monkeypatch):

@@ -276,3 +276,163 @@ def test_compiled_training_step_gives_the_eager_gradients():
     for ours, reference in zip(torch.autograd.grad(compiled(*inputs), inputs), expected):
         torch.testing.assert_close(ours, reference, rtol=0, atol=0,
                                    msg=lambda m: f'{m}\ngraph calls: {called_targets(counter.graphs)}')
+
+
+class LaunchRecorder:
+    """Stands in for a kernel, ``kernel[grid](...)``: records each launch's
+    ``(kernel, BLOCK_W, BLOCK_C, num_warps)`` (Triton's default warps where it
+    passes none), and runs the real kernel where it is given one."""
+
+    def __init__(self, name, kernel, launches):
+        self.name, self.kernel, self.launches = name, kernel, launches
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((self.name, kwargs['BLOCK_W'], kwargs['BLOCK_C'],
+                                  kwargs.get('num_warps', TRITON_DEFAULT_WARPS)))
+            if self.kernel is not None:
+                self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+def record_launches(monkeypatch, run_kernels: bool) -> list:
+    from mavit_mm.ops.depthwise import kernels
+    launches = []
+    for name, short in (('_depthwise_forward_kernel', 'forward'),
+                        ('_depthwise_backward_kernel', 'backward'),
+                        ('_norm_backward_kernel', 'norm_backward')):
+        monkeypatch.setattr(kernels, name, LaunchRecorder(
+            short, getattr(kernels, name) if run_kernels else None, launches))
+    return launches
+
+
+def _triton_default_warps() -> int:
+    from triton.backends.nvidia.compiler import CUDAOptions
+    return CUDAOptions.__dataclass_fields__['num_warps'].default
+
+
+TRITON_DEFAULT_WARPS = _triton_default_warps()
+# Each stage's launches at each width with the tiles of before the tile table
+# (function.py at 177648d: BLOCK_W 16, BLOCK_C 64, the norm's NORM_TILE 2048
+# over every channel, the 5x5 backward at 32 channels, Triton's default warps).
+NORM_BEFORE = {24: (16, 32), 64: (16, 64), 128: (16, 128), 256: (8, 256), 512: (4, 512),
+               4096: (1, 4096)}
+LAUNCHES_BEFORE = {
+    **{('position_norm', c): [('forward', *norm), ('norm_backward', *norm),
+                              ('backward', 16, 32 if c == 24 else 64)]
+       for c, norm in NORM_BEFORE.items()},
+    ('gated_lepe', 24): [('forward', 16, 32), ('backward', 16, 32)],
+    **{('gated_lepe', c): [('forward', 16, 64), ('backward', 16, 32)] for c in (64, 128, 256, 512)},
+    **{('ffn_middle', c): [('forward', 16, 64), ('backward', 16, 64)]
+       for c in (224, 448, 896, 1792)},
+}
+
+
+def run_stage(stage: str, channels: int, x=None, dtype=torch.float32):
+    """The stage's forward op and its backward op, on zeros where no ``x`` is
+    given (the kernels stood in for)."""
+    from mavit_mm.ops.depthwise import function
+    ksize = 5 if stage == 'gated_lepe' else 3
+    if x is None:
+        x = torch.zeros(1, channels, 1, 2, dtype=dtype).contiguous(
+            memory_format=torch.channels_last)
+    taps, bias = torch.zeros(ksize * ksize, channels), torch.zeros(channels)
+    if stage == 'position_norm':
+        stream, _, mean, rstd = function.position_norm_op(x, taps, bias, bias, bias, 1e-6)
+        function.position_norm_backward_op(x, x, x, stream, mean, rstd, taps, bias, bias)
+    elif stage == 'gated_lepe':
+        _, total = function.gated_lepe_op(x, taps, bias, x, x, True)
+        function.gated_lepe_backward_op(x, x, taps, bias, x, total)
+    else:
+        function.ffn_middle_op(x, taps, bias)
+        function.ffn_middle_backward_op(x, x, taps, bias)
+
+
+def test_the_default_tiles_are_the_launches_of_before(monkeypatch):
+    """Without a tile tried or tuned, every launch of every stage gets the
+    tiles and warps it had before the tile table, at MAViT-T's widths and
+    the edges of the rules; a TUNED_TILES entry takes over at its width only."""
+    from mavit_mm.ops.depthwise import function
+    assert TRITON_DEFAULT_WARPS == 4
+    launches = record_launches(monkeypatch, run_kernels=False)
+    for (stage, channels), expected in LAUNCHES_BEFORE.items():
+        launches.clear()
+        run_stage(stage, channels)
+        assert launches == [(*launch, 4) for launch in expected], (stage, channels)
+    monkeypatch.setitem(function.TUNED_TILES, ('ffn_middle.forward', 448),
+                        function.DepthwiseTile(8, 128, 8))
+    for channels, tile in ((448, (8, 128, 8)), (224, (16, 64, 4))):
+        launches.clear()
+        run_stage('ffn_middle', channels)
+        assert launches == [('forward', *tile), ('backward', 16, 64, 4)]
+
+
+# Tiles unlike the defaults on the small maps below (24 channels: 16 a block
+# leaves a partial one; 11 pixels a row: partial rows of 2, 4 and 8): the
+# norm's hold more channels than there are (masked).
+TRIED = {'position_norm.forward': (4, 64, 8), 'position_norm.norm_backward': (2, 32, 1),
+         'position_norm.backward': (8, 16, 2), 'gated_lepe.forward': (4, 16, 8),
+         'gated_lepe.backward': (8, 16, 1), 'ffn_middle.forward': (8, 16, 2),
+         'ffn_middle.backward': (4, 16, 8)}
+
+
+@pytest.mark.parametrize('stage', ['position_norm', 'gated_lepe', 'ffn_middle'])
+def test_tried_tiles_give_the_results_of_the_defaults(stage, monkeypatch):
+    from mavit_mm.ops.depthwise import function
+    channels, ksize = 24, 5 if stage == 'gated_lepe' else 3
+    x = channels_last(1, channels, 3, 11)
+    attention, gate = channels_last(1, channels, 3, 11, seed=2), channels_last(1, channels, 3, 11,
+                                                                               seed=3)
+    weight, bias, norm_weight, norm_bias = parameters(channels, ksize)
+    inputs = {'position_norm': (x, weight, bias, norm_weight, norm_bias),
+              'gated_lepe': (x, weight, bias, attention, gate),
+              'ffn_middle': (x, weight, bias)}[stage]
+    call = {'position_norm': lambda *a: position_norm(*a, 1e-6, impl='triton'),
+            'gated_lepe': lambda *a: (gated_lepe(*a, impl='triton'),),
+            'ffn_middle': lambda *a: (ffn_middle(*a, impl='triton'),)}[stage]
+    launches = record_launches(monkeypatch, run_kernels=True)
+
+    def outputs_and_gradients():
+        outputs = call(*inputs)
+        upstream = [torch.ones_like(out) * (i + 1) for i, out in enumerate(outputs)]
+        return outputs, grads(outputs, upstream, inputs)
+    expected = outputs_and_gradients()
+    default = list(launches)
+    launches.clear()
+    tried = {launch: tile for launch, tile in TRIED.items() if launch.startswith(stage + '.')}
+    with function.launch_tiles(tried):
+        actual = outputs_and_gradients()
+    assert sorted(launches) == sorted((launch.split('.')[1], *tile)
+                                      for launch, tile in tried.items())
+    assert not set(launches) & set(default)
+    for what, a, e in zip(('outputs', 'gradients'), actual, expected):
+        assert_all_close(a, e, torch.float32, what)
+    assert function.launch_tile(f'{stage}.forward', channels, ksize) == (16, 32, 4)   # left
+
+
+def test_a_tile_a_launch_cannot_run_is_refused(monkeypatch):
+    from mavit_mm.ops.depthwise import function
+    for tiles, why in (({'ffn_middle.fwd': (16, 64, 4)}, "no depthwise launch 'ffn_middle.fwd'"),
+                       ({'ffn_middle.forward': (12, 64, 4)}, 'not powers of two'),
+                       ({'gated_lepe.backward': (16, 32, 64)}, 'at most 32 warps'),
+                       ({'ffn_middle.forward': (16, 0, 4)}, 'not powers of two')):
+        with pytest.raises(ValueError, match=why):
+            with function.launch_tiles(tiles):
+                pass
+    # The norm holds every channel of its pixels in one program, within NORM_TILE
+    # values (one pixel a program past it: MAX_NORM_CHANNELS).
+    launches = record_launches(monkeypatch, run_kernels=False)
+    with function.launch_tiles({'position_norm.forward': (16, 16, 4)}):
+        with pytest.raises(ValueError, match=r'position_norm.forward at 24 channels: .* does not '
+                                             r'hold every channel of its pixels \(block_c >= 24\)'):
+            run_stage('position_norm', 24)
+    assert launches == []
+    with pytest.raises(ValueError, match=r'within NORM_TILE \(2048\)'):
+        function.check_tile('position_norm.norm_backward', (32, 128, 4), 128)
+    assert function.check_tile('position_norm.norm_backward', (1, 4096, 8), 4096)
+    with pytest.raises(ValueError, match='NORM_TILE'):
+        function.check_tile('position_norm.norm_backward', (2, 4096, 8), 4096)
+    # A failed try leaves the defaults; every tuned entry is a tile its launch runs.
+    assert function.launch_tile('ffn_middle.forward', 224, 3) == (16, 64, 4)
+    for (launch, channels), tile in function.TUNED_TILES.items():
+        assert function.check_tile(launch, tile, channels) == tile

@@ -14,7 +14,9 @@ the depthwise kernel as ``(k * k, C)``, read through its strides: tap-major
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -36,6 +38,25 @@ NORM_TILE = 2048            # BLOCK_W * BLOCK_C of the stages with the norm
 # benchmarks/results/); at 32, 151 registers and no spill, with 3.9 as well.
 # The weight partials per program keep their size (the channel blocks share a slot).
 WIDE_BACKWARD_BLOCK_C = 32
+
+
+class DepthwiseTile(NamedTuple):
+    """A launch's programs: ``block_w`` pixels times ``block_c`` channels, on
+    ``num_warps`` warps (4: Triton's default)."""
+    block_w: int
+    block_c: int
+    num_warps: int = 4
+
+
+# The stages' launches, by stage and pass; True where the launch normalises.
+LAUNCHES = {'position_norm.forward': True, 'position_norm.norm_backward': True,
+            'position_norm.backward': False, 'gated_lepe.forward': False,
+            'gated_lepe.backward': False, 'ffn_middle.forward': False,
+            'ffn_middle.backward': False}
+# Timed tiles, (launch, channels) -> DepthwiseTile, from the JSON of
+# benchmarks/tune_depthwise.py committed beside them; elsewhere the rules below.
+TUNED_TILES: dict[tuple[str, int], DepthwiseTile] = {}
+_tried: dict[str, DepthwiseTile] = {}
 
 
 def _empty_like_map(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -63,6 +84,47 @@ def norm_blocks(channels: int) -> tuple[int, int]:
     return max(1, min(BLOCK_W, NORM_TILE // block_c)), block_c
 
 
+def check_tile(launch: str, tile, channels: int | None = None) -> DepthwiseTile:
+    """``tile`` as a :class:`DepthwiseTile`, or a ``ValueError`` saying why
+    ``launch`` cannot run it (at ``channels``, where given)."""
+    if launch not in LAUNCHES:
+        raise ValueError(f'no depthwise launch {launch!r}: one of {", ".join(LAUNCHES)}')
+    tile = DepthwiseTile(*tile)
+    if any(v < 1 or v & (v - 1) for v in tile) or tile.num_warps > 32:
+        raise ValueError(f'{launch}: {tile} is not powers of two with at most 32 warps')
+    if LAUNCHES[launch] and channels is not None and (
+            tile.block_c < channels or tile.block_w > max(1, NORM_TILE // tile.block_c)):
+        raise ValueError(f'{launch} at {channels} channels: {tile} does not hold every channel '
+                         f'of its pixels (block_c >= {channels}) within NORM_TILE ({NORM_TILE})')
+    return tile
+
+
+def launch_tile(launch: str, channels: int, ksize: int) -> DepthwiseTile:
+    """The tile of ``launch`` at ``channels`` with a ``ksize`` kernel: the one
+    :func:`launch_tiles` tries, else ``TUNED_TILES``'s, else the rules'."""
+    tile = _tried.get(launch) or TUNED_TILES.get((launch, channels))
+    if tile is not None:
+        return check_tile(launch, tile, channels)
+    if LAUNCHES[launch]:
+        return DepthwiseTile(*norm_blocks(channels))
+    return DepthwiseTile(*conv_blocks(channels, ksize if launch.endswith('.backward') else None))
+
+
+@contextlib.contextmanager
+def launch_tiles(tiles: dict):
+    """Launch with ``tiles`` (launch -> tile) inside, e.g. ``{'ffn_middle.forward':
+    DepthwiseTile(16, 128, 8)}``: the tuner's candidates. Process-wide, so that
+    autograd's backward thread sees them: not for concurrent use."""
+    checked = {launch: check_tile(launch, tile) for launch, tile in tiles.items()}
+    before = dict(_tried)
+    _tried.update(checked)
+    try:
+        yield
+    finally:
+        _tried.clear()
+        _tried.update(before)
+
+
 def _grid(x: torch.Tensor, block_w: int, block_c: int) -> tuple[int, int, int]:
     """One program per image row, ``block_w`` pixels and ``block_c`` channels."""
     batch, channels, height, width = x.shape
@@ -75,13 +137,13 @@ def _gated_dtype(v: torch.Tensor, attention: torch.Tensor, gate: torch.Tensor) -
 
 
 def _forward(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, *,
-             pre_gelu: bool = False, add_input: bool = False,
+             launch: str, pre_gelu: bool = False, add_input: bool = False,
              attention: torch.Tensor | None = None, gate: torch.Tensor | None = None,
              second: torch.Tensor | None = None, norm: tuple | None = None) -> None:
     """Launch ``_depthwise_forward_kernel``: ``out`` (and ``second``: the
     gate's sum, or the normed map) written."""
     _, channels, height, width = x.shape
-    block_w, block_c = norm_blocks(channels) if norm is not None else conv_blocks(channels)
+    block_w, block_c, num_warps = launch_tile(launch, channels, _kernel_size(taps))
     gate_args = (attention, *_strides(attention), gate, *_strides(gate)) if gate is not None \
         else (x, 0, 0, 0, x, 0, 0, 0)
     second_args = (second, *_strides(second)) if second is not None else (x, 0, 0, 0)
@@ -97,17 +159,17 @@ def _forward(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, out: torch
             norm_bias.contiguous(), mean, rstd, height, width, channels, eps,
             K=_kernel_size(taps), PRE_GELU=pre_gelu, ADD_INPUT=add_input, GATE=gate is not None,
             STORE_SUM=gate is not None and second is not None, NORM=norm is not None,
-            BLOCK_W=block_w, BLOCK_C=block_c)
+            BLOCK_W=block_w, BLOCK_C=block_c, num_warps=num_warps)
 
 
 def _backward(dz: torch.Tensor, x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, *,
-              pre_gelu: bool = False, add_input: bool = False
+              launch: str, pre_gelu: bool = False, add_input: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dx, dtaps, dbias)`` of ``[x +] dwconv(act(x)) + b`` given the
     gradient ``dz`` of its result (``dtaps`` tap-major, as ``taps``)."""
     _, channels, height, width = x.shape
     ksize = _kernel_size(taps)
-    block_w, block_c = conv_blocks(channels, backward_ksize=ksize)
+    block_w, block_c, num_warps = launch_tile(launch, channels, ksize)
     grid = _grid(x, block_w, block_c)
     dx = _empty_like_map(x)
     partials = torch.empty(grid[0] * grid[1], ksize * ksize + 1, channels, dtype=torch.float32,
@@ -116,7 +178,7 @@ def _backward(dz: torch.Tensor, x: torch.Tensor, taps: torch.Tensor, bias: torch
         kernels._depthwise_backward_kernel[grid](
             dz, *_strides(dz), x, *_strides(x), taps, *taps.stride(), dx, *_strides(dx),
             partials, height, width, channels, K=ksize, PRE_GELU=pre_gelu,
-            ADD_INPUT=add_input, BLOCK_W=block_w, BLOCK_C=block_c)
+            ADD_INPUT=add_input, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=num_warps)
     return dx, partials[:, :-1].sum(0).to(taps.dtype), partials[:, -1].sum(0).to(bias.dtype)
 
 
@@ -140,7 +202,7 @@ def position_norm_op(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor,
     stream, normed = _empty_like_map(x), _empty_like_map(x)
     mean = torch.empty(batch * height * width, dtype=torch.float32, device=x.device)
     rstd = torch.empty_like(mean)
-    _forward(x, taps, bias, stream, add_input=True, second=normed,
+    _forward(x, taps, bias, stream, launch='position_norm.forward', add_input=True, second=normed,
              norm=(norm_weight, norm_bias, mean, rstd, eps))
     return stream, normed, mean, rstd
 
@@ -161,7 +223,7 @@ def position_norm_backward_op(d_stream: torch.Tensor, d_normed: torch.Tensor, x:
                                          torch.Tensor, torch.Tensor]:
     x, d_stream, d_normed = map(_channel_stride_one, (x, d_stream, d_normed))
     _, channels, height, width = x.shape
-    block_w, block_c = norm_blocks(channels)
+    block_w, block_c, num_warps = launch_tile('position_norm.norm_backward', channels, 0)
     grid = _grid(x, block_w, block_c)[:2]          # every channel in one program
     dy = _empty_like_map(x)
     partials = torch.empty(grid[0] * grid[1], 2, channels, dtype=torch.float32, device=x.device)
@@ -169,10 +231,12 @@ def position_norm_backward_op(d_stream: torch.Tensor, d_normed: torch.Tensor, x:
         kernels._norm_backward_kernel[grid](
             d_normed, *_strides(d_normed), stream, *_strides(stream), d_stream,
             *_strides(d_stream), mean, rstd, norm_weight.contiguous(), dy, *_strides(dy),
-            partials, height, width, channels, HAS_DS=True, BLOCK_W=block_w, BLOCK_C=block_c)
+            partials, height, width, channels, HAS_DS=True, BLOCK_W=block_w, BLOCK_C=block_c,
+            num_warps=num_warps)
     dnorm_weight = partials[:, 0].sum(0).to(norm_weight.dtype)
     dnorm_bias = partials[:, 1].sum(0).to(norm_weight.dtype)
-    dx, dtaps, dbias = _backward(dy, x, taps, bias, add_input=True)
+    dx, dtaps, dbias = _backward(dy, x, taps, bias, launch='position_norm.backward',
+                                 add_input=True)
     return dx, dtaps, dbias, dnorm_weight, dnorm_bias
 
 
@@ -211,7 +275,7 @@ def gated_lepe_op(v: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor,
     dtype = _gated_dtype(v, attention, gate)
     out = _empty_like_map(v, dtype)
     total = _empty_like_map(v, dtype) if keep_sum else v.new_empty(0, dtype=dtype)
-    _forward(v, taps, bias, out, attention=attention, gate=gate,
+    _forward(v, taps, bias, out, launch='gated_lepe.forward', attention=attention, gate=gate,
              second=total if keep_sum else None)
     return out, total
 
@@ -232,7 +296,8 @@ def gated_lepe_backward_op(dout: torch.Tensor, v: torch.Tensor, taps: torch.Tens
     the bracket, i.e. also the attention's."""
     d_inner = _channel_stride_one(dout * gate).to(v.dtype)
     dgate = (dout * total).to(gate.dtype)
-    dv, dtaps, dbias = _backward(d_inner, _channel_stride_one(v), taps, bias)
+    dv, dtaps, dbias = _backward(d_inner, _channel_stride_one(v), taps, bias,
+                                 launch='gated_lepe.backward')
     return dv, dtaps, dbias, d_inner, dgate
 
 
@@ -268,7 +333,7 @@ def ffn_middle_op(h: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor) -> to
     """``GELU(h) + dwconv(GELU(h)) + b``."""
     h = _channel_stride_one(h)
     out = _empty_like_map(h)
-    _forward(h, taps, bias, out, pre_gelu=True, add_input=True)
+    _forward(h, taps, bias, out, launch='ffn_middle.forward', pre_gelu=True, add_input=True)
     return out
 
 
@@ -282,7 +347,7 @@ def ffn_middle_backward_op(dout: torch.Tensor, h: torch.Tensor, taps: torch.Tens
                            bias: torch.Tensor
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _backward(_channel_stride_one(dout), _channel_stride_one(h), taps, bias,
-                     pre_gelu=True, add_input=True)
+                     launch='ffn_middle.backward', pre_gelu=True, add_input=True)
 
 
 @ffn_middle_backward_op.register_fake
