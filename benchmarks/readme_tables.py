@@ -507,6 +507,13 @@ def render_gpu_model_profile(report: dict, source: str) -> str:
               f"{_against_target(mavit['kernel_count'], 'd', kernels_target)}. "
               'Eager forward, wall time: ' + ', '.join(
                   f"{name} {row['forward_ms']:.1f} ms" for name, row in zip(names, models)) + '.']
+    if all('host' in row for row in models):   # runs before 2026-11-27c did not time the host
+        lines += ['', 'The host, per eager forward: ' + '; '.join(
+            f"{name} issued in {row['host']['issue_ms']:.1f} ms, {row['host']['python_calls']} "
+            'Python calls, own time under cProfile ' + ', '.join(
+                f"{source} {100 * entry['share']:.0f}%"
+                for source, entry in row['host']['by_source'].items() if entry['calls'])
+            for name, row in zip(names, models)) + ' (`C`: the ops\' C++ and the launches).']
     return '\n'.join(lines)
 
 

@@ -21,7 +21,7 @@ from benchmarks.gpu_check_lib.models import (
     synchronize,
 )
 from benchmarks.gpu_check_lib.plan import LOG_NAME, STEP_FILES
-from benchmarks.gpu_check_lib.profiling import profiled_kernels
+from benchmarks.gpu_check_lib.profiling import host_issue_us, profiled_kernels, python_profile
 from benchmarks.timing import median_ms
 from devtools.mala_inputs import DEFAULT_LAYOUT
 
@@ -127,37 +127,6 @@ def _sdpa_ops(model, images, precision: str, device: torch.device) -> list[str]:
                    if 'scaled_dot_product' in event.key})
 
 
-def _host_issue_us(step, device, calls: int) -> float:
-    """Host time per call over ``calls`` un-synchronised calls."""
-    synchronize(device)
-    started = time.perf_counter()
-    for _ in range(calls):
-        step()
-    host_us = (time.perf_counter() - started) / calls * 1e6
-    synchronize(device)
-    return host_us
-
-
-def _python_profile(step, device, calls: int, top: int = 15) -> list[dict]:
-    """Where a call's host time goes: cProfile over ``calls`` un-synchronised
-    calls, the ``top`` functions by own time, per call (cProfile slows every
-    Python call, so read the shares, not the totals)."""
-    import cProfile
-    import pstats
-    synchronize(device)   # outside the profile: a CUDA sync's wait is not host work
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        step()
-    profiler.disable()
-    synchronize(device)
-    stats = pstats.Stats(profiler).stats
-    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
-    return [dict(function=f'{Path(file).name}:{line}({name})', calls_per_call=count / calls,
-                 own_us=round(own / calls * 1e6, 2), cumulative_us=round(cumulative / calls * 1e6, 2))
-            for (file, line, name), (_, count, own, cumulative, _) in rows]
-
-
 def step_profile(out: Path, budget_s: float, device: str = 'cuda', shapes=None,
                  layout: str = DEFAULT_LAYOUT) -> dict:
     """Kernel time against host time per call of the fused op (bf16 where
@@ -207,12 +176,12 @@ def step_profile(out: Path, budget_s: float, device: str = 'cuda', shapes=None,
                 synchronize(device)
             kernels = {name: round(us / calls, 2) for name, us, _ in profiled_kernels(prof) if us}
             wall_us = median_ms(step, device, 25, 100, **CPU_TIMING) * 1e3
-            host_us = _host_issue_us(step, device, calls)
+            host_us = host_issue_us(step, device, calls)
             kernel_us = sum(kernels.values())
             row.update(wall_us=round(wall_us, 2), kernel_us=round(kernel_us, 2),
                        host_issue_us=round(host_us, 2), kernels=kernels,
                        host_bound=bool(on_cuda and host_us > kernel_us),
-                       host_python=_python_profile(step, device, calls))
+                       host_python=python_profile(step, device, calls))
             rows.append(row)
             write_results(out / STEP_FILES['profile'], report)
             print(f'  stage {shape["stage"]} batch {shape["batch"]} heads {shape["heads"]} '

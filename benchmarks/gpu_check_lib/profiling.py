@@ -1,6 +1,7 @@
 """Where a backbone forward's GPU time goes (``model-profile``, eager;
 ``compiled-profile``, compiled): its kernels under the profiler, by
-category (``kernel_category``) and count."""
+category (``kernel_category``) and count; and its host time: what issuing a
+forward costs the CPU, and whose Python spends it (``host_time``)."""
 from __future__ import annotations
 
 import ast
@@ -26,6 +27,14 @@ from benchmarks.gpu_check_lib.plan import STEP_FILES
 from devtools.baseline import swin_t
 
 MODEL_PROFILE_WARMUP = 10
+HOST_PROFILE_CALLS = 10
+# Whose code a host's Python time is spent in, by the file's path (tried in
+# order); 'C' is cProfile's builtins: the ops' own C++ (dispatch, launches,
+# a CPU's compute) and Python's built-in functions. A tensor operator on a
+# line (``a * b``) is no call to cProfile: its time is its line's function's.
+HOST_SOURCES = (('mavit_mm', r'[/\\]mavit_mm[/\\]'), ('triton', r'[/\\]triton[/\\]'),
+                ('openmmlab', r'[/\\](mmseg|mmdet|mmcv|mmengine)[/\\]'),
+                ('torch', r'[/\\]torch[/\\]'))
 # compiled-profile compiles without reduce-overhead's CUDA graph: the profiler
 # then sees each kernel launch, and the graph would replay the same kernels.
 PROFILE_COMPILE_MODE = 'default'
@@ -105,6 +114,72 @@ def profiled_kernels(prof) -> list[tuple[str, float, int]]:
             if 'CUDA' in str(getattr(event, 'device_type', ''))]
 
 
+def host_issue_us(step, device, calls: int) -> float:
+    """Host time per call over ``calls`` un-synchronised calls."""
+    synchronize(device)
+    started = time.perf_counter()
+    for _ in range(calls):
+        step()
+    host_us = (time.perf_counter() - started) / calls * 1e6
+    synchronize(device)
+    return host_us
+
+
+def _cprofile_stats(step, device, calls: int) -> dict:
+    """cProfile's stats over ``calls`` un-synchronised calls of ``step``."""
+    import cProfile
+    import pstats
+    synchronize(device)   # outside the profile: a CUDA sync's wait is not host work
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        step()
+    profiler.disable()
+    synchronize(device)
+    return pstats.Stats(profiler).stats
+
+
+def _top_functions(stats: dict, calls: int, top: int) -> list[dict]:
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    return [dict(function=f'{Path(file).name}:{line}({name})', calls_per_call=count / calls,
+                 own_us=round(own / calls * 1e6, 2), cumulative_us=round(cumulative / calls * 1e6, 2))
+            for (file, line, name), (_, count, own, cumulative, _) in rows]
+
+
+def python_profile(step, device, calls: int, top: int = 15) -> list[dict]:
+    """Where a call's host time goes: cProfile over ``calls`` un-synchronised
+    calls, the ``top`` functions by own time, per call (cProfile slows every
+    Python call, so read the shares, not the totals)."""
+    return _top_functions(_cprofile_stats(step, device, calls), calls, top)
+
+
+def host_source(file: str) -> str:
+    """Whose code ``file`` (a cProfile key's file) is: ``HOST_SOURCES``, 'C'
+    for builtins, else 'other'."""
+    if file == '~':
+        return 'C'
+    return next((source for source, pattern in HOST_SOURCES if re.search(pattern, file)), 'other')
+
+
+def host_time(step, device, calls: int = HOST_PROFILE_CALLS, top: int = 10) -> dict:
+    """What issuing one ``step`` costs the host (``issue_ms``, un-synchronised
+    calls) and, under cProfile, whose Python spends it: own time and calls per
+    step by ``host_source`` (with shares) and the ``top`` functions."""
+    stats = _cprofile_stats(step, device, calls)
+    own = {source: [0.0, 0] for source, _ in (*HOST_SOURCES, ('C', ''), ('other', ''))}
+    for (file, _, _), (_, count, own_s, _, _) in stats.items():
+        entry = own[host_source(file)]
+        entry[0] += own_s
+        entry[1] += count
+    total = sum(seconds for seconds, _ in own.values()) or 1.0
+    return dict(issue_ms=round(host_issue_us(step, device, calls) / 1e3, 3),
+                python_calls=sum(count for _, count in own.values()) // calls,
+                by_source={source: dict(own_us=round(seconds / calls * 1e6, 1),
+                                        calls=count // calls, share=round(seconds / total, 4))
+                           for source, (seconds, count) in own.items()},
+                top_functions=_top_functions(stats, calls, top))
+
+
 def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
                        size=BACKBONE_SIZE, warmup: int = MODEL_PROFILE_WARMUP,
                        compiled: bool = False) -> dict:
@@ -126,7 +201,12 @@ def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
     report = dict(note='backbones alone, batch 1, eval mode under no_grad, torch.autocast bf16; '
                        'one forward profiled after warm-up; time_us: GPU time of the kernels '
                        'and memory operations of each category; kernels: their launches; '
-                       'forward_ms: median wall time of the warm-up forwards after the first'
+                       'forward_ms: median wall time of the warm-up forwards after the first; '
+                       'host: issue_ms, the host time of a forward over un-synchronised '
+                       'forwards; by_source, under cProfile (which slows every Python call: read '
+                       'the shares), the own time and calls of a forward by whose code runs '
+                       '(C: builtins, i.e. the ops\' C++ and the launches; a tensor operator such as '
+                       'a * b counts as its caller\'s own time)'
                        + ('; compiled by benchmark_fps.compiled in compile_mode (its first calls '
                           'took compile_s), without reduce-overhead\'s CUDA graph, which '
                           'replays the same kernels: the profiler sees each launch; inductor: '
@@ -157,7 +237,8 @@ def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
             warm_ms = sorted(times_ms[1:] or times_ms)
             row = dict(model=label, forward_ms=round(warm_ms[len(warm_ms) // 2], 3),
                        **({'compile_s': round(compile_s, 1)} if compiled else {}),
-                       **gpu_time_by_category(profiled_kernels(prof)))
+                       **gpu_time_by_category(profiled_kernels(prof)),
+                       host=host_time(forward, device))
         except Exception as exc:   # e.g. out of memory, a compile that fails: record it
             row = dict(model=label, error=f'{type(exc).__name__}: {str(exc)[:300]}')
         finally:

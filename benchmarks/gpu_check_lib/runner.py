@@ -99,7 +99,9 @@ Steps (``--steps`` runs any of them in any order):
                   a training step (forward, backward, AdamW) at 512x2048,
                   batch 2, fp32 and bf16, with its peak memory.
 ``model-profile`` as ``compiled-profile``, eager: the eager forward's GPU time
-                  by category and its kernel count.
+                  by category and its kernel count; both profile steps also
+                  time the host's issue of a forward, by whose Python spends
+                  it (``profiling.host_time``).
 ``upernet-fps``,  UperNet MAViT-T against UperNet Swin-T through
 ``upernet-fps-compile``, ``tools/analysis_tools/benchmark_fps.py``, bf16,
 ``upernet-fps-1024`` ``--iters 50``, three runs (a child process each: the

@@ -524,6 +524,21 @@ def test_gpu_check_model_profile_writes_categories_per_model(tmp_path, monkeypat
         assert row['forward_ms'] > 0 and row['kernel_count'] == 3
         assert row['categories']['gemm'] == dict(time_us=30.0, kernels=2, share=0.75)
         assert row['categories']['mala']['kernels'] == 1
+        # The host's time: whose Python issues each forward, shares adding up.
+        host = row['host']
+        assert host['issue_ms'] > 0 and host['python_calls'] > 100 and host['top_functions']
+        assert sum(entry['share'] for entry in host['by_source'].values()) == pytest.approx(
+            1, abs=1e-3)
+    mavit, swin = (row['host']['by_source'] for row in report['results'])
+    assert mavit['mavit_mm']['calls'] > 0 and swin['mavit_mm']['calls'] == 0
+    assert swin['openmmlab']['calls'] > 0 and mavit['torch']['calls'] > 0
+    # docs/gpu.md's block says it, per model.
+    from benchmarks import readme_tables
+    monkeypatch.setattr(readme_tables, '_gpu_source_line', lambda *args: 'Measured.')
+    block = readme_tables.render_gpu_model_profile(report, 'model-profile.json')
+    host_line = block.splitlines()[-1]
+    assert host_line.startswith('The host, per eager forward: MAViT-T issued in ')
+    assert 'mavit_mm ' in host_line.split('; Swin-T')[0] and 'mavit_mm ' not in host_line.split('; Swin-T')[1]
     assert sorted(tmp_path.iterdir()) == [tmp_path / 'model-profile.json']
     _assert_targets_read('model-profile', report)
 
