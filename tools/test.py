@@ -83,3 +83,4 @@ if __name__ == '__main__':
         main()
     except ConfigCheckError as error:
         sys.exit(f'test.py: error: {error}')
+    runner_setup.exit_if_distributed()

@@ -85,3 +85,4 @@ if __name__ == '__main__':
         main()
     except ConfigCheckError as error:
         sys.exit(f'train.py: error: {error}')
+    runner_setup.exit_if_distributed()

@@ -179,15 +179,28 @@ def fake_scontrol(tmp_path, monkeypatch):
         monkeypatch.delenv(name)
 
 
-def test_close_process_group_ends_the_run(tmp_path):
-    # The tools destroy the group themselves after train / test: left to
-    # interpreter shutdown, gloo could abort a rank that had finished (SIGABRT).
+def test_close_process_group_ends_the_run(tmp_path, monkeypatch):
+    # The tools destroy the group themselves after train / test, then end the
+    # process without interpreter shutdown, where gloo could abort a rank that
+    # had finished (SIGABRT).
+    exits = []
+
+    def fake_exit(code):
+        exits.append(code)
+    monkeypatch.setattr(runner_setup, '_closed_a_group', False)
+    monkeypatch.setattr(runner_setup.os, '_exit', fake_exit)
+    # The logs are flushed and closed first (not this test process's own).
+    monkeypatch.setattr(runner_setup.logging, 'shutdown', lambda: exits.append('logs'))
+    runner_setup.close_process_group()   # nothing to close: no error
+    runner_setup.exit_if_distributed()   # a run of one process ends as ever
+    assert exits == []
     dist.init_process_group('gloo', init_method=f'file://{tmp_path / "store"}', rank=0,
                             world_size=1)
     assert dist.is_initialized()
     runner_setup.close_process_group()
     assert not dist.is_initialized()
-    runner_setup.close_process_group()   # nothing to close: no error
+    runner_setup.exit_if_distributed()
+    assert exits == ['logs', 0]
 
 
 def test_slurm_environment(fake_scontrol, monkeypatch):
