@@ -102,12 +102,20 @@ def check_tile(launch: str, tile, channels: int | None = None) -> DepthwiseTile:
 def launch_tile(launch: str, channels: int, ksize: int) -> DepthwiseTile:
     """The tile of ``launch`` at ``channels`` with a ``ksize`` kernel: the one
     :func:`launch_tiles` tries, else ``TUNED_TILES``'s, else the rules'."""
-    tile = _tried.get(launch) or TUNED_TILES.get((launch, channels))
-    if tile is not None:
-        return check_tile(launch, tile, channels)
+    tried = _tried.get(launch)
+    if tried is not None:   # a candidate, checked at its width here
+        return check_tile(launch, tried, channels)
+    tuned = TUNED_TILES.get((launch, channels))
+    if tuned is not None:   # checked once, at import (below)
+        return tuned
     if LAUNCHES[launch]:
         return DepthwiseTile(*norm_blocks(channels))
     return DepthwiseTile(*conv_blocks(channels, ksize if launch.endswith('.backward') else None))
+
+
+# The table is checked once, not at every launch of the hot path.
+TUNED_TILES.update({(launch, channels): check_tile(launch, tile, channels)
+                    for (launch, channels), tile in TUNED_TILES.items()})
 
 
 @contextlib.contextmanager
