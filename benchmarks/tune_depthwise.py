@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks import tune_mala  # noqa: E402
 from benchmarks.bench_mala import DTYPES, environment  # noqa: E402
-from benchmarks.tune_mala import BudgetSpent, Results, bench  # noqa: E402
+from benchmarks.tune_mala import BudgetSpent, Results, bench, format_us  # noqa: E402
 from mavit_mm.models import ARCH_SETTINGS  # noqa: E402
 from mavit_mm.ops.depthwise import (  # noqa: E402
     function,
@@ -247,8 +247,8 @@ def tune_case(case: Case, plan: dict, rep: int, record: dict, save: Callable[[],
         entry.update(current_ms=current_ms, best=best['tile'], best_ms=best['ms'],
                      speedup=None if current_ms is None else round(current_ms / best['ms'], 4))
         winners[launch] = DepthwiseTile(*best['tile'])
-        print(f'  {launch:28} C={shape["channels"]:<4} best {best["tile"]} {_us(best["ms"])}, '
-              f'current {entry["current"]} {_us(current_ms)} ({len(tiles)} candidates; '
+        print(f'  {launch:28} C={shape["channels"]:<4} best {best["tile"]} {format_us(best["ms"], 0)}, '
+              f'current {entry["current"]} {format_us(current_ms, 0)} ({len(tiles)} candidates; '
               f'{progress})', flush=True)
     record['tuned_tiles'] = {launch: list(tile) for launch, tile in winners.items()}
     for name, tiles in (('current', {}), ('tuned', winners)):
@@ -271,10 +271,6 @@ def table_lines(records: list[dict]) -> list[str]:
             f"  # x{e['speedup']:.2f}"
             for record in records for launch, e in record.get('launches', {}).items()
             if e.get('speedup') and e['speedup'] >= MIN_SPEEDUP and e['best'] != e['current']]
-
-
-def _us(ms):
-    return 'n/a' if ms is None else f'{ms * 1e3:.1f} us'
 
 
 def main(argv=None) -> int:

@@ -229,7 +229,7 @@ def tune_shape(case: Case, kernels: list[str], rep: int, record: dict,
         record['chunking'] = chunk_timings
         save()
         print(f'    chunks {plan.num_chunks:4} ({tokens_per_chunk:6} tokens): forward reduce '
-              f'{_us(fwd_ms)}, backward reduce {_us(bwd_ms)}')
+              f'{format_us(fwd_ms)}, backward reduce {format_us(bwd_ms)}')
 
     program_timings = []
     for tiles_per_program in TILES_PER_PROGRAM:
@@ -241,8 +241,8 @@ def tune_shape(case: Case, kernels: list[str], rep: int, record: dict,
                                 'key_ms': key_ms})
         record['tokens_per_program'] = program_timings
         save()
-        print(f'    {tiles_per_program:3} tiles per program: output {_us(out_ms)}, '
-              f'key {_us(key_ms)}')
+        print(f'    {tiles_per_program:3} tiles per program: output {format_us(out_ms)}, '
+              f'key {format_us(key_ms)}')
 
     record['best_tiles'] = {name: list(tile) for name, tile in best_tiles.items()}
     tuned = case.plan(tiles=best_tiles)
@@ -250,8 +250,8 @@ def tune_shape(case: Case, kernels: list[str], rep: int, record: dict,
         record[f'{name}_fwd_ms'] = bench(lambda: case.pass_step(plan, False), rep)
         record[f'{name}_fwd_bwd_ms'] = bench(lambda: case.pass_step(plan, True), rep)
         save()
-        print(f'    {name:11} plan: fwd {_us(record[f"{name}_fwd_ms"])}, '
-              f'fwd+bwd {_us(record[f"{name}_fwd_bwd_ms"])}')
+        print(f'    {name:11} plan: fwd {format_us(record[f"{name}_fwd_ms"])}, '
+              f'fwd+bwd {format_us(record[f"{name}_fwd_bwd_ms"])}')
     return record
 
 
@@ -263,8 +263,9 @@ def _reduce_step(case: Case, plan, direction: str) -> Callable:
     return lambda: (launches[first](), launches[second]())
 
 
-def _us(ms):
-    return 'n/a' if ms is None else f'{ms * 1e3:8.1f} us'
+def format_us(ms: float | None, width: int = 8) -> str:
+    """A time in ms as microseconds, or 'n/a' (a candidate that failed)."""
+    return 'n/a' if ms is None else f'{ms * 1e3:{width}.1f} us'
 
 
 def _plan_dict(plan) -> dict:
