@@ -1,16 +1,12 @@
-"""Which path a MALA call takes: the PyTorch formula or the fused Triton op.
+"""Which path a MALA call takes: the PyTorch formula (:mod:`.naive`) or the
+fused Triton op (:mod:`.function`).
 
-``mala_attention`` is the one entry point the backbone uses; ``impl`` picks the
-PyTorch path (``'torch'``, the formula of :mod:`.naive`), the fused Triton
-kernels (``'triton'``: the op in :mod:`.function`, written in :mod:`.kernels`)
-or the best available one (``'auto'``), as both fused ops do
-(:mod:`mavit_mm.ops.triton_support`, which states the export policy: an
-export takes the PyTorch path, mmengine's FLOP-counting ``jit.trace`` keeps the
-fused op, whose formula ``flops.py`` gives the counter).
-
-Beyond the device checks both ops share, the MALA kernels cannot run some
-cases (head dim, dtype, a GPU without the tf32 dots or the shared memory the
-kernels need): ``'auto'`` warns once per reason and takes the PyTorch path.
+``mala_attention`` is the one entry point the backbone uses; ``impl`` works as
+for both fused ops (:mod:`mavit_mm.ops.triton_support`, which also states the
+export policy). Beyond the device checks both ops share, the MALA kernels
+cannot run some cases (head dim, dtype, a GPU without the tf32 dots or the
+shared memory they need): ``'auto'`` warns once per reason and takes the
+PyTorch path.
 """
 from __future__ import annotations
 
@@ -29,10 +25,9 @@ TRITON_MAX_BATCH_HEADS = 65535
 
 # Shared memory one block of the fused kernels takes, at most, by head dim
 # (padded to a power of two) and pass: (forward, backward) bytes, from the
-# sm_90 compile report of every kernel (``bench_mala.py --compile-report``;
-# a test recompiles them to keep the two in step). Heads up to 64 channels fit
-# every GPU with tf32 dots; wider ones need more than the ~99 KiB per block of
-# sm_86 / sm_89 GPUs in the backward, and run it on the PyTorch path there.
+# sm_90 compile report (``bench_mala.py --compile-report``; a test recompiles
+# the kernels to keep the two in step). Wider heads' backward does not fit the
+# ~99 KiB per block of sm_86 / sm_89 GPUs: it takes the PyTorch path there.
 TRITON_SHARED_BYTES = {64: (40960, 98304), 128: (90112, 155648)}
 MALA_DISPATCH = FusedOpDispatch(__package__, 'mala_impl', 'the fused MALA kernels',
                                 'MALA falls back', counted_when_traced=True)
@@ -109,11 +104,10 @@ def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
 
 @torch.compiler.assume_constant_result
 def _gpu_shortfall(device: torch.device, head_dim: int, backward: bool) -> str | None:
-    """Why this GPU cannot run the kernels (tf32 dots, shared memory), or None.
-    Judged from tables, without compiling anything. A forward launch that
-    still finds the GPU short raises Triton's OutOfResources, which ``'auto'``
-    turns into the PyTorch path. A constant to Dynamo: a compile runs it once,
-    as Python, and never traces the device's properties."""
+    """Why this GPU cannot run the kernels (tf32 dots, shared memory), or None,
+    judged from tables (``_triton_or_fallback`` catches a launch that still
+    finds the GPU short). A constant to Dynamo: a compile runs it once, as
+    Python, and never traces the device's properties."""
     if device.type != 'cuda':
         return None
     properties = torch.cuda.get_device_properties(device)
@@ -153,9 +147,8 @@ def check_shapes(q, k, v=None, rope: RotaryTables | None = None) -> None:
 
 
 def _torch_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
-    # The formula of mala_naive, rotated by the stage's tables in the compute
-    # dtype (one complex multiply in fp32). It picks its own (fp32) precision,
-    # which autocast would undo.
+    # The formula of mala_naive; it picks its own (fp32) precision, which
+    # autocast would undo.
     with autocast_disabled(q.device.type):
         return linear_attention_torch(q, k, v, rope, 'mala', 'elu')
 

@@ -1,13 +1,10 @@
 """The fused MALA operator's formula for mmengine's FLOP counter.
 
-mmengine's FLOP counter (``mmengine.analysis``, which mmdet's and mmseg's
-``tools/analysis_tools/get_flops.py`` use) traces the model and counts
-operators. On the PyTorch path MALA is plain matmuls, which it counts; the
-fused Triton MALA (a GPU's default) is one operator, ``mavit_mm::mala``, which
-it would skip as unsupported. :func:`register_flop_formulas` (run by ``import
-mavit_mm``) gives it that operator's formula, the same products, so that its
-figure does not depend on where MALA ran. No triton import: it is registered
-on every import of the package.
+mmengine's FLOP counter (``mmengine.analysis``, used by mmdet's and mmseg's
+``get_flops.py``) counts the PyTorch path's matmuls but would skip the fused
+operator ``mavit_mm::mala`` as unsupported. :func:`register_flop_formulas`
+(run by ``import mavit_mm``; no triton import) gives it the same products, so
+that the figure does not depend on where MALA ran.
 """
 from __future__ import annotations
 
@@ -30,15 +27,13 @@ def fused_mala_flop_jit(inputs, outputs) -> int:
 
 def register_flop_formulas() -> bool:
     """Add the fused MALA's formula to the handles every new mmengine
-    ``FlopAnalyzer`` starts from (its default table; handles for other
-    operators are left as they are). False where this mmengine has no such
-    table.
+    ``FlopAnalyzer`` starts from (its default table); False where this
+    mmengine has no such table.
 
-    The table is private to mmengine, but it is the only way in: the
-    get_flops.py tools call ``get_model_complexity_info``, which builds its
-    own ``FlopAnalyzer`` and takes no handles (``FlopAnalyzer.set_op_handle``
-    is public but unreachable from there). A test checks the count, so a
-    change in mmengine shows up."""
+    The table is private, but it is the only way in: ``get_flops.py`` calls
+    ``get_model_complexity_info``, which builds its own ``FlopAnalyzer`` and
+    takes no handles. A test checks the count, so a change in mmengine shows
+    up."""
     from mmengine.analysis import complexity_analysis
     table = getattr(complexity_analysis, '_DEFAULT_SUPPORTED_FLOP_OPS', None)
     if not isinstance(table, dict):

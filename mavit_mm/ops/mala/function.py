@@ -1,14 +1,6 @@
 """The fused MALA's host side: launch plans, launches, and the PyTorch
-operators with their autograd.
-
-Laid out like fla's ``ops/``: ``naive.py`` is the formula, ``kernels.py`` the
-Triton kernels (what each pass computes), this file plans and launches them,
-``dispatch.py`` decides which path a call takes. Imported only when the
-Triton path is taken (it imports triton).
-
-Saved for backward: q, k, v (the caller's tensors, no copies), the stage's
-``angle`` vector (fp32, on q's device) and one fp32 ``(B*heads, d + 3, d)``
-stats tensor: the centred KV matrix, mean k, mean rotated k and mean v.
+operators with their autograd (the kernels are :mod:`.kernels`). Imported
+only when the Triton path is taken (it imports triton).
 """
 from __future__ import annotations
 
@@ -28,24 +20,19 @@ from triton.runtime.errors import OutOfResources  # noqa: E402,F401  (dispatch c
 from . import kernels  # noqa: E402
 
 # -- Plans --------------------------------------------------------------------
-# fp32 inputs get exact fp32 dots. Half inputs use tf32 tensor cores on fp32
-# operands: fp32 range (a half KV would overflow at large activations) and,
-# thanks to the centring in the kernels, an error that is not amplified. bf16
-# operands would be less accurate in every output and gradient (past the bf16
-# test tolerance for dq).
+# fp32 inputs get exact fp32 dots. Half inputs use tf32 on fp32 operands: fp32
+# range (a half KV would overflow) with an error the centring keeps small
+# (:mod:`.kernels`); bf16 operands would miss the bf16 test tolerance for dq.
 DOT_PRECISION = {torch.float32: 'ieee', torch.float16: 'tf32', torch.bfloat16: 'tf32'}
 # A chunk's partial sums cost a (d + 5) x d fp32 write + read, about as much as
-# reading d + 5 more tokens; with at least this many tokens per chunk they stay
-# a few percent of reading k and v.
+# reading d + 5 more tokens (PARTIAL_SUM_TOKENS: that cost in the chunk model);
+# with MIN_TOKENS_PER_CHUNK tokens a chunk they stay a few percent of k and v.
 MIN_TOKENS_PER_CHUNK = 512
-# What a chunk's partial sums cost, in tokens read (see MIN_TOKENS_PER_CHUNK).
 PARTIAL_SUM_TOKENS = 64
-# Split-N programs one SM runs at once: what the CUDA occupancy rules give
-# for the sm_90 compile of the bf16 d = 64 partials kernel on the model's
-# channels_last layout (79 registers x 256 threads: 3 fit 64K registers); a
-# test recompiles it to keep the two in step. Asking each GPU's compiled
-# kernel instead would mean compiling kernels in the planner (Triton
-# internals) for a plan that only moves where waves are partly empty.
+# Split-N programs one SM runs at once: what the CUDA occupancy rules give for
+# the sm_90 compile of the bf16 d = 64 partials kernel on the model's layout
+# (benchmarks/results/compile-report-sm90-*.txt; a test recompiles it). A
+# table, not each GPU's compile: the planner compiles nothing.
 RESIDENT_PROGRAMS_PER_SM = 3
 # The token-parallel kernels (output, key) loop over several tiles per program
 # so the (d, d) stats are read once per program; but keep at least this many
@@ -54,13 +41,11 @@ TOKEN_PROGRAMS_PER_SM = 4
 MAX_TILES_PER_PROGRAM = 16
 # (tokens per tile, warps, software-pipeline stages) per kernel, for heads up
 # to 64 channels and wider ones; 'combine' is (rows of KVc per program, warps,
-# stages). Chosen, for the kernels' channel-order design, from ahead-of-time
-# sm_90 compiles of the bf16 kernels (``bench_mala.py --compile-report``:
-# registers, spills, tensor-core instructions): the largest tiles that keep
-# wgmma products and spill nothing at d <= 64; the partials loop keeps 4
-# tiles in flight (5 stages), since at batch 1 it is bound by load latency.
-# Not yet timed on a GPU: ``benchmarks/tune_mala.py`` retunes on the model's
-# layout. Wide heads (d = 96 padded to 128) spill less with 16-token tiles.
+# stages). From sm_90 compiles of the bf16 kernels (``bench_mala.py
+# --compile-report``): the largest tiles that keep wgmma products and spill
+# nothing at d <= 64; the partials loop keeps 4 tiles in flight (5 stages), as
+# at batch 1 it is bound by load latency; wide heads spill less with 16-token
+# tiles. ``benchmarks/tune_mala.py`` times alternatives on a GPU.
 KERNEL_TILES = {
     'narrow': dict(output=(64, 4, 1), partials=(16, 8, 5), query=(16, 8, 3), key=(64, 8, 3),
                    combine=(2, 4, 1)),
@@ -68,8 +53,7 @@ KERNEL_TILES = {
                  combine=(4, 4, 1)),
 }
 # fp32 inputs (exact fp32 products, no tensor cores) hold twice the bytes a
-# tile: where the half tiles would spill at d <= 64 (sm_90: output 104 B, query
-# 224 B, key 280 B of stack), smaller ones that do not.
+# tile: smaller tiles where the half ones would spill at d <= 64 on sm_90.
 FP32_TILES = {'narrow': dict(output=(32, 4, 1), query=(16, 8, 1), key=(32, 8, 3)), 'wide': {}}
 KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
 FORWARD_KERNELS = ('partials', 'combine', 'output')
@@ -77,9 +61,8 @@ BACKWARD_KERNELS = ('query', 'key')
 # The combine kernel sums a block of chunks per step (tl.sum over the block):
 # its blocks hold up to this many fp32 values per thread.
 COMBINE_VALUES_PER_THREAD = 32
-# Fused multiply-adds in the kernels' fp32 arithmetic, as every supported
-# Triton compiled them by default when the kernels were validated and tuned.
-# Said explicitly: Triton 3.9 warns that its default becomes "off" in 3.10.
+# Fused multiply-adds, as the kernels were validated with; said explicitly
+# because Triton 3.9 warns that its default becomes "off" in 3.10.
 FP_FUSION = True
 PLAN_CACHE_SIZE = 256
 
@@ -108,7 +91,7 @@ class LaunchPlan:
 
 
 def _cdiv(a: int, b: int) -> int:
-    # triton.cdiv is a constexpr function whose wrapper costs ~2 us a call.
+    # triton.cdiv is a constexpr function, slow to call on the host.
     return -(-a // b)
 
 
@@ -195,8 +178,7 @@ cached_launch_plan = functools.lru_cache(maxsize=PLAN_CACHE_SIZE)(make_launch_pl
 # -- Launches -------------------------------------------------------------------
 def whole_pairs(t: torch.Tensor) -> bool:
     """Whether the kernels read (and write) ``t``'s RoPE channel pairs as whole
-    tiles: its channels are contiguous (``kernels._load_pairs``). The model's
-    channels_last heads are; token-contiguous heads (NCHW maps) are not."""
+    tiles (``kernels._load_pairs``): its channels are contiguous."""
     return t.stride(-1) == 1
 
 
@@ -243,15 +225,12 @@ def launch_table(plan: LaunchPlan, whole_q_pairs: bool = True,
 def empty_like_layout(x: torch.Tensor) -> torch.Tensor:
     """An uninitialised dense (B, heads, N, d) tensor whose dimensions lie in
     memory in the order of ``x``'s strides (ties, size-1 dimensions, keep the
-    logical order).
+    logical order; an expanded dimension, stride 0, goes outermost).
 
-    The backbone passes channel-contiguous views of a channels_last map
-    ((B, N, heads, d) in memory); results laid out the same way make its merge
-    of the heads back to (B, C, H, W) a free view. Token-contiguous views get
-    token-contiguous results. (``torch.empty_like`` keeps the strides of dense
-    tensors only, and these views are slices of a wider map.) An expanded
-    dimension (stride 0) goes outermost: the result is a buffer of its own, and
-    the others keep their order, the channels innermost where they were.
+    Results laid out like the backbone's channels_last views make its merge
+    of the heads back to (B, C, H, W) a free view. ``torch.empty_like`` keeps
+    the strides of dense tensors only, and these views are slices of a wider
+    map.
     """
     strides = x.stride()
     order = sorted(range(4), key=lambda dim: (strides[dim] != 0, -strides[dim], dim))
@@ -338,11 +317,11 @@ def mala_backward(dout, q, k, v, angle, stats, width: int, plan: LaunchPlan):
 
 
 # -- Operators ------------------------------------------------------------------
-# ``mavit_mm::mala`` (forward, returns ``out`` and the fp32 stats saved for
-# backward) and ``mavit_mm::mala_backward``, with fake implementations and an
-# autograd formula, so that torch.compile treats them as opaque nodes and
-# nothing in them syncs with the host. The plan overrides travel as ints, 0
-# meaning "the default".
+# ``mavit_mm::mala`` (returns ``out`` and the per-head fp32 stats) and
+# ``mavit_mm::mala_backward``, with fake implementations and an autograd
+# formula, so that torch.compile treats them as opaque nodes. Saved for
+# backward: q, k, v (no copies), the fp32 angles and the stats. The plan
+# overrides travel as ints, 0 meaning "the default".
 def _case_plan(q, block_n: int, tokens_per_chunk: int, tokens_per_program: int) -> LaunchPlan:
     batch, heads, num_tokens, head_dim = q.shape
     return cached_launch_plan(num_tokens, batch * heads, head_dim, q.dtype, q.device,

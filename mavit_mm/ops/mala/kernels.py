@@ -1,22 +1,15 @@
 """Triton kernels of fused MALA (forward and backward).
 
-Grids are (token blocks or split-N chunks, batch * heads); every kernel reads
-the big tensors through their strides, so any layout is consumed as it is:
-the backbone's channel-contiguous views of channels_last maps (``(B, N, heads,
-d)`` memory), token-contiguous views of NCHW maps, contiguous tensors. A head's channels are rotated as
-interleaved RoPE pairs: one tile of the even channels and one of the odd
-channels (split in registers where the channels are contiguous), so the
-rotation is elementwise; the rotated tiles are joined back into channel order
-(``_whole``) before every product, so each term is one (d x d) tensor-core
-product a tile (wgmma on sm_90) and the small per-head buffers are in channel
-order throughout. The split-N loops keep their token sums per row in
-registers and reduce them once after the loop: no iteration waits on a
-cross-warp reduction. The rotation angles come from the
-token's row / column (``n // W``, ``n % W``) and the stage's small angle vector;
-no sin / cos tables are read. Everything a token produces is computed in fp32
-registers; only loads and stores touch the input dtype. Each pass reads or
-writes every big tensor exactly once (q, k, v, out, dout, dq, dk, dv), i.e.
-4 * N * d elements per head forward and 7 * N * d backward.
+Grids are (token blocks or split-N chunks, batch * heads). The big tensors
+are read through their strides, so any layout is consumed as it is
+(``docs/mala-op.md`` names the layouts). A head's channels are rotated as
+interleaved RoPE pairs, one tile per parity (``_load_pairs``), joined back
+into channel order (``_whole``) before every product, so each term is one
+(d x d) tensor-core product a tile. The split-N loops keep their token sums
+per row in registers and reduce them once after the loop: no iteration waits
+on a cross-warp reduction. Rotation angles come from each token's row /
+column and the stage's angle vector (no sin / cos tables). All arithmetic is
+fp32; each pass reads or writes every big tensor exactly once.
 
 Passes (``s = d ** -0.5``, per (b, h), ``N`` tokens):
 
@@ -83,9 +76,7 @@ GRAD_ROW_CDOUT = tl.constexpr(2)     # (1/N) sum c dout   (= (s/N) krm dKV + dvm
 GRAD_EXTRA_ROWS = tl.constexpr(3)
 
 
-# --------------------------------------------------------------------------
-# Elementwise pieces
-# --------------------------------------------------------------------------
+# -- Elementwise pieces ------------------------------------------------------
 @triton.jit
 def _elu_plus_one(x):
     # exp of the clamped value: no overflow in the branch tl.where discards.
@@ -120,10 +111,7 @@ def _rotate_back(even, odd, cos, sin):
 @triton.jit
 def _pair_angles(pairs, angle_ptr, head_dim):
     """Angle of each channel pair and whether it encodes the row (first half).
-
-    The angle buffer holds d/2 values, each frequency twice, so both channels
-    of a pair share the angle at the pair's even channel.
-    """
+    The d/2 angles hold each frequency twice: a pair's is at its even channel."""
     half_dim = head_dim // 2
     even_channel = 2 * pairs
     angle = tl.load(angle_ptr + even_channel % half_dim, mask=pairs < half_dim, other=0.0)
@@ -164,9 +152,7 @@ def _token_rotation(tokens, angle, is_row_pair, width):
     return _cos_sin(position * angle[None, :])
 
 
-# --------------------------------------------------------------------------
-# Strided tile access
-# --------------------------------------------------------------------------
+# -- Strided tile access -----------------------------------------------------
 @triton.jit
 def _head_base(ptr, bh, num_heads, stride_b, stride_h):
     batch = bh // num_heads
@@ -186,14 +172,10 @@ def _load_pairs(base, tokens, pairs, stride_n, stride_d, token_ok, pair_ok, head
     """Even- and odd-channel tiles (tokens x pairs) in fp32, zero outside the
     valid tokens and pairs.
 
-    ``WHOLE_PAIRS`` (channel stride 1: the model's channels_last heads, dense
-    heads): the two channels of a pair are neighbours in memory, so the
-    (tokens x 2 * pairs) tile is read whole, in vector loads along the
-    channels, and split into its even and odd channels in registers. Its mask
-    is built from the channel index itself (not from the pair mask), so that
-    the compiler sees it constant over a vector. Otherwise (token-contiguous
-    heads of an NCHW map) each parity is a tile of its own, read in vector
-    loads along the tokens.
+    ``WHOLE_PAIRS`` (channel stride 1): the (tokens x 2 * pairs) tile is read
+    whole, in vector loads, and split into its parities in registers; its mask
+    is built from the channel index so that the compiler sees it constant over
+    a vector. Otherwise each parity is a tile of its own.
     """
     if WHOLE_PAIRS:
         channels = tl.arange(0, 2 * pairs.shape[0])
@@ -282,9 +264,7 @@ def _query_terms(q_even, q_odd, pair_mask, tokens, angle, is_row_pair, width,
     return qa_even, qa_odd, qr_even, qr_odd, cos, sin, z, a, inv, gain, coef
 
 
-# --------------------------------------------------------------------------
-# Forward
-# --------------------------------------------------------------------------
+# -- Forward -----------------------------------------------------------------
 @triton.jit
 def _whole(even, odd):
     """The (tokens, 2 * pairs) tile in natural channel order of its two parities
@@ -300,14 +280,7 @@ def _forward_partials_kernel(
         num_heads, num_tokens, width, head_dim, tokens_per_chunk,
         BLOCK_N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
         DOT_PRECISION: tl.constexpr, WHOLE_PAIRS: tl.constexpr):
-    """Shifted k / v sums of one chunk of tokens (see the module docstring).
-
-    Built for a latency-bound loop (at batch 1 a GPU holds one or two chunks
-    per SM): the rotated keys are put back in channel order, so the KV partial
-    is one (d x tokens) @ (tokens x d) product a tile, and the token sums are
-    kept per row in registers and reduced once after the loop, so no
-    iteration waits on a cross-warp reduction.
-    """
+    """Shifted k / v sums of one chunk of tokens (see the module docstring)."""
     chunk = tl.program_id(0)
     bh = tl.program_id(1)
     num_chunks = tl.num_programs(0)
@@ -370,18 +343,14 @@ def _forward_partials_kernel(
 
 
 @triton.jit
-def _chunk_token_count(chunk, tokens_per_chunk, num_tokens):
-    return tl.minimum(tokens_per_chunk, num_tokens - chunk * tokens_per_chunk).to(tl.float32)
-
-
-@triton.jit
 def _chunk_block(first, CHUNKS: tl.constexpr, num_chunks, tokens_per_chunk, num_tokens,
                  chunk_size, head_dim):
     """Chunks ``first .. first + CHUNKS`` of a head: which exist, their token
     counts (0 past the last chunk) and the offsets of their extra rows."""
     chunks = first + tl.arange(0, CHUNKS)
     chunk_ok = chunks < num_chunks
-    count = tl.where(chunk_ok, _chunk_token_count(chunks, tokens_per_chunk, num_tokens), 0.0)
+    tokens = tl.minimum(tokens_per_chunk, num_tokens - chunks * tokens_per_chunk)
+    count = tl.where(chunk_ok, tokens.to(tl.float32), 0.0)
     return chunks, chunk_ok, count, chunks * chunk_size + head_dim * head_dim
 
 
@@ -404,11 +373,9 @@ def _forward_combine_kernel(
     sum_j (kr_j - krm)^T (v_j - vm) = P + dk^T Dv + Dk^T dv + n dk^T dv with
     dk = kr_shift - krm, dv = v_shift - vm, Dk / Dv the summed deviations.
 
-    Chunks are taken a block at a time (``MEAN_CHUNKS`` for the means,
-    ``KV_CHUNKS`` for the matrix: a (chunks, ROWS, d) tile of partials) and
-    summed over the block with ``tl.sum``, so a head's hundreds of chunks cost
-    a few rounds of independent loads rather than one L2 round trip each.
-    Every program writes the mean-k entries of its own rows; program 0 writes vm.
+    Chunks are summed a block at a time (``MEAN_CHUNKS`` for the means,
+    ``KV_CHUNKS`` for the matrix), so hundreds of chunks cost a few rounds of
+    independent loads, not one L2 round trip each. Program 0 also writes vm.
     """
     row_block = tl.program_id(0)
     bh = tl.program_id(1)
@@ -474,14 +441,22 @@ def _forward_combine_kernel(
 
 
 @triton.jit
-def _load_forward_means(stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok):
-    """km, krm (as pairs) and vm of a head's forward stats."""
+def _head_setup(stats_ptr, angle_ptr, bh, head_dim, BLOCK_P: tl.constexpr,
+                BLOCK_D: tl.constexpr):
+    """What every token kernel sets up per head: the pair and channel indices
+    and masks, the pair angles and the forward means (km, krm as pairs; vm)."""
+    pairs = tl.arange(0, BLOCK_P)
+    channels = tl.arange(0, BLOCK_D)
+    pair_ok = pairs < head_dim // 2
+    channel_ok = channels < head_dim
+    angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
     stats_head = _matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
     extra = stats_head + head_dim * head_dim
     km_even, km_odd = _load_vector_pairs(extra + STATS_ROW_KM * head_dim, pairs, pair_ok)
     krm_even, krm_odd = _load_vector_pairs(extra + STATS_ROW_KRM * head_dim, pairs, pair_ok)
     vm = tl.load(extra + STATS_ROW_VM * head_dim + channels, mask=channel_ok, other=0.0)
-    return km_even, km_odd, krm_even, krm_odd, vm
+    return (pairs, channels, pair_ok, channel_ok, angle, is_row_pair,
+            km_even, km_odd, krm_even, krm_odd, vm)
 
 
 @triton.jit
@@ -507,13 +482,9 @@ def _forward_output_kernel(
     per program, not once per tile (they come from L2 and outweigh a tile of q)."""
     program = tl.program_id(0)
     bh = tl.program_id(1)
-    pairs = tl.arange(0, BLOCK_P)
-    channels = tl.arange(0, BLOCK_D)
-    pair_ok = pairs < head_dim // 2
-    channel_ok = channels < head_dim
-    angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
-    km_even, km_odd, krm_even, krm_odd, vm = _load_forward_means(
-        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
+    (pairs, channels, pair_ok, channel_ok, angle, is_row_pair,
+     km_even, km_odd, krm_even, krm_odd, vm) = _head_setup(
+        stats_ptr, angle_ptr, bh, head_dim, BLOCK_P, BLOCK_D)
     kv = _load_natural_kv(stats_ptr, bh, head_dim, 2 * BLOCK_P, channels, channel_ok)
 
     q_base = _head_base(q_ptr, bh, num_heads, stride_qb, stride_qh)
@@ -535,9 +506,7 @@ def _forward_output_kernel(
                     token_ok[:, None] & channel_ok[None, :], out)
 
 
-# --------------------------------------------------------------------------
-# Backward
-# --------------------------------------------------------------------------
+# -- Backward ----------------------------------------------------------------
 @triton.jit
 def _backward_query_kernel(
         q_ptr, dout_ptr, stats_ptr, angle_ptr, dq_ptr, ws_ptr,
@@ -553,22 +522,15 @@ def _backward_query_kernel(
       dz  = -(u + s a w) inv^2 - w
       dqr = g dout KVc^T + s g w krm
       dqa = rope^T(dqr) + s dz km
-
-    As in the forward's partials: the rotated queries in channel order, one
-    product per term, and the token sums kept per row until the loop ends.
     """
     chunk = tl.program_id(0)
     bh = tl.program_id(1)
     num_chunks = tl.num_programs(0)
-    pairs = tl.arange(0, BLOCK_P)
-    channels = tl.arange(0, BLOCK_D)
+    (pairs, channels, pair_ok, channel_ok, angle, is_row_pair,
+     km_even, km_odd, krm_even, krm_odd, vm) = _head_setup(
+        stats_ptr, angle_ptr, bh, head_dim, BLOCK_P, BLOCK_D)
     query_channels = tl.arange(0, 2 * BLOCK_P)   # the queries' natural order (pairs joined)
-    pair_ok = pairs < head_dim // 2
-    channel_ok = channels < head_dim
     query_ok = query_channels < head_dim
-    angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
-    km_even, km_odd, krm_even, krm_odd, vm = _load_forward_means(
-        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
     kv = _load_natural_kv(stats_ptr, bh, head_dim, 2 * BLOCK_P, channels, channel_ok)
     stats_extra = (_matrix_base(stats_ptr, bh.to(tl.int64), head_dim + STATS_EXTRA_ROWS, head_dim)
                    + head_dim * head_dim)
@@ -649,13 +611,9 @@ def _backward_key_kernel(
     """
     program = tl.program_id(0)
     bh = tl.program_id(1)
-    pairs = tl.arange(0, BLOCK_P)
-    channels = tl.arange(0, BLOCK_D)
-    pair_ok = pairs < head_dim // 2
-    channel_ok = channels < head_dim
-    angle, is_row_pair = _pair_angles(pairs, angle_ptr, head_dim)
-    _, _, krm_even, krm_odd, vm = _load_forward_means(
-        stats_ptr, bh, head_dim, pairs, channels, pair_ok, channel_ok)
+    (pairs, channels, pair_ok, channel_ok, angle, is_row_pair,
+     _, _, krm_even, krm_odd, vm) = _head_setup(
+        stats_ptr, angle_ptr, bh, head_dim, BLOCK_P, BLOCK_D)
     grads_head = _matrix_base(grads_ptr, bh.to(tl.int64), head_dim + GRAD_EXTRA_ROWS, head_dim)
     dkv = _load_natural_kv(grads_ptr, bh, head_dim, 2 * BLOCK_P, channels, channel_ok,
                            GRAD_EXTRA_ROWS)
