@@ -1,9 +1,7 @@
 """Every attention MAViT can run: the explicit score matrix
 (:func:`attention_scores`, the readable reference) next to the path the model
 runs (:func:`attention`, linear time in N for the linear variants). The linear
-formula itself (kernel functions, the coefficients below,
-:func:`linear_attention_torch`) lives in the leaf :mod:`.linear_attention`, which
-MALA's reference and dispatch share.
+formula itself lives in :mod:`.linear_attention`.
 
 Inputs are per-head ``(B, heads, N, d)`` tensors, q and k *before* the kernel
 function; ``rope`` is a stage's :class:`~.rope2d.RotaryTables` (or ``None``).

@@ -13,8 +13,7 @@ import torch
 
 
 class _ChannelSplit(torch.autograd.Function):
-    """``x.split(sizes, dim=1)`` whose backward writes the parts' gradients
-    straight into one buffer in ``x``'s memory format."""
+    """The backward writes the parts' gradients into one buffer in ``x``'s memory format."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, sizes: tuple[int, ...]):

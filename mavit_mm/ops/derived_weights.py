@@ -2,9 +2,10 @@
 
 A forward in eval mode (inference, a benchmark, a CUDA graph's warm-up) that
 casts its weights to autocast's dtype, or folds an identity into a kernel,
-would otherwise redo that at every call: 158 small kernels in MAViT-T's bf16
-forward, 29% of its kernels on an H200. :class:`DerivedWeights` does it once
-per parameter value. The switch is ``cached_weights`` (:mod:`.fast_paths`).
+would otherwise redo that at every call, a small kernel each (the bf16 copy
+kernels of benchmarks/results/gpu-h200-2026-11-26/part-a/model-profile.json).
+:class:`DerivedWeights` does it once per parameter value. The switch is
+``cached_weights`` (:mod:`.fast_paths`).
 """
 from __future__ import annotations
 
@@ -20,20 +21,14 @@ def takes_no_gradient(*tensors: torch.Tensor) -> bool:
     """No autograd graph will be built through ``tensors``, and the call is
     not being traced or compiled: derived weights may be cached, results may
     be written in place."""
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return False
-    return not recording_graph()
+    with_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return not with_grad and not recording_graph()
 
 
 def compute_dtype(x: torch.Tensor, param: torch.Tensor) -> torch.dtype:
     """The dtype a layer computes in: autocast's where it is on for ``x``'s
     device, else the parameters' own."""
     return autocast_dtype(x.device.type) or param.dtype
-
-
-def _key(sources: tuple[torch.Tensor, ...], dtype, device, state) -> tuple:
-    """What a cached entry was built from: each source's storage and version."""
-    return (dtype, device, state, *[(t.data_ptr(), t._version) for t in sources])
 
 
 class DerivedWeights:
@@ -57,7 +52,8 @@ class DerivedWeights:
             device: torch.device, build: Callable, state=None):
         if not self.caches(*sources):
             return build()
-        key = _key(sources, dtype, device, state)
+        # What the entry is built from: each source's storage and version.
+        key = (dtype, device, state, *[(t.data_ptr(), t._version) for t in sources])
         entry = self._entries.get(name)
         if entry is None or entry[0] != key:
             entry = self._entries[name] = (key, build())

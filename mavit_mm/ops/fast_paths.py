@@ -7,85 +7,62 @@ that one GPU run can measure what each feature is worth
 (``benchmarks/gpu_check.py``, step ``ablations``), and so that a suspected
 feature can be ruled out in a user's own run.
 
-The defaults follow that measurement (``DEFAULTS_MEASURED_BY``): a feature is
-on where it was measured faster than its plain formula, off where it was
-measured slower. Inference runs under CUDA graphs and compiled; training
-runs eager.
+=========================  ======================================================================
+switch                     what it does (plain formula when off)
+=========================  ======================================================================
+``cached_weights``         weights in the compute dtype (half copies of convolution weights and
+                           biases, layer scales, norm weights) and the folded depthwise kernels
+                           are kept per parameter version while no gradient flows
+                           (:class:`DerivedWeights`); off: cast and folded at every call
+``folded_residual_conv``   ``x + dwconv(x)`` as one convolution, the identity folded into the
+                           kernel's centre tap; off: a convolution and an add
+``channel_split``          the qkvo split's backward writes one channels_last gradient; off:
+                           autograd's split backward
+``joint_qk_rotation``      the softmax stages rotate q and k as one tensor; off: two rotations
+``dense_rope``             half-precision softmax stages without gradients, the joint rotation:
+                           q, k and their pair swaps from one matrix product, the qk bias in a
+                           rotated table, rotated by two multiply-adds on dense maps (needs
+                           ``joint_qk_rotation``); off: the qkvo convolution's slice, rotated
+                           with a flip
+``in_place_residual``      without gradients, residual adds are written into the stream (a map
+                           the block made itself); off: a new map
+``fused_position_norm``    where the depthwise kernels run (``depthwise_impl``):
+                           ``x + dwconv3x3(x) + b`` and the first LayerNorm in one pass
+                           (:mod:`.depthwise`); off: the convolution, then the norm
+``fused_lepe_gate``        likewise, ``o * (attention + dwconv5x5(v) + b)`` in one pass, reading
+                           v and o in the qkvo map; off: the LePE convolution, an add and a
+                           multiply
+``fused_ffn_middle``       likewise, ``GELU(h) + dwconv3x3(GELU(h)) + b`` in one pass; off: GELU,
+                           then the (folded) convolution
+``tap_major_weights``      where the depthwise kernels run, their kernels read tap-major,
+                           ``(k * k, C)``: a tap one vector load (a copy kept per weight value
+                           while no gradient flows); off: the ``(C, 1, k, k)`` parameter read in
+                           place, a load per channel
+``matmul_1x1``             the block's 1x1 convolutions as matrix products over the pixels
+                           (``addmm``, bias in the GEMM's epilogue) on CUDA and under compile
+                           (:mod:`.pointwise_conv`); off: convolutions
+=========================  ======================================================================
 
-=========================  ==========================================================  ===============
-switch                     what it does (plain formula when off)                       modes
-=========================  ==========================================================  ===============
-``cached_weights``         weights in the compute dtype (half copies of convolution    eager,
-                           weights and biases, layer scales, norm weights) and the     CUDA graph
-                           folded depthwise kernels are kept per parameter version
-                           while no gradient flows (:class:`DerivedWeights`); off:
-                           cast and folded at every call
-``folded_residual_conv``   ``x + dwconv(x)`` as one convolution, the identity folded   eager,
-                           into the kernel's centre tap; off: a convolution and an add CUDA graph
-``channel_split``          the qkvo split's backward writes one channels_last          all (training)
-                           gradient; off: autograd's split backward
-``joint_qk_rotation``      the softmax stages rotate q and k as one tensor; off: two    eager,
-                           rotations                                                   CUDA graph
-``dense_rope``             half-precision softmax stages without gradients, the joint  eager,
-                           rotation: q, k and their pair swaps from one matrix         CUDA graph
-                           product, the qk bias in a rotated table, rotated by two
-                           multiply-adds on dense maps (needs ``joint_qk_rotation``);
-                           off: the qkvo convolution's slice, rotated with a flip
-``in_place_residual``      without gradients, residual adds are written into the       eager,
-                           stream (a map the block made itself); off: a new map        CUDA graph
-``fused_position_norm``    where the depthwise kernels run (``depthwise_impl``):       all
-                           ``x + dwconv3x3(x) + b`` and the first LayerNorm in one
-                           pass (:mod:`.depthwise`); off: the convolution, then the
-                           norm
-``fused_lepe_gate``        likewise, ``o * (attention + dwconv5x5(v) + b)`` in one     all
-                           pass, reading v and o in the qkvo map; off: the LePE
-                           convolution, an add and a multiply
-``fused_ffn_middle``       likewise, ``GELU(h) + dwconv3x3(GELU(h)) + b`` in one       all
-                           pass; off (the default): GELU, then the (folded)            (off)
-                           convolution
-``tap_major_weights``      where the depthwise kernels run, their kernels read         all
-                           tap-major, ``(k * k, C)``: a tap one vector load (a copy
-                           kept per weight value while no gradient flows); off: the
-                           ``(C, 1, k, k)`` parameter read in place, a load per
-                           channel
-``matmul_1x1``             the block's 1x1 convolutions as matrix products over the    all
-                           pixels (``addmm``, bias in the GEMM's epilogue) on CUDA
-                           and under compile (:mod:`.pointwise_conv`); off:
-                           convolutions
-=========================  ==========================================================  ===============
+Where each switch can act: ``FAST_PATH_MODES``. Under ``torch.compile`` (and
+TorchScript tracing, ONNX export) Python-side caches and in-place shortcuts
+stand aside by design (:func:`~.graph_capture.recording_graph`), and inductor
+fuses the plain formula itself.
 
-"modes" says where a feature can act. Under ``torch.compile`` (and TorchScript
-tracing, ONNX export) Python-side caches and in-place shortcuts stand aside by
-design (:func:`~.graph_capture.recording_graph`), and inductor fuses the plain
-formula itself, so those features are ablated under CUDA graphs only. The
-folded residual convolution and the joint rotation stand aside under compile
-too, because they were measured slower there (below).
+The defaults follow the ablations of ``DEFAULTS_MEASURED_BY`` (rendered in
+docs/gpu.md's ``gpu-ablations`` block; its eager rows drifted, so no default
+rests on them): a feature is on where it measured faster than its plain
+formula. Inference runs under CUDA graphs and compiled; training runs eager.
+Beyond that:
 
-What the measurement says (H100, bf16, MAViT-T at 512x2048, batch 1; each
-row's time over the all-on rows of its mode, ``ablations.json`` of
-``DEFAULTS_MEASURED_BY``; the run before it, ``gpu-h100-2026-11-27``, in
-brackets):
-
-- ``fused_ffn_middle`` **off by default**: 0.842 under a CUDA graph (0.815),
-  0.797 compiled. Its kernel recomputes the GELU for each of the nine taps.
-  On again where a faster kernel is measured.
-- ``cached_weights`` 1.171 (1.148), ``matmul_1x1`` 1.111 (1.104; 1.076
-  compiled), ``fused_position_norm`` 1.075 (1.069; 1.007 compiled),
-  ``fused_lepe_gate`` 1.061 (1.037; 1.029 compiled), ``tap_major_weights``
-  1.054 (1.041 compiled), ``joint_qk_rotation`` 1.019 (1.021),
-  ``dense_rope`` 1.006 (1.004): on.
-- ``folded_residual_conv`` 0.995 (1.000) and ``in_place_residual`` 0.997
-  (0.997): no measurable effect under a CUDA graph, on for eager mode, where
-  each saves a launch a block and the host sets the pace.
+- ``fused_ffn_middle`` is off: measured slower; its kernel recomputes the GELU
+  for each of the nine taps.
+- ``folded_residual_conv`` and ``in_place_residual`` make no measurable
+  difference under a CUDA graph; they are on for eager mode, where each saves
+  a launch a block and the host sets the pace.
 - ``folded_residual_conv`` and ``joint_qk_rotation`` stand aside under
-  compile: 0.986 and 0.979 there in the run before (its compiled graphs held
-  the PyTorch MALA, a torch 2.11 fault since fixed; neither switch touches
-  MALA).
-- ``channel_split`` (a training step): 0.989 (0.990) under a CUDA graph,
-  1.000 compiled, 1.017 eager in the run before; on, for eager training.
-
-The eager rows of both runs drifted while they ran (docs/gpu.md), so no
-default rests on them.
+  compile, where the run before it measured them slower.
+- ``channel_split`` makes no measurable difference under a CUDA graph or
+  compiled; it is on for eager training.
 """
 from __future__ import annotations
 
@@ -140,7 +117,7 @@ DEFAULTS = FastPaths()   # frozen, so one instance serves every module
 ALL_ON = FastPaths(**dict.fromkeys(FAST_PATHS, True))
 # The GPU run whose ablations set the defaults (module docstring).
 DEFAULTS_MEASURED_BY = 'benchmarks/results/gpu-h100-2026-11-27b/part-2/ablations.json'
-# Where each switch can change what runs (module docstring, "modes").
+# Where each switch can change what runs.
 FAST_PATH_MODES = {
     'cached_weights': ('eager', 'cuda-graph'),
     'folded_residual_conv': ('eager', 'cuda-graph'),

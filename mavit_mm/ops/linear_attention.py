@@ -4,9 +4,8 @@ per-query coefficients ``a`` and ``b`` of ``out = a * (q @ kv) + b * mean_j(v_j)
 (:func:`linear_coefficients`); the table, with the papers' notation, is in
 :mod:`mavit_mm.ops.attention_variants`.
 
-A leaf: it imports torch and :mod:`mavit_mm.ops.rope2d` (itself torch only),
-nothing else of the package, so that the attention modules (MALA's reference
-:mod:`.mala.naive` and dispatch, :mod:`.attention_variants`) build on it.
+A leaf (it imports torch and :mod:`.rope2d` only), so that MALA's reference
+(:mod:`.mala.naive`) and dispatch and :mod:`.attention_variants` build on it.
 """
 from __future__ import annotations
 
@@ -79,11 +78,9 @@ def linear_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            kernel_function: str = 'elu') -> torch.Tensor:
     """A linear variant in O(N d^2): ``a * (R(q) @ KV) + b * mean(v)``.
 
-    ``rotation`` is a stage's :class:`~mavit_mm.ops.rope2d.RotaryTables`, its
-    ``(cos, signed_sin)`` tables, or ``None``. Half-precision inputs are
-    computed in fp32 (the reductions over N overflow fp16 at high resolution;
-    the rotation too) and the result is cast back; call it outside autocast
-    (the callers do).
+    ``rotation``: see :data:`Rotation`. Half-precision inputs are computed in
+    fp32 (the reductions over N overflow fp16 at high resolution; the rotation
+    too) and the result is cast back; call it outside autocast (the callers do).
     """
     out_dtype = q.dtype
     if out_dtype in (torch.float16, torch.bfloat16):
@@ -102,7 +99,6 @@ def linear_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         # In place: neither q @ kv nor the product with a keeps its result for backward.
         out = out.addcmul_(b, v.mean(dim=-2, keepdim=True))
     return out.to(out_dtype)
-
 
 
 __all__ = ['KERNEL_FUNCTIONS', 'LINEAR_ATTN_TYPES', 'MALA_EPS', 'Rotation', 'kernel_z_rope',

@@ -9,9 +9,7 @@ W)``, the layout the convolution returns for a channels_last input.
 Where: on CUDA, and wherever inductor compiles the model (it lowers the
 product to a GEMM whose epilogue it may fuse). Not in the CPU's eager mode:
 there oneDNN's convolution adds the bias inside already, and the product
-measured slower in fp32 (MAViT-T 512x2048 forward 1.07x, training step
-1.03x; bf16 forward 1.01x: ``benchmarks/results/speed-ab-cpu-2026-11-26/
-matmul-1x1-*.json``).
+measured slower (``benchmarks/results/speed-ab-cpu-2026-11-26/matmul-1x1-*.json``).
 """
 from __future__ import annotations
 

@@ -24,24 +24,18 @@ def rope_angles(head_dim: int, base: float = 10000.0) -> torch.Tensor:
 
 
 def angles_repeat_in_pairs(angle: torch.Tensor) -> bool:
-    """Whether ``angle`` holds each frequency twice, the layout the fused kernels use.
-
-    Compares values, so on a GPU it syncs: call it when a buffer is built or
-    loaded, not per forward.
-    """
+    """Whether ``angle`` holds each frequency twice, the layout the fused kernels
+    use. It compares values (a sync on a GPU): call it when a buffer is built or
+    loaded, not per forward."""
     return bool(angle.numel() % 2 == 0 and torch.equal(angle[0::2], angle[1::2]))
 
 
 class RotaryTables:
-    """The rotation of one stage at one feature-map size, shared by its blocks.
-
-    Holds what the fused kernel needs (``angle``, ``height``, ``width``) and builds
-    what the PyTorch paths need lazily, once per (dtype, device): the ``(N,
-    head_dim)`` cos / signed-sin tables of :func:`apply_rope`, and for fp32 /
-    fp64 the ``(N, head_dim / 2)`` complex rotations of :meth:`rotate`. They
-    broadcast over batch and heads and are never copied. Tables follow the
-    device asked for, whatever device ``angle`` is on, and are always computed
-    from the angles in at least fp32.
+    """The rotation of one stage at one feature-map size, shared by its blocks:
+    ``angle``, ``height`` and ``width`` for the fused kernel, and the PyTorch
+    paths' tables, built once per (dtype, device) asked for: the ``(N, head_dim)``
+    cos / signed-sin of :func:`apply_rope`, for fp32 / fp64 the ``(N, head_dim /
+    2)`` complex rotations of :meth:`rotate`; they broadcast over batch and heads.
     """
 
     def __init__(self, angle: torch.Tensor, height: int, width: int,
@@ -81,15 +75,12 @@ class RotaryTables:
         return self._tables[key]
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
-        """``apply_rope(x, *self.tables(x.dtype, x.device))``, in one pass where
-        it can be.
+        """``apply_rope(x, *self.tables(x.dtype, x.device))`` (plain formula).
 
-        For fp32 / fp64 inputs whose channel pairs are adjacent in memory, the
-        rotation of each pair is one complex multiply, ``(x0 + i x1) e^{i
-        theta}``, instead of a swap, two products and a sum over the whole
-        tensor. The result keeps ``x``'s order of dimensions, so channel-
-        contiguous heads stay channel-contiguous. Traced, compiled or exported
-        graphs (ONNX has no complex type) and half inputs take :func:`apply_rope`.
+        For fp32 / fp64 inputs whose channel pairs are adjacent in memory, one
+        complex multiply a pair, ``(x0 + i x1) e^{i theta}``, in one pass that
+        keeps ``x``'s order of dimensions. Traced, compiled or exported graphs
+        (ONNX has no complex type) and half inputs take :func:`apply_rope`.
         """
         if not recording_graph() and x.dtype in _COMPLEX_OF and self.paired and _pairs_adjacent(x):
             angle = self.angle_on(x.device)
@@ -111,8 +102,8 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
         return False
     if a.index is None or b.index is None:
         current = torch.cuda.current_device() if a.type == 'cuda' else 0
-        return (a.index if a.index is not None else current) == \
-            (b.index if b.index is not None else current)
+        return ((current if a.index is None else a.index)
+                == (current if b.index is None else b.index))
     return a.index == b.index
 
 
@@ -226,18 +217,13 @@ def _pairs(x: torch.Tensor) -> torch.Tensor:
 class RoPE2d(nn.Module):
     """Owns a stage's ``angle`` buffer (state-dict key ``layers.i.RoPE.angle``).
 
-    Whether the buffer has the paired layout is checked when it is built and
-    after each ``load_state_dict``, so that no forward has to look at its values.
-
-    ``RoPE2d(height, width)`` returns the same :class:`RotaryTables` (and so the
-    same built tables) for the last few feature-map sizes, until ``angle``
-    changes: a load, a move, or an in-place edit.
-
-    ``angle`` stays in fp32 when the module is cast to fp16 / bf16
-    (``model.half()``, ``model.to(torch.bfloat16)``): the phase at column 511 of
-    a bf16 angle is off by up to ~2 rad, so a half model would no longer be the
-    trained one. Both the kernels and the PyTorch paths compute the rotation
-    from fp32 angles.
+    Whether it has the paired layout is checked when it is built and after each
+    ``load_state_dict``, not per forward. ``RoPE2d(height, width)`` returns the
+    same :class:`RotaryTables` (so the same built tables) for the last
+    ``CACHED_SIZES`` map sizes, until ``angle`` changes: a load, a move, or an
+    in-place edit. ``angle`` stays fp32 when the module is cast to fp16 / bf16:
+    the phase at column 511 of a bf16 angle is off by up to ~2 rad, so a half
+    model would no longer be the trained one.
     """
 
     CACHED_SIZES = 4

@@ -1,9 +1,7 @@
-"""How both fused ops (MALA, the depthwise stages) reach their Triton kernels,
-in one shape: :class:`FusedOpDispatch` holds an op's lazy import of its
-function module (``import mavit_mm`` works without triton), the check of its
-``impl`` setting, the device check and the warn-once fallback; beside it, what
-the kernels need of Triton's runtime (the CPU interpreter, the supported
-releases, the launch device, int32 offsets).
+"""How both fused ops (MALA, the depthwise stages) reach their Triton kernels
+(:class:`FusedOpDispatch`), and what the kernels need of Triton's runtime (the
+CPU interpreter, the supported releases, the launch device, int32 offsets).
+Importing this module does not import triton.
 
 ``impl`` (``mala_impl``, ``depthwise_impl``) is one of ``FUSED_IMPLS``:
 
@@ -23,7 +21,6 @@ get_flops.py): it records what runs, and keeps a fused op only where the
 counter has that op's formula, so that a count does not depend on where the op
 ran. MALA's is registered (``mala/flops.py``); the depthwise stages have none
 and take their plain formula there. ``torch.compile`` keeps the fused ops.
-Importing this module does not import triton.
 """
 from __future__ import annotations
 
@@ -77,11 +74,10 @@ def index_extent(t: torch.Tensor, start_dim: int) -> int:
 def exporting() -> bool:
     """Whether an export is tracing: ONNX (either exporter) or ``torch.export``.
 
-    Run as Python, a constant to Dynamo, not traced: torch 2.11's Dynamo folds
-    ``torch.compiler.is_exporting()`` to True in every ``torch.compile`` trace
-    (2.13 reads the flag), which sent compiled models down the PyTorch paths
-    (benchmarks/results/gpu-h100-2026-11-27). ``torch.export`` sets the flag
-    before it traces, so the constant is right there too.
+    A constant to Dynamo, run as Python: torch 2.11's Dynamo folds
+    ``torch.compiler.is_exporting()`` to True in every ``torch.compile`` trace.
+    ``torch.export`` sets the flag before it traces, so the constant is right
+    there too.
     """
     return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting()
 
@@ -98,10 +94,10 @@ class Unsupported(NamedTuple):
 
 
 class FusedOpDispatch:
-    """The part of a fused op's dispatch that both ops share (the module
-    docstring): its ``impl`` check, the cases that take the plain formula
-    before any check, the device check, the import of its function module
-    (``package.function``, the one that imports triton) and the fallback.
+    """The part of a fused op's dispatch that both ops share: its ``impl``
+    check, the cases that take the plain formula before any check, the device
+    check, the lazy import of ``package.function`` (the module that imports
+    triton) and the warn-once fallback.
 
     ``setting`` names the op's ``impl`` argument in messages, ``kernels`` its
     kernels, ``falls_back`` opens its fallback warning; ``counted_when_traced``:
@@ -147,9 +143,7 @@ class FusedOpDispatch:
             return Unsupported('the Triton kernels are written and checked for NVIDIA GPUs '
                                'only, not ROCm', RuntimeError)
         import_error = self.import_error()
-        if import_error is not None:
-            return Unsupported(import_error, RuntimeError)
-        return None
+        return None if import_error is None else Unsupported(import_error, RuntimeError)
 
     def import_error(self) -> str | None:
         """Import the function module once; the error text if that fails."""

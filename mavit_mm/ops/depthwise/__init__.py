@@ -14,8 +14,6 @@ from .dispatch import (
 )
 from .reference import ffn_middle_reference, gated_lepe_reference, position_norm_reference
 
-__all__ = ['check_depthwise_impl', 'kernels_run',
-           'fused_position_norm', 'fused_gated_lepe', 'fused_ffn_middle',
-           'tap_major', 'tap_view',
-           'position_norm_reference', 'gated_lepe_reference',
-           'ffn_middle_reference']
+__all__ = ['check_depthwise_impl', 'kernels_run', 'fused_position_norm', 'fused_gated_lepe',
+           'fused_ffn_middle', 'tap_major', 'tap_view', 'position_norm_reference',
+           'gated_lepe_reference', 'ffn_middle_reference']

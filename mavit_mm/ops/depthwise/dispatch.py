@@ -58,8 +58,7 @@ def kernels_unsupported(x: torch.Tensor, *others: torch.Tensor, weight: torch.Te
 
 def kernels_run(impl: str, x: torch.Tensor, *others: torch.Tensor, weight: torch.Tensor,
                 norm_channels: int | None = None) -> bool:
-    """Whether the fused op runs this call (see the module docstring); raises
-    under ``'triton'`` where it cannot."""
+    """Whether the fused op runs this call; raises under ``'triton'`` where it cannot."""
     if DEPTHWISE_DISPATCH.takes_plain_formula(impl, x):
         return False
     unsupported = kernels_unsupported(x, *others, weight=weight,

@@ -1,8 +1,7 @@
 """The fused depthwise stages as PyTorch operators, with their autograd.
 
-Imported only where the Triton path is taken (it imports triton, after
-checking its release as MALA's function module does). Each
-stage is a ``torch.library`` custom op (``mavit_mm::position_norm``,
+Imported only where the Triton path is taken: it imports triton. Each stage
+is a ``torch.library`` custom op (``mavit_mm::position_norm``,
 ``mavit_mm::gated_lepe``, ``mavit_mm::ffn_middle``) with a fake
 implementation, so that torch.compile keeps it as one opaque node and CUDA
 graphs capture it, and a backward op of its own. Outputs are channels_last
@@ -28,15 +27,13 @@ import triton  # noqa: E402
 
 from . import kernels  # noqa: E402
 
-# One program: BLOCK_W pixels of a row times BLOCK_C channels. The norm holds
-# every channel of its pixels, so fewer of them at a time.
+# The rules' tiles (launch_tile). The norm holds every channel of its pixels,
+# so fewer pixels.
 BLOCK_W = 16
 BLOCK_C = 64
 NORM_TILE = 2048            # BLOCK_W * BLOCK_C of the stages with the norm
-# The 5x5 backward keeps 25 taps' loads in flight: at 64 channels Triton 3.6
-# gives it 255 registers and spills 56 B (sm_90 compile reports in
-# benchmarks/results/); at 32, 151 registers and no spill, with 3.9 as well.
-# The weight partials per program keep their size (the channel blocks share a slot).
+# The 5x5 backward keeps 25 taps' loads in flight: at 64 channels it spills on
+# sm_90, at 32 not (benchmarks/results/compile-report-sm90-depthwise-*).
 WIDE_BACKWARD_BLOCK_C = 32
 
 
@@ -71,19 +68,6 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     return t.stride(0), t.stride(2), t.stride(3)
 
 
-def conv_blocks(channels: int, backward_ksize: int | None = None) -> tuple[int, int]:
-    """``(BLOCK_W, BLOCK_C)`` of the convolution kernels' programs; the
-    backward of a kernel of ``backward_ksize`` (``None``: a forward)."""
-    block_c = WIDE_BACKWARD_BLOCK_C if (backward_ksize or 0) >= 5 else BLOCK_C
-    return BLOCK_W, min(block_c, triton.next_power_of_2(channels))
-
-
-def norm_blocks(channels: int) -> tuple[int, int]:
-    """``(BLOCK_W, BLOCK_C)`` of the programs that normalise: every channel."""
-    block_c = triton.next_power_of_2(channels)
-    return max(1, min(BLOCK_W, NORM_TILE // block_c)), block_c
-
-
 def check_tile(launch: str, tile, channels: int | None = None) -> DepthwiseTile:
     """``tile`` as a :class:`DepthwiseTile`, or a ``ValueError`` saying why
     ``launch`` cannot run it (at ``channels``, where given)."""
@@ -108,9 +92,11 @@ def launch_tile(launch: str, channels: int, ksize: int) -> DepthwiseTile:
     tuned = TUNED_TILES.get((launch, channels))
     if tuned is not None:   # checked once, at import (below)
         return tuned
-    if LAUNCHES[launch]:
-        return DepthwiseTile(*norm_blocks(channels))
-    return DepthwiseTile(*conv_blocks(channels, ksize if launch.endswith('.backward') else None))
+    block_c = triton.next_power_of_2(channels)
+    if LAUNCHES[launch]:    # every channel of the pixels
+        return DepthwiseTile(max(1, min(BLOCK_W, NORM_TILE // block_c)), block_c)
+    wide = launch.endswith('.backward') and ksize >= 5
+    return DepthwiseTile(BLOCK_W, min(WIDE_BACKWARD_BLOCK_C if wide else BLOCK_C, block_c))
 
 
 # The table is checked once, not at every launch of the hot path.
@@ -155,11 +141,8 @@ def _forward(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, out: torch
     gate_args = (attention, *_strides(attention), gate, *_strides(gate)) if gate is not None \
         else (x, 0, 0, 0, x, 0, 0, 0)
     second_args = (second, *_strides(second)) if second is not None else (x, 0, 0, 0)
-    if norm is not None:
-        norm_weight, norm_bias, mean, rstd, eps = norm
-    else:
-        norm_weight = norm_bias = mean = rstd = bias
-        eps = 0.0
+    # Without the norm, its pointers are placeholders the kernel never reads.
+    norm_weight, norm_bias, mean, rstd, eps = norm if norm is not None else (bias,) * 4 + (0.0,)
     with on_device(x.device):
         kernels._depthwise_forward_kernel[_grid(x, block_w, block_c)](
             x, *_strides(x), taps, *taps.stride(), bias.contiguous(), *gate_args,
@@ -243,8 +226,7 @@ def position_norm_backward_op(d_stream: torch.Tensor, d_normed: torch.Tensor, x:
             num_warps=num_warps)
     dnorm_weight = partials[:, 0].sum(0).to(norm_weight.dtype)
     dnorm_bias = partials[:, 1].sum(0).to(norm_weight.dtype)
-    dx, dtaps, dbias = _backward(dy, x, taps, bias, launch='position_norm.backward',
-                                 add_input=True)
+    dx, dtaps, dbias = _backward(dy, x, taps, bias, launch='position_norm.backward', add_input=True)
     return dx, dtaps, dbias, dnorm_weight, dnorm_bias
 
 
@@ -262,10 +244,8 @@ def _position_norm_setup(ctx, inputs, output):
 
 
 def _position_norm_autograd(ctx, d_stream, d_normed, _d_mean, _d_rstd):
-    x, stream, mean, rstd, taps, bias, norm_weight = ctx.saved_tensors
-    dx, dtaps, dbias, dnorm_weight, dnorm_bias = position_norm_backward_op(
-        d_stream, d_normed, x, stream, mean, rstd, taps, bias, norm_weight)
-    return dx, dtaps, dbias, dnorm_weight, dnorm_bias, None
+    # The saved tensors in the backward op's order; no gradient for eps.
+    return (*position_norm_backward_op(d_stream, d_normed, *ctx.saved_tensors), None)
 
 
 position_norm_op.register_autograd(_position_norm_autograd, setup_context=_position_norm_setup)
@@ -326,8 +306,7 @@ def _gated_lepe_autograd(ctx, dout, _dtotal):
     if total.numel() == 0:
         raise RuntimeError('mavit_mm::gated_lepe ran without keep_sum, so it saved nothing '
                            'for backward; call it through fused_gated_lepe()')
-    dv, dtaps, dbias, d_inner, dgate = gated_lepe_backward_op(dout, v, taps, bias, gate,
-                                                                total)
+    dv, dtaps, dbias, d_inner, dgate = gated_lepe_backward_op(dout, v, taps, bias, gate, total)
     return dv, dtaps, dbias, d_inner.to(ctx.attention_dtype), dgate, None
 
 

@@ -61,6 +61,13 @@ def _row_tile(H, W, C, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
 
 
 @triton.jit
+def _tile(P, b, sb, sh, sw, h, ws, cs):
+    """Pointers to the tile at image ``b`` (its offset in int64), row ``h``,
+    pixels ``ws`` and channels ``cs`` of a map with strides ``sb, sh, sw``."""
+    return P + b.to(tl.int64) * sb + h[:, None] * sh + ws[:, None] * sw + cs[None, :]
+
+
+@triton.jit
 def _depthwise_forward_kernel(
         X, sxb, sxh, sxw, Wt, swt, swc, Bias,
         A, sab, sah, saw, G, sgb, sgh, sgw,
@@ -89,19 +96,15 @@ def _depthwise_forward_kernel(
                 acc += x
     acc += tl.load(Bias + cs, mask=in_c, other=0.0).to(tl.float32)[None, :]
     mask = in_w[:, None] & in_c[None, :]
-    pixels = ws[:, None]
     if GATE:
-        a = tl.load(A + b.to(tl.int64) * sab + h[:, None] * sah + pixels * saw + cs[None, :], mask=mask,
-                    other=0.0).to(tl.float32)
-        o = tl.load(G + b.to(tl.int64) * sgb + h[:, None] * sgh + pixels * sgw + cs[None, :], mask=mask,
-                    other=0.0).to(tl.float32)
+        a = tl.load(_tile(A, b, sab, sah, saw, h, ws, cs), mask=mask, other=0.0).to(tl.float32)
+        o = tl.load(_tile(G, b, sgb, sgh, sgw, h, ws, cs), mask=mask, other=0.0).to(tl.float32)
         acc = acc + a
         if STORE_SUM:
-            tl.store(S + b.to(tl.int64) * ssb + h[:, None] * ssh + pixels * ssw + cs[None, :],
-                     acc.to(S.dtype.element_ty), mask=mask)
+            tl.store(_tile(S, b, ssb, ssh, ssw, h, ws, cs), acc.to(S.dtype.element_ty), mask=mask)
         acc = o * acc
     y = acc.to(Y.dtype.element_ty)
-    tl.store(Y + b.to(tl.int64) * syb + h[:, None] * syh + pixels * syw + cs[None, :], y, mask=mask)
+    tl.store(_tile(Y, b, syb, syh, syw, h, ws, cs), y, mask=mask)
     if NORM:
         # The norm reads the stream as stored (rounded to its dtype), as the
         # plain formula's LayerNorm does.
@@ -112,8 +115,7 @@ def _depthwise_forward_kernel(
         nw = tl.load(NW + cs, mask=in_c, other=0.0).to(tl.float32)
         nb = tl.load(NB + cs, mask=in_c, other=0.0).to(tl.float32)
         z = centred * rstd[:, None] * nw[None, :] + nb[None, :]
-        tl.store(S + b.to(tl.int64) * ssb + h[:, None] * ssh + pixels * ssw + cs[None, :],
-                 z.to(S.dtype.element_ty), mask=mask)
+        tl.store(_tile(S, b, ssb, ssh, ssw, h, ws, cs), z.to(S.dtype.element_ty), mask=mask)
         stat = row.to(tl.int64) * W + ws
         tl.store(MEAN + stat, mean, mask=in_w)
         tl.store(RSTD + stat, rstd, mask=in_w)
@@ -163,8 +165,7 @@ def _depthwise_backward_kernel(
         x = tl.load(x_image + h[:, None] * sxh + ws[:, None] * sxw + cs[None, :], mask=mask,
                     other=0.0).to(tl.float32)
         dx = dx * _gelu_grad(x)
-    tl.store(DX + b.to(tl.int64) * sob + h[:, None] * soh + ws[:, None] * sow + cs[None, :],
-             dx.to(DX.dtype.element_ty), mask=mask)
+    tl.store(_tile(DX, b, sob, soh, sow, h, ws, cs), dx.to(DX.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -177,11 +178,8 @@ def _norm_backward_kernel(
     program the partial ``sum dz * yhat`` and ``sum dz`` (rows 0 and 1)."""
     row, b, h, ws, cs, in_w, in_c = _row_tile(H, W, C, BLOCK_W, BLOCK_C)   # (grid: 2-D)
     mask = in_w[:, None] & in_c[None, :]
-    pixels = ws[:, None]
-    dz = tl.load(DZ + b.to(tl.int64) * sdb + h[:, None] * sdh + pixels * sdw + cs[None, :], mask=mask,
-                 other=0.0).to(tl.float32)
-    y = tl.load(Y + b.to(tl.int64) * syb + h[:, None] * syh + pixels * syw + cs[None, :], mask=mask,
-                other=0.0).to(tl.float32)
+    dz = tl.load(_tile(DZ, b, sdb, sdh, sdw, h, ws, cs), mask=mask, other=0.0).to(tl.float32)
+    y = tl.load(_tile(Y, b, syb, syh, syw, h, ws, cs), mask=mask, other=0.0).to(tl.float32)
     stat = row.to(tl.int64) * W + ws
     mean = tl.load(MEAN + stat, mask=in_w, other=0.0)
     rstd = tl.load(RSTD + stat, mask=in_w, other=0.0)
@@ -191,10 +189,8 @@ def _norm_backward_kernel(
     dy = rstd[:, None] * (g - (tl.sum(g, axis=1) / C)[:, None]
                           - yhat * (tl.sum(g * yhat, axis=1) / C)[:, None])
     if HAS_DS:
-        dy += tl.load(DS + b.to(tl.int64) * ssb + h[:, None] * ssh + pixels * ssw + cs[None, :],
-                      mask=mask, other=0.0).to(tl.float32)
-    tl.store(DY + b.to(tl.int64) * sob + h[:, None] * soh + pixels * sow + cs[None, :],
-             dy.to(DY.dtype.element_ty), mask=mask)
+        dy += tl.load(_tile(DS, b, ssb, ssh, ssw, h, ws, cs), mask=mask, other=0.0).to(tl.float32)
+    tl.store(_tile(DY, b, sob, soh, sow, h, ws, cs), dy.to(DY.dtype.element_ty), mask=mask)
     part = PARTIALS + (row * tl.num_programs(1) + tl.program_id(1)).to(tl.int64) * 2 * C
     tl.store(part + cs, tl.sum(dz * yhat, axis=0), mask=in_c)
     tl.store(part + C + cs, tl.sum(dz, axis=0), mask=in_c)
