@@ -1,7 +1,5 @@
 """mavit-mm: the MAViT backbone (MALA attention) for mmdet and mmseg.
-
-``import mavit_mm`` registers ``MAViT`` in mmengine's root MODELS registry,
-which mmdet's and mmseg's MODELS registries search as their parent.
+``import mavit_mm`` registers it (:mod:`.registry`).
 """
 from . import torch_load_compat  # noqa: F401  (mmengine checkpoints load with weights_only=True)
 from .models import MAViT

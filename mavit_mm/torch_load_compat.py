@@ -1,23 +1,17 @@
 """Let checkpoints written by mmengine load under ``torch.load(weights_only=True)``.
 
 torch >= 2.6 makes ``weights_only=True`` the default of ``torch.load``, and
-mmengine 0.10.x calls ``torch.load`` without the argument. A checkpoint saved by
-mmengine's ``Runner`` holds, besides tensors, a few plain Python/numpy objects
-(found by saving real checkpoints and loading them with ``weights_only=True``):
-
-* ``message_hub``: ``mmengine.logging.HistoryBuffer`` objects whose histories
-  are numpy arrays (``numpy.core.multiarray._reconstruct``, ``numpy.ndarray``,
-  ``numpy.dtype`` and the concrete dtype class such as ``Float64DType``), numpy
-  scalars (``numpy.core.multiarray.scalar``) and a dict of the buffer's
-  statistics methods, pickled as ``getattr(HistoryBuffer, 'min')`` etc.;
-* metrics and hook messages that may be numpy scalars.
+mmengine 0.10.x calls ``torch.load`` without the argument. Besides tensors, a
+checkpoint of mmengine's ``Runner`` holds, in ``message_hub``,
+``mmengine.logging.HistoryBuffer`` objects (numpy array histories, and their
+statistics methods pickled as ``getattr(HistoryBuffer, 'min')`` etc.), and
+numpy scalars in metrics and hook messages.
 
 Rather than switching ``weights_only`` off (which would let a malicious
-checkpoint run code), this module allow-lists exactly those types with
-``torch.serialization.add_safe_globals``. ``getattr`` is not allow-listed as is
-(it would be a universal gadget); a restricted stand-in is registered under
-its name that only resolves the HistoryBuffer statistics methods. Object arrays
-and any other class still fail to load.
+checkpoint run code), exactly those types are allow-listed
+(:func:`mmengine_checkpoint_safe_globals`). ``getattr`` itself would be a
+universal gadget: a stand-in under its name resolves only the HistoryBuffer
+statistics methods. Object arrays and any other class still fail to load.
 """
 from __future__ import annotations
 
@@ -34,20 +28,11 @@ _SAFE_NUMPY_SCALAR_TYPES = (
 _installed = False
 
 
-def _history_buffer_methods() -> dict:
-    """``{HistoryBuffer: {'min', 'max', 'current', 'mean'}}``: what getattr may return."""
-    from mmengine.logging import HistoryBuffer
-    return {HistoryBuffer: frozenset(('min', 'max', 'current', 'mean'))}
-
-
 def restricted_getattr(owner, name: str):
-    """Stand-in for ``builtins.getattr`` inside weights-only unpickling.
-
-    Only resolves the statistics methods of mmengine's HistoryBuffer, which is
-    how pickle stores the functions in ``HistoryBuffer._statistics_methods``.
-    """
-    allowed = _history_buffer_methods().get(owner) if isinstance(owner, type) else None
-    if allowed is None or name not in allowed:
+    """``builtins.getattr`` inside weights-only unpickling, for the statistics
+    methods of mmengine's HistoryBuffer (``HistoryBuffer._statistics_methods``) only."""
+    from mmengine.logging import HistoryBuffer
+    if owner is not HistoryBuffer or name not in ('min', 'max', 'current', 'mean'):
         raise pickle.UnpicklingError(f'weights-only load refused getattr({owner!r}, {name!r}): only '
                                      'the statistics methods of mmengine HistoryBuffer are allowed')
     return getattr(owner, name)
@@ -91,6 +76,4 @@ def install() -> None:
     _installed = True
 
 
-# Importing the module is enough (``mavit_mm/__init__.py`` does): every later
-# torch.load of an mmengine checkpoint in this process then just works.
-install()
+install()   # on import (``mavit_mm/__init__.py`` imports this module)

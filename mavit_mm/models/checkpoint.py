@@ -1,15 +1,7 @@
-"""Reading checkpoints and fitting them to a model: the one policy.
-
-* :func:`extract_state_dict`, :func:`strip_wrapper_prefixes`: the tensors of a
-  loaded checkpoint, whatever container and wrapper saved them.
-* :func:`backbone_state_dict`, :func:`load_pretrained_backbone`: published
-  weights into the MAViT backbone (keys only one side has are listed).
-* :func:`fit_whole_model`: a whole detector / segmentor checkpoint against the
-  model of a config, exactly (the converter of full checkpoints, the demo).
-* :func:`normalised_dataset_meta`: class names and palette as a checkpoint's
-  ``meta.dataset_meta`` holds them (as mmengine's Runner saves it).
-
-Everywhere: a tensor whose shape differs from the model's is an error naming it.
+"""Reading checkpoints and fitting them to a model, one policy for published
+backbone weights (:func:`load_pretrained_backbone`, keys only one side has are
+listed) and whole detector / segmentor checkpoints (:func:`fit_whole_model`,
+exactly): a tensor whose shape differs from the model's is an error naming it.
 """
 from __future__ import annotations
 
@@ -66,19 +58,15 @@ def backbone_state_dict(state_dict: dict, prefix: str | None = None) -> OrderedD
 
 def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: str | None = None,
                              logger=None) -> dict:
-    """Load published weights into ``model``, reporting what did not match.
-
-    The policy, the same as ``tools/model_converters/convert_checkpoint.py``'s: a tensor whose
-    shape differs from the model's is an error (a checkpoint of another size
-    or arch, never silently skipped). Keys the model lacks (a classification
-    head) or the checkpoint lacks (``extra_norms``, absent from classification
-    checkpoints) are expected and reported.
-    Returns ``dict(loaded=[...], missing=[...], unexpected=[...])``.
+    """Load published weights into ``model``; returns ``dict(loaded=[...],
+    missing=[...], unexpected=[...])``. A shape mismatch is an error (module
+    docstring); keys the model lacks (a classification head) or the checkpoint
+    lacks (``extra_norms``, absent from classification checkpoints) are expected
+    and reported.
     """
     from mmengine.runner.checkpoint import CheckpointLoader
 
-    is_remote = '://' in checkpoint
-    if not is_remote and not os.path.isfile(checkpoint):
+    if '://' not in checkpoint and not os.path.isfile(checkpoint):
         raise FileNotFoundError(f'MAViT pretrained checkpoint not found: {checkpoint}')
     loaded = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
     state_dict = backbone_state_dict(extract_state_dict(loaded), prefix)
@@ -130,15 +118,9 @@ def fit_whole_model(expected: Mapping, state_dict: Mapping,
                    f'{tuple(expected[k].shape)}'
                    for k in expected if k in state_dict
                    and tuple(state_dict[k].shape) != tuple(expected[k].shape)]
-    problems = []
-    if wrong_shape:
-        problems.append(f'shapes differ ({len(wrong_shape)}): {_shown(wrong_shape)}')
-    if missing:
-        problems.append(f'keys of the model missing from it ({len(missing)}): '
-                        f'{_shown(missing)}')
-    if unexpected:
-        problems.append(f'keys the model does not have ({len(unexpected)}): '
-                        f'{_shown(unexpected)}')
+    problems = [f'{what} ({len(keys)}): {_shown(keys)}' for what, keys in (
+        ('shapes differ', wrong_shape), ('keys of the model missing from it', missing),
+        ('keys the model does not have', unexpected)) if keys]
     if problems:
         raise ValueError(f'{source} does not fit the model: ' + '; '.join(problems))
     return OrderedDict((k, state_dict[k]) for k in expected)

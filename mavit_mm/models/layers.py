@@ -1,8 +1,7 @@
-"""The layers MAViT's blocks are built of, each computing the plain formula in
-its docstring, some faster (the switches of :mod:`mavit_mm.ops.fast_paths`).
-
-Each keeps the parameters and state-dict keys of the plain torch layer it
-stands for, so the published checkpoints load into them unchanged.
+"""The layers MAViT's blocks are built of. Each computes the plain formula in its
+docstring, some faster (switches: :mod:`mavit_mm.ops.fast_paths`), and keeps the
+parameters and state-dict keys of the plain torch layer it stands for, so the
+published checkpoints load into them unchanged.
 """
 from __future__ import annotations
 
@@ -20,19 +19,15 @@ from ..ops.residual import scaled_residual
 from ..ops.rope2d import RotaryTables, rotary_pair_weights, rotated_bias_table, rotated_projection
 
 LN_EPS = 1e-6
-# Devices whose layer norm kernels take half inputs with fp32 weight and bias
-# (computing in fp32, writing the input's dtype). CUDA's read the weight in the
-# input's dtype, so there it is cast (once, while no gradient flows).
+# Devices whose layer norm kernels take half inputs with fp32 weight and bias; CUDA's
+# read the weight in the input's dtype, so there it is cast (kept while no gradient flows).
 _MIXED_LAYER_NORM_DEVICES = ('cpu',)
 
 
 def build_norm2d(norm_cfg: dict | None, num_features: int) -> nn.Module:
-    """BatchNorm-style norm for the stem and the downsampling layers.
-
-    A torch-only stand-in for mmcv's ``build_norm_layer`` covering what these
-    layers use: ``BN`` and ``SyncBN`` (mmengine reverts SyncBN to BN when not
-    distributed), with ``eps``, ``momentum`` and ``requires_grad``.
-    """
+    """``BN`` or ``SyncBN`` (``eps``, ``momentum``, ``requires_grad``) for the stem and
+    the downsampling layers: a torch-only stand-in for mmcv's ``build_norm_layer``
+    (mmengine reverts SyncBN to BN when not distributed)."""
     cfg = dict(type='BN') if norm_cfg is None else dict(norm_cfg)
     norm_type = cfg.pop('type')
     requires_grad = cfg.pop('requires_grad', True)
@@ -46,33 +41,25 @@ def build_norm2d(norm_cfg: dict | None, num_features: int) -> nn.Module:
 
 
 def split_heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """(B, n * C, H, W) -> (B, n * C / head_dim, N, head_dim), a view (no
-    copy): the heads of q, k or v, or of q and k together.
-
-    Of a channels_last map the view has channel stride 1, the layout SDPA's
-    flash kernels need and the fused MALA op reads in whole channel rows
-    (``channels_last`` in ``devtools.mala_inputs``, which cuts its
-    inputs with this function).
-    """
+    """(B, n * C, H, W) -> (B, n * C / head_dim, N, head_dim), a view: the heads
+    of q, k or v, or of q and k together. Of a channels_last map the view has
+    channel stride 1, as SDPA's flash kernels and the fused MALA op read it."""
     batch, _, height, width = t.shape
     return t.reshape(batch, -1, head_dim, height * width).transpose(-1, -2)
 
 
 class CachedCastConv2d(nn.Conv2d):
     """``nn.Conv2d`` (same parameters, keys and result) whose weight and bias
-    meet the input in the dtype the layer computes in: under autocast, half
-    copies kept per weight value while no gradient flows
-    (:class:`~mavit_mm.ops.derived_weights.DerivedWeights`, switch
-    ``cached_weights``), instead of autocast's casts at every call."""
+    meet the input in the compute dtype as copies kept per weight value
+    (:class:`~mavit_mm.ops.derived_weights.DerivedWeights`, switch ``cached_weights``)."""
 
     def __init__(self, *args, cached_weights: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.derived = DerivedWeights(cached_weights)
 
     def weights_for(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(weight, bias)`` in the dtype the layer computes ``x`` in; where
-        no copy can be kept (a gradient flows, switch off), as they are, for
-        autocast to cast as it would."""
+        """``(weight, bias)`` in ``x``'s compute dtype; as they are (for autocast
+        to cast) where no copy can be kept (a gradient flows, switch off)."""
         dtype = compute_dtype(x, self.weight)
         if dtype == self.weight.dtype or not self.derived.caches(self.weight):
             return self.weight, self.bias
@@ -82,10 +69,8 @@ class CachedCastConv2d(nn.Conv2d):
         return self._conv_forward(x, *self.weights_for(x))
 
     def depthwise_taps(self, tap_major_layout: bool) -> torch.Tensor:
-        """A depthwise kernel as the fused depthwise ops take it, ``(k * k,
-        C)``: tap-major (:func:`~mavit_mm.ops.depthwise.tap_major`, kept per
-        weight value while no gradient flows; switch ``tap_major_weights``)
-        or a view of the parameter."""
+        """The kernel as the fused depthwise ops take it, ``(k * k, C)``: tap-major
+        (:func:`~mavit_mm.ops.depthwise.tap_major`, kept per weight value) or a view."""
         if not tap_major_layout:
             return tap_view(self.weight)
         return self.derived.get('taps', (self.weight,), self.weight.dtype, self.weight.device,
@@ -112,15 +97,11 @@ class PointwiseConv2d(CachedCastConv2d):
 
 
 class DepthwiseResidualConv(CachedCastConv2d):
-    """``x + conv(x)`` of a depthwise 'same' convolution, as one convolution.
-
-    The identity is folded into the centre tap of the kernel, which saves a
-    full pass over the map for the add (switch ``folded_residual_conv``; off,
-    and under compile: the convolution, then the add). The folded kernel is
-    built in the compute dtype (autocast's where it is on), and, while no
-    gradient flows, once per weight value. Parameters and keys are those of
-    the plain ``nn.Conv2d`` (the identity is a non-persistent buffer).
-    """
+    """``x + conv(x)`` of a depthwise 'same' convolution, as one convolution whose
+    kernel has the identity folded into its centre tap (switch
+    ``folded_residual_conv``), built in the compute dtype and kept per weight
+    value while no gradient flows. Keys are those of the plain ``nn.Conv2d``
+    (the identity is a non-persistent buffer)."""
 
     def __init__(self, channels: int, kernel_size: int, fast_paths: FastPaths = DEFAULTS):
         super().__init__(channels, channels, kernel_size, padding=kernel_size // 2,
@@ -133,8 +114,7 @@ class DepthwiseResidualConv(CachedCastConv2d):
     def folded_weight(self, dtype: torch.dtype) -> torch.Tensor:
         """The kernel of ``x + conv(x)`` in ``dtype`` (summed in the weight's
         own precision, then cast)."""
-        return self.derived.get('folded', (self.weight, self.identity), dtype,
-                                self.weight.device,
+        return self.derived.get('folded', (self.weight, self.identity), dtype, self.weight.device,
                                 lambda: (self.weight + self.identity).to(dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -150,18 +130,13 @@ class DepthwiseResidualConv(CachedCastConv2d):
 
 
 class LayerNorm2d(nn.Module):
-    """LayerNorm over the channels of an NCHW tensor (key ``<name>.norm.*``).
+    """LayerNorm over the channels of an NCHW tensor (key ``<name>.norm.*``),
+    returned channels_last: free for the channels_last maps the backbone keeps
+    inside (``docs/architecture.md``).
 
-    Returns a channels_last tensor (an NHWC buffer seen as NCHW): free for a
-    channels_last input, which is what the backbone keeps inside (layout:
-    ``docs/architecture.md``). The backbone's outputs are made contiguous NCHW
-    in :meth:`~mavit_mm.models.MAViT.forward`, since mmcv's RoIAlign reads raw
-    memory as NCHW.
-
-    A half input (bf16 / fp16, e.g. under autocast) is normalised in one op
-    that computes in fp32 and returns the input's dtype: CUDA's autocast
-    would otherwise cast the whole map to fp32 and back (three passes over it
-    where one will do, and an fp32 map for the next convolution to cast).
+    A half input is normalised in one op that computes in fp32 and returns the
+    input's dtype, where CUDA's autocast would cast the whole map to fp32 and
+    back (and leave an fp32 map for the next convolution to cast).
     """
 
     def __init__(self, num_channels: int, eps: float = LN_EPS, cached_weights: bool = True):
@@ -204,10 +179,9 @@ class DropPath(nn.Module):
     def residual(self, x: torch.Tensor, branch: torch.Tensor,
                  scale: torch.Tensor | None = None, in_place: bool = True) -> torch.Tensor:
         """``x + self(scale * branch)`` in one pass over the map
-        (:func:`~mavit_mm.ops.residual.scaled_residual`): the layer scale (in
-        ``x``'s dtype) and the per-sample keep mask are one small factor.
-        Written into ``x`` (a map the block made itself) where ``in_place``
-        allows it and no gradient flows."""
+        (:func:`~mavit_mm.ops.residual.scaled_residual`), the layer scale (in
+        ``x``'s dtype) and the keep mask one small factor; written into ``x``
+        where ``in_place`` allows it and no gradient flows."""
         keep = self._keep_scale(x)
         if keep is not None:
             scale = keep if scale is None else scale * keep
@@ -224,17 +198,11 @@ class QKVOProjection(PointwiseConv2d):
 
     Plain formula (:meth:`project`): ``q, k, v, o = chunk(qkvo(x), 4)``, q and
     k cut into heads and left for the attention to rotate by the stage's 2D
-    RoPE. Faster, with the same result:
-
-    - joint rotation (the softmax stages, switch ``joint_qk_rotation``): q and
-      k rotated here, as one tensor (:attr:`rotates_qk`; the attention then
-      rotates nothing);
-    - dense RoPE (switch ``dense_rope``, in half precision while no gradient
-      reaches the weights): ``R(q), R(k)`` straight from the input, by
-      :func:`~mavit_mm.ops.rope2d.rotated_projection` (its plain formula is
-      there), with only v and o from the convolution;
-    - the split's backward writes one channels_last gradient (switch
-      ``channel_split``).
+    RoPE. The same, faster: q and k rotated here as one tensor
+    (:attr:`rotates_qk`, switch ``joint_qk_rotation``); ``R(q), R(k)`` straight
+    from the input (switch ``dense_rope``:
+    :func:`~mavit_mm.ops.rope2d.rotated_projection`); one channels_last
+    gradient from the split's backward (switch ``channel_split``).
     """
 
     def __init__(self, dim: int, num_heads: int, joint_rotation: bool,
@@ -271,8 +239,7 @@ class QKVOProjection(PointwiseConv2d):
     def _takes_dense_rope(self, x: torch.Tensor) -> bool:
         """Dense RoPE in half precision, where the plain rotation flips pairs,
         while no gradient reaches the weights (its pair weights and rotated
-        bias are built once, not at every training step) and not while
-        compiling (inductor fuses the plain formula into one kernel)."""
+        bias are built once, not at every training step)."""
         return (self.dense_rope
                 and compute_dtype(x, self.weight) in (torch.float16, torch.bfloat16)
                 and takes_no_gradient(self.weight, self.bias))

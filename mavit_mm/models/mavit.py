@@ -133,10 +133,8 @@ class MAViTBlock(nn.Module):
 
     def _forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         stream, normed = self.position(x)                    # x = x + pos(x)
-        # The sums below may be written into the stream only where it is a
-        # map of this block's own, never into its input (a variant whose
-        # position step returned its input would otherwise overwrite the
-        # previous stage's output).
+        # Sums are written into the stream only where it is a map of this
+        # block's own, never into its input (it may be a stage's output).
         in_place = self.options.fast_paths.in_place_residual and stream is not x
         stream = self.drop_path.residual(                    # x = x + gamma_1 * attn(norm1(x))
             stream, self.attn(normed, rope), self.layer_scale(1, stream), in_place)
@@ -174,25 +172,20 @@ class GatedAttention(nn.Module):
 
     One 1x1 conv gives q, k, v and the gate o (:class:`.layers.QKVOProjection`);
     ``lepe`` is a 5x5 depthwise conv on v; q and k are rotated by the stage's
-    2D RoPE. ``attn_type`` is one of ``ATTN_TYPES`` (published: ``'mala'`` in
-    stages 1-2, ``'softmax'`` in 3-4), computed by :func:`mavit_mm.ops.attention`
-    with the options' ``kernel_function`` as phi of the linear variants
+    2D RoPE. ``attention`` is :func:`mavit_mm.ops.attention` of ``attn_type``
     (formulas: :mod:`mavit_mm.ops.attention_variants`).
 
     The options' ``inline_residual`` adds, to an ``'inline'`` attention,
     InLine's local residual: ``sum_j r_j v_j`` over each token's 3x3
     neighbourhood (zero padded), with per-channel weights ``r = MLP(mean_n
     x_n)`` from the pooled input (1x1 convs grouped by head, GELU between:
-    ``residual.0`` / ``residual.2``). Without it the module has exactly the
-    published keys.
+    ``residual.0`` / ``residual.2``).
     """
 
     def __init__(self, dim: int, num_heads: int, attn_type: str = 'mala', *,
                  options: MAViTOptions = DEFAULT_OPTIONS):
         super().__init__()
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
         self.attn_type = check_attn_type(attn_type)
         self.options = options
         fast_paths, cached = options.fast_paths, options.fast_paths.cached_weights
@@ -206,8 +199,7 @@ class GatedAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: RotaryTables) -> torch.Tensor:
         height, width = x.shape[2:]
-        # channels_last in, so that q, k, v are channel-contiguous head views
-        # (free inside the backbone, which is channels_last already).
+        # channels_last (free inside the backbone): channel-contiguous head views.
         x = x.contiguous(memory_format=torch.channels_last)
         q, k, v, o = self.qkvo.project(x, rope)
         out = attention(q, k, self.split_heads(v), self.attn_type,
@@ -254,9 +246,8 @@ class GatedAttention(nn.Module):
         return out.reshape(batch, channels, height, width)
 
     def extra_repr(self) -> str:
-        extra = ''
-        if self.attn_type in LINEAR_ATTN_TYPES:
-            extra = f', kernel_function={self.options.kernel_function}'
+        extra = (f', kernel_function={self.options.kernel_function}'
+                 if self.attn_type in LINEAR_ATTN_TYPES else '')
         return f'attn_type={self.attn_type}, num_heads={self.num_heads}{extra}'
 
 
@@ -296,12 +287,9 @@ class MAViT(BaseModule):
         projection: Accepted for compatibility with published configs; unused.
         in_channels: Channels of the input image.
         out_indices: Stages whose (normed) outputs are returned.
-        attn_types: Per stage, one of ``mavit_mm.ops.ATTN_TYPES``:
-            ``'mala'`` (published in stages 1-2), ``'softmax'`` (published in
-            3-4), ``'linear'``, ``'inline'``, ``'mala_no_beta'``,
-            ``'mala_no_gamma'``, ``'softmax_qnorm'`` (formulas in
-            :mod:`mavit_mm.ops.attention_variants`). Every variant keeps the
-            published state-dict keys.
+        attn_types: Per stage, one of ``mavit_mm.ops.ATTN_TYPES`` (published:
+            ``'mala'`` in stages 1-2, ``'softmax'`` in 3-4; formulas in
+            :mod:`mavit_mm.ops.attention_variants`), each with the published keys.
         kernel_function, inline_residual, mala_impl, depthwise_impl, fast_paths:
             The options every block reads, e.g. ``mala_impl='torch'`` or
             ``fast_paths=dict(dense_rope=False)``: what each does is in
@@ -387,9 +375,7 @@ class MAViT(BaseModule):
 
     # -- mmdet backbone conventions -------------------------------------------
     def _freeze_stages(self) -> None:
-        frozen = []
-        if self.frozen_stages >= 0:
-            frozen.append(self.patch_embed)
+        frozen = [self.patch_embed] if self.frozen_stages >= 0 else []
         for i in range(min(self.frozen_stages, len(self.layers))):
             frozen.append(self.layers[i])
             if str(i) in self.extra_norms:
@@ -402,9 +388,8 @@ class MAViT(BaseModule):
     def train(self, mode: bool = True):
         super().train(mode)
         # Edits through ``param.data`` (mmengine's EMAHook swaps its averaged
-        # weights in and out that way before and after each evaluation) leave
-        # no trace in the version counters the caches key on; a runner sets
-        # the mode after such a swap, so the caches start afresh here.
+        # weights so) leave no trace in the version counters the caches key on;
+        # a runner sets the mode after such a swap, so the caches start afresh.
         for module in self.modules():
             if isinstance(getattr(module, 'derived', None), DerivedWeights):
                 module.derived.clear()
@@ -442,11 +427,9 @@ class MAViT(BaseModule):
         if x.shape[1] != self.in_channels:
             raise ValueError(f'MAViT expects {self.in_channels} input channels, got '
                              f'{x.shape[1]} (input shape {tuple(x.shape)})')
-        # Inside: channels_last throughout (convolutions, norms, attention;
-        # docs/architecture.md). Out: contiguous NCHW, one copy per output,
-        # because mmcv's C++/CUDA ops (RoIAlign) read raw memory as NCHW.
-        # Under autocast an fp32 image is cast in the same copy (the stem's
-        # convolution would cast it anyway).
+        # channels_last inside (docs/architecture.md); contiguous NCHW out, one copy
+        # per output, as mmcv's C++/CUDA ops (RoIAlign) read raw memory as NCHW.
+        # Under autocast the stem's cast of an fp32 image joins the layout copy.
         compute_dtype = autocast_dtype(x.device.type) if x.dtype == torch.float32 else None
         x = self.patch_embed(x.to(dtype=compute_dtype or x.dtype,
                                   memory_format=torch.channels_last))

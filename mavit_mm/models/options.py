@@ -22,30 +22,22 @@ class MAViTOptions:
     - ``kernel_function``: phi of every linear attention variant, ``'elu'``
       (elu + 1, as published), ``'relu'`` or ``'exp'`` (the paper's Table 10);
     - ``inline_residual``: InLine's local 3x3 residual in the ``'inline'``
-      attentions (adds ``attn.residual.*`` parameters; the others have none);
-      off by default.
+      attentions (adds ``attn.residual.*`` parameters); off by default.
 
     Three choose how the same model runs:
 
     - ``mala_impl``: ``'auto'|'torch'|'triton'``, the MALA implementation
-      (:mod:`mavit_mm.ops.mala`; the fused kernels run ``'mala'`` with the
-      ``'elu'`` kernel);
+      (:mod:`mavit_mm.ops.mala`);
     - ``depthwise_impl``: ``'auto'|'torch'|'triton'``, whether the fused
-      Triton kernels of the block's depthwise stages may run
-      (:mod:`mavit_mm.ops.depthwise`; ``'auto'``: on CUDA), or the modules
-      themselves;
-    - ``fast_paths``: the speed features to switch on or off, as a dict such
-      as ``dict(dense_rope=False)`` or a ``FastPaths`` (by default, those
-      measured faster; each computes the same model:
-      :mod:`mavit_mm.ops.fast_paths`).
+      depthwise kernels (:mod:`mavit_mm.ops.depthwise`) may run: never under
+      ``'torch'``, on CUDA under ``'auto'``, always under ``'triton'`` (or an
+      error saying why not);
+    - ``fast_paths``: the speed features, a dict of switches such as
+      ``dict(dense_rope=False)`` or a ``FastPaths`` (:mod:`mavit_mm.ops.fast_paths`).
 
-    The rule between ``depthwise_impl`` and the switches ``fused_*``: a fused
-    depthwise stage (``position_norm``, ``lepe_gate``, ``ffn_middle``) runs
-    where its switch is on **and** ``depthwise_impl`` lets the kernels run on
-    the tensors at hand (:meth:`fuses`): never under ``'torch'``, on CUDA
-    under ``'auto'``, always under ``'triton'`` (or an error saying why not).
-    ``depthwise_impl`` says whether the kernels may run, the switches which
-    stages use them; ``tap_major_weights`` acts only where they run.
+    A fused depthwise stage (``position_norm``, ``lepe_gate``, ``ffn_middle``)
+    runs where its switch ``fused_<stage>`` is on **and** ``depthwise_impl``
+    lets the kernels run on the tensors at hand (:meth:`fuses`).
     """
 
     kernel_function: str = 'elu'
@@ -79,8 +71,7 @@ class MAViTOptions:
 
     def fuses(self, stage: str, x: torch.Tensor, *others: torch.Tensor, weight: torch.Tensor,
               norm_channels: int | None = None) -> bool:
-        """Whether the fused depthwise ``stage`` runs on these tensors (the
-        rule above)."""
+        """Whether the fused depthwise ``stage`` runs on these tensors (class docstring)."""
         return (getattr(self.fast_paths, f'fused_{stage}')
                 and kernels_run(self.depthwise_impl, x, *others, weight=weight,
                                 norm_channels=norm_channels))
