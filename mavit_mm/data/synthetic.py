@@ -1,17 +1,9 @@
 """Small synthetic datasets in COCO and ADE20K format, deterministic from a seed.
 
-Both datasets show the same kind of scene: a few solid shapes (one colour per
-class, with some brightness jitter) on a textured, muted background. A detector
-or segmentor trained from scratch learns them within minutes on a CPU, which is
-what the demo configs and the end-to-end tests need.
-
-* :func:`make_coco_dataset` writes ``{train,val}/*.jpg`` and
-  ``annotations/instances_{train,val}.json`` (polygon masks, ``iscrowd=0``).
-* :func:`make_ade20k_dataset` writes ``images/{training,validation}/*.jpg`` and
-  ``annotations/{training,validation}/*.png`` where 0 is "unlabelled" (a thin
-  band on every object border, as ADE20K leaves ambiguous pixels unlabelled),
-  1 is the textured ground and 2..K the shapes: use it with
-  ``reduce_zero_label=True`` exactly like ADE20K.
+Both show a few solid shapes (one colour per class, with some brightness
+jitter) on a textured, muted background, which a detector or segmentor trained
+from scratch on a CPU learns quickly: what the demo configs and the end-to-end
+tests need.
 
 Same arguments give byte-identical files: randomness comes from
 ``numpy.random.RandomState`` (whose streams numpy keeps stable across
@@ -91,21 +83,18 @@ class Scene:
     instance_masks: list[np.ndarray]  # (H, W) bool each, as drawn
 
 
+# Polygon corners of each shape (a star's alternate between two radii).
+_CORNERS = {'circle': 32, 'square': 4, 'triangle': 3, 'star': 10}
+
+
 def _shape_polygon(kind: str, cx: float, cy: float, radius: float, rotation: float) -> np.ndarray:
-    if kind == 'circle':
-        angles = np.linspace(0, 2 * math.pi, 32, endpoint=False)
-        radii = np.full_like(angles, radius)
-    elif kind == 'square':
-        angles = np.linspace(0, 2 * math.pi, 4, endpoint=False) + rotation
-        radii = np.full_like(angles, radius)
-    elif kind == 'triangle':
-        angles = np.linspace(0, 2 * math.pi, 3, endpoint=False) + rotation
-        radii = np.full_like(angles, radius)
-    elif kind == 'star':
-        angles = np.linspace(0, 2 * math.pi, 10, endpoint=False) + rotation
-        radii = np.where(np.arange(10) % 2 == 0, radius, radius * 0.45)
-    else:  # pragma: no cover - guarded by SHAPE_CLASSES
-        raise ValueError(kind)
+    corners = _CORNERS[kind]
+    angles = np.linspace(0, 2 * math.pi, corners, endpoint=False)
+    if kind != 'circle':
+        angles = angles + rotation
+    radii = np.full_like(angles, radius)
+    if kind == 'star':
+        radii = np.where(np.arange(corners) % 2 == 0, radius, radius * 0.45)
     return np.stack([cx + radii * np.cos(angles), cy + radii * np.sin(angles)], axis=1)
 
 
@@ -174,19 +163,16 @@ def _write_image(path: Path, image: np.ndarray, params: list[int]) -> None:
     path.write_bytes(encoded.tobytes())
 
 
-def _split_sizes(num_train: int, num_val: int) -> dict[str, int]:
-    if num_train < 1 or num_val < 1:
-        raise ValueError(f'need at least one train and one val image, got {num_train}/{num_val}')
-    return {'train': num_train, 'val': num_val}
-
-
 _KIND_SALT = {'coco': 0xC0C0, 'ade20k': 0xADE2}
 
 
-def _split_rng(seed: int, kind: str, split: str) -> np.random.RandomState:
-    # Independent streams per dataset kind and split: changing num_val leaves
-    # the train images unchanged.
-    return np.random.RandomState([seed, _KIND_SALT[kind], COCO_SPLITS.index(split)])
+def _splits(kind: str, seed: int, num_train: int, num_val: int):
+    """(split, image count, random stream) of each split. Independent streams per
+    dataset kind and split: changing num_val leaves the train images unchanged."""
+    if num_train < 1 or num_val < 1:
+        raise ValueError(f'need at least one train and one val image, got {num_train}/{num_val}')
+    for index, (split, count) in enumerate(zip(COCO_SPLITS, (num_train, num_val))):
+        yield split, count, np.random.RandomState([seed, _KIND_SALT[kind], index])
 
 
 def make_coco_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
@@ -195,12 +181,11 @@ def make_coco_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
                       num_classes: int = DEMO_DATA_SETTINGS['num_classes'],
                       max_objects: int = DEMO_DATA_SETTINGS['max_objects'],
                       seed: int = DEMO_DATA_SETTINGS['seed']) -> dict[str, Path]:
-    """Write a COCO-format instance segmentation dataset under ``root``.
+    """Write a COCO-format instance segmentation dataset under ``root``:
+    ``{train,val}/*.jpg`` and ``annotations/instances_{train,val}.json``
+    (polygon masks, ``iscrowd=0``); ``image_size`` is (height, width).
 
-    Args:
-        image_size: (height, width) of every image.
-    Returns:
-        ``{'root': ..., 'train_ann': ..., 'val_ann': ...}``.
+    Returns ``{'root': ..., 'train_ann': ..., 'val_ann': ...}``.
     """
     root = Path(root)
     height, width = _image_size(image_size)
@@ -208,8 +193,7 @@ def make_coco_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
                   for i, name in enumerate(shape_class_names(num_classes))]
     outputs = {'root': root}
     annotation_id = 1
-    for split, count in _split_sizes(num_train, num_val).items():
-        rng = _split_rng(seed, 'coco', split)
+    for split, count, rng in _splits('coco', seed, num_train, num_val):
         images, annotations = [], []
         for index in range(count):
             scene = render_scene(rng, height, width, num_classes, max_objects)
@@ -235,10 +219,7 @@ def make_coco_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
 
 def _coco_annotation(annotation_id: int, image_id: int, instance: ShapeInstance,
                      width: int, height: int) -> dict:
-    polygon = instance.polygon.copy()
-    polygon[:, 0] = polygon[:, 0].clip(0, width - 1)
-    polygon[:, 1] = polygon[:, 1].clip(0, height - 1)
-    polygon = np.round(polygon, 2)
+    polygon = np.round(instance.polygon.clip(0, [width - 1, height - 1]), 2)
     x_min, y_min = polygon.min(axis=0)
     x_max, y_max = polygon.max(axis=0)
     xs, ys = polygon[:, 0], polygon[:, 1]
@@ -258,9 +239,12 @@ def make_ade20k_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
                         num_classes: int = DEMO_DATA_SETTINGS['num_classes'],
                         max_objects: int = DEMO_DATA_SETTINGS['max_objects'],
                         seed: int = DEMO_DATA_SETTINGS['seed']) -> dict[str, Path]:
-    """Write an ADE20K-format semantic segmentation dataset under ``root``.
+    """Write an ADE20K-format semantic segmentation dataset under ``root``:
+    ``images/{training,validation}/*.jpg`` and ``annotations/{training,validation}/*.png``,
+    where 0 is unlabelled (a thin band on every object border, as ADE20K leaves
+    ambiguous pixels), 1 the textured ground and 2.. the shapes: read it with
+    ``reduce_zero_label=True``, exactly like ADE20K.
 
-    Label PNGs: 0 unlabelled (object borders), 1 ground, 2.. shapes.
     Returns ``{'root': ..., 'train_img_dir': ..., 'val_img_dir': ..., ...}``.
     """
     root = Path(root)
@@ -268,9 +252,10 @@ def make_ade20k_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
     _check_num_classes(num_classes)
     kernel = np.ones((2 * UNLABELLED_BORDER_PX + 1,) * 2, np.uint8)
     outputs = {'root': root}
-    for split, count in _split_sizes(num_train, num_val).items():
-        rng = _split_rng(seed, 'ade20k', split)
+    for split, count, rng in _splits('ade20k', seed, num_train, num_val):
         folder = ADE_SPLITS[split]
+        img_dir, ann_dir = root / 'images' / folder, root / 'annotations' / folder
+        outputs.update({f'{split}_img_dir': img_dir, f'{split}_ann_dir': ann_dir})
         for index in range(count):
             scene = render_scene(rng, height, width, num_classes, max_objects)
             label_map = np.ones((height, width), np.uint8)  # 1 = ground
@@ -278,14 +263,10 @@ def make_ade20k_dataset(root, num_train: int = DEMO_DATA_SETTINGS['num_train'],
             for instance, mask in zip(scene.instances, scene.instance_masks):
                 label_map[mask] = instance.class_index + 2
                 mask_u8 = mask.astype(np.uint8)
-                border = cv2.dilate(mask_u8, kernel) != cv2.erode(mask_u8, kernel)
-                unlabelled |= border
+                unlabelled |= cv2.dilate(mask_u8, kernel) != cv2.erode(mask_u8, kernel)
             label_map[unlabelled] = 0
-            name = f'{index:06d}'
-            _write_image(root / 'images' / folder / f'{name}.jpg', scene.image, _JPEG_PARAMS)
-            _write_image(root / 'annotations' / folder / f'{name}.png', label_map, _PNG_PARAMS)
-        outputs[f'{split}_img_dir'] = root / 'images' / folder
-        outputs[f'{split}_ann_dir'] = root / 'annotations' / folder
+            _write_image(img_dir / f'{index:06d}.jpg', scene.image, _JPEG_PARAMS)
+            _write_image(ann_dir / f'{index:06d}.png', label_map, _PNG_PARAMS)
     _write_manifest(root, 'ade20k', num_train=num_train, num_val=num_val,
                     image_size=[height, width], num_classes=num_classes,
                     max_objects=max_objects, seed=seed)

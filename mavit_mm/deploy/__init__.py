@@ -1,10 +1,8 @@
 """Deployment: what exporting MAViT models through mmdeploy needs on this stack.
 
 The model configs' ``custom_imports`` import this package, so mmdeploy's own
-tools (``tools/deploy.py``, ``tools/test.py``) pick it up from the model config
-alone. It acts only where mmdeploy is already imported (mmdeploy's tools and
-API import it before they load a model config): training and testing with
-mmdet / mmseg are left exactly as they were.
+tools pick it up from the model config alone. It acts only where mmdeploy is
+imported (:func:`activate_if_mmdeploy`): training and testing are left as they were.
 """
 from .mmdeploy_compat import activate_if_mmdeploy, exact_adaptive_avg_pool2d
 

@@ -1,39 +1,18 @@
-"""mmdeploy 1.3.1 on torch 2.13, and exact exports of MAViT pipelines.
+"""mmdeploy 1.3.1 on torch 2.13, and exact exports of MAViT pipelines: the fixes
+that docs/deployment.md ("What makes it work on torch 2.13") explains, applied
+once by :func:`activate`:
 
-Each fix names what it answers; all are applied once, by :func:`activate`:
+* mmdeploy's calls of ``torch.onnx.export`` get the TorchScript exporter
+  (``dynamo=False``), which runs its symbolics and rewriters;
+* its rewriter context removes exactly the fx wraps it added (``KeyError: -1``);
+* ``symbolic_opset9._cast_Long``, which its RoIAlign symbolic imports, is provided;
+* :func:`exact_adaptive_avg_pool2d` replaces its ``adaptive_avg_pool2d`` rewrite,
+  which is adaptive pooling only where the size divides;
+* the RPN, one-stage and R-CNN post-processing rewrites keep mmdet's candidates
+  and class-aware NMS (each says what mmdeploy's own does instead).
 
-* **The exporter.** torch 2.13's ``torch.onnx.export`` defaults to the dynamo
-  exporter, which ignores mmdeploy's TorchScript symbolics and rewriters.
-  When mmdeploy calls it without choosing, it gets the TorchScript exporter
-  (``dynamo=False``); every other caller keeps torch's default.
-* **fx wrap bookkeeping.** torch keeps ``torch.fx._symbolic_trace.
-  _wrapped_fns_to_patch`` as a dict; mmdeploy's rewriter context pops
-  ``[-1]`` from it on exit as from a list (``KeyError: -1`` once anything
-  registered an fx wrap during the export, as importing dynamo does). The
-  context now removes exactly the entries added while it was open.
-* **``_cast_Long``.** mmdeploy's RoIAlign symbolic imports
-  ``torch.onnx.symbolic_opset9._cast_Long``, which torch 2.13 no longer has:
-  it is provided (a Cast to int64).
-* **Exact adaptive average pooling.** mmdeploy rewrites
-  ``adaptive_avg_pool2d`` as ``avg_pool2d`` with kernel = stride =
-  ``int(size / out)``, which is not adaptive pooling unless the size divides
-  (UperNet's pool scales 3 and 6 on a 16x16 map: 5x5 bins over 15 rows, and
-  an 8x8 output instead of 6x6). For ONNX it is replaced by
-  :func:`exact_adaptive_avg_pool2d`: the bins of adaptive pooling, from
-  cumulative sums, for static and dynamic shapes alike.
-* **Post-processing as mmdet runs it.** mmdeploy's rewrites of the RPN, the
-  one-stage dense heads (RetinaNet) and the R-CNN box heads keep other
-  candidates than mmdet does (one NMS over all levels, top-k by anchor
-  instead of by (anchor, class), one box per RoI for all classes), so
-  low-score detections differ. The rewrites here keep mmdet's candidates and
-  run its class-aware NMS through ONNX's per-class NonMaxSuppression.
-
-MAViT's own ops need no rewrite: an export takes the plain formula of both
-fused Triton ops (MALA, the depthwise stages) whatever their ``impl`` says
-(the export policy, :mod:`mavit_mm.ops.triton_support`), the rotation takes
-its real formula under tracing (ONNX has no complex type) and avoids ``unflatten``
-(no symbolic before opset 13), and mmdeploy's default rewrite of
-``scaled_dot_product_attention`` covers the softmax stages at opset 11.
+MAViT's own ops need no rewrite: an export takes their plain formulas
+(:mod:`mavit_mm.ops.triton_support`'s export policy).
 """
 from __future__ import annotations
 
@@ -62,9 +41,8 @@ def exact_adaptive_avg_pool2d(x: torch.Tensor,
         output_size = (output_size, output_size)
     out = x
     for dim, size in zip((2, 3), output_size):
-        if size is None:
-            continue
-        out = _adaptive_mean(out, dim, int(size))
+        if size is not None:
+            out = _adaptive_mean(out, dim, int(size))
     return out
 
 
@@ -150,28 +128,29 @@ def _score_columns(scores: torch.Tensor, groups: torch.Tensor, num_groups: int) 
     return torch.where(F.one_hot(groups, num_groups).bool(), scores, scores.new_tensor(-1.0))
 
 
-def _drop_small_boxes(columns: torch.Tensor, boxes: torch.Tensor, min_size: float) -> torch.Tensor:
-    """Score columns with every box not wider and taller than ``min_size``
-    set to -1 (never kept), as mmdet's ``min_bbox_size`` drops them; a negative
-    ``min_size`` keeps all."""
-    if min_size < 0:
-        return columns
-    valid = ((boxes[..., 2] - boxes[..., 0]) > min_size) & ((boxes[..., 3] - boxes[..., 1]) > min_size)
-    return torch.where(valid.unsqueeze(-1), columns, columns.new_tensor(-1.0))
+def _class_aware_nms(boxes: torch.Tensor, columns: torch.Tensor, cfg,
+                     score_threshold: float = 0.0, min_size: float = -1):
+    """mmdet's class-aware NMS with its test ``cfg`` (``nms``, ``max_per_img``) as
+    ONNX's per-class NonMaxSuppression over the score ``columns``. Boxes not wider
+    and taller than ``min_size`` get -1 (never kept) first, as mmdet's
+    ``min_bbox_size`` drops them; a negative ``min_size`` keeps all."""
+    from mmdeploy.mmcv.ops import multiclass_nms
+    if min_size >= 0:
+        valid = (((boxes[..., 2] - boxes[..., 0]) > min_size)
+                 & ((boxes[..., 3] - boxes[..., 1]) > min_size))
+        columns = torch.where(valid.unsqueeze(-1), columns, columns.new_tensor(-1.0))
+    return multiclass_nms(boxes, columns, cfg.max_per_img, nms_type=cfg.nms.get('type'),
+                          iou_threshold=cfg.nms.iou_threshold, score_threshold=score_threshold,
+                          pre_top_k=-1, keep_top_k=cfg.max_per_img)
 
 
 def _register_rpn_rewriter() -> None:
-    """mmdet's RPN post-processing in the ONNX graph, exactly.
-
-    mmdeploy's own rewrite runs one NMS over the proposals of all FPN levels
-    and drops proposals scoring under its 0.05 default; mmdet applies NMS per
-    level (``batched_nms`` with level ids) and keeps every score. Different
-    proposals change the detections after them. Here NMS per level is
-    ONNX's per-class NMS with one score column per level.
-    """
+    """mmdet's RPN post-processing in the ONNX graph, exactly: NMS per FPN level
+    (``batched_nms`` with level ids, every score kept) as ONNX's per-class NMS with
+    one score column per level. mmdeploy's runs one NMS over all levels and drops
+    scores under 0.05."""
     from mmdeploy.codebase.mmdet.deploy import gather_topk, pad_with_value_if_necessary
     from mmdeploy.core import FUNCTION_REWRITER
-    from mmdeploy.mmcv.ops import multiclass_nms
     from mmdeploy.utils import IR, is_dynamic_shape
 
     @FUNCTION_REWRITER.register_rewriter(
@@ -189,10 +168,8 @@ def _register_rpn_rewriter() -> None:
         level_boxes, level_scores, level_ids = [], [], []
         for level, (score, delta, prior) in enumerate(zip(cls_scores, bbox_preds, priors)):
             score = score.detach().permute(0, 2, 3, 1)
-            if self.use_sigmoid_cls:
-                score = score.reshape(batch, -1, 1).sigmoid()
-            else:
-                score = score.reshape(batch, -1, 2).softmax(-1)[..., :1]
+            score = (score.reshape(batch, -1, 1).sigmoid() if self.use_sigmoid_cls
+                     else score.reshape(batch, -1, 2).softmax(-1)[..., :1])
             delta = delta.detach().permute(0, 2, 3, 1).reshape(batch, -1,
                                                                self.bbox_coder.encode_size)
             prior = (prior.data if static else prior).unsqueeze(0)
@@ -213,33 +190,24 @@ def _register_rpn_rewriter() -> None:
         scores = torch.cat(level_scores, dim=1)
         if not with_nms:
             return boxes, scores
-        levels = torch.cat(level_ids, dim=1)
-        per_level = _score_columns(scores, levels, len(cls_scores))
-        per_level = _drop_small_boxes(per_level, boxes, cfg.get('min_bbox_size', -1))
-        keep = cfg.max_per_img
-        return multiclass_nms(boxes, per_level, keep, nms_type=cfg.nms.get('type'),
-                              iou_threshold=cfg.nms.iou_threshold, score_threshold=0.0,
-                              pre_top_k=-1, keep_top_k=keep)
+        per_level = _score_columns(scores, torch.cat(level_ids, dim=1), len(cls_scores))
+        return _class_aware_nms(boxes, per_level, cfg, min_size=cfg.get('min_bbox_size', -1))
 
 
 def _register_dense_head_rewriter() -> None:
     """mmdet's one-stage post-processing (RetinaNet's) in the ONNX graph, exactly.
 
-    mmdet keeps, per FPN level, the ``nms_pre`` best (anchor, class) pairs
-    scoring over ``score_thr``, then runs class-aware NMS and keeps
-    ``max_per_img``. mmdeploy's rewrite keeps the ``nms_pre`` best *anchors*
-    (by their best class) with all their classes, caps every class at its
-    deploy config's ``max_output_boxes_per_class`` and drops nothing under
-    ``min_bbox_size``: different low-score detections. Here every kept pair
-    is a box of its own with one score column per class, as in the R-CNN
-    rewrite. Heads that change mmdet's per-image steps or weigh scores by a
-    score factor (FCOS, ATSS, ...), and calls without NMS, keep mmdeploy's.
+    Per FPN level the ``nms_pre`` best (anchor, class) pairs over ``score_thr``,
+    each a box of its own with one score column per class, then class-aware NMS,
+    ``min_bbox_size`` and ``max_per_img``. mmdeploy's keeps the best *anchors*
+    with all their classes, caps each class at ``max_output_boxes_per_class`` and
+    skips ``min_bbox_size``. Heads that change mmdet's per-image steps or weigh
+    scores by a score factor (FCOS, ATSS, ...), and calls without NMS, keep mmdeploy's.
     """
     from mmdeploy.codebase.mmdet.models.dense_heads.base_dense_head import (
         base_dense_head__predict_by_feat as mmdeploy_predict_by_feat,
     )
     from mmdeploy.core import FUNCTION_REWRITER
-    from mmdeploy.mmcv.ops import multiclass_nms
     from mmdeploy.utils import IR, is_dynamic_shape
     from mmdet.models.dense_heads.base_dense_head import BaseDenseHead
     from mmdet.structures.bbox import get_box_tensor
@@ -271,10 +239,7 @@ def _register_dense_head_rewriter() -> None:
         level_boxes, level_scores, level_labels = [], [], []
         for score, delta, prior in zip(cls_scores, bbox_preds, priors):
             score = score.detach().permute(0, 2, 3, 1).reshape(batch, -1, self.cls_out_channels)
-            if self.use_sigmoid_cls:
-                score = score.sigmoid()
-            else:
-                score = score.softmax(-1)[..., :-1]
+            score = score.sigmoid() if self.use_sigmoid_cls else score.softmax(-1)[..., :-1]
             dim = self.bbox_coder.encode_size
             delta = delta.detach().permute(0, 2, 3, 1).reshape(batch, -1, dim)
             prior = get_box_tensor(prior)
@@ -294,28 +259,17 @@ def _register_dense_head_rewriter() -> None:
         boxes = get_box_tensor(torch.cat(level_boxes, dim=1))
         scores = torch.cat(level_scores, dim=1).unsqueeze(-1)
         columns = _score_columns(scores, torch.cat(level_labels, dim=1), num_classes)
-        columns = _drop_small_boxes(columns, boxes, cfg.get('min_bbox_size', -1))
-        keep = cfg.max_per_img
-        return multiclass_nms(boxes, columns, keep, nms_type=cfg.nms.get('type'),
-                              iou_threshold=cfg.nms.iou_threshold,
-                              score_threshold=cfg.get('score_thr', 0.0), pre_top_k=-1,
-                              keep_top_k=keep)
+        return _class_aware_nms(boxes, columns, cfg, cfg.get('score_thr', 0.0),
+                                cfg.get('min_bbox_size', -1))
 
 
 def _register_rcnn_rewriter() -> None:
-    """mmdet's R-CNN post-processing in the ONNX graph, exactly.
-
-    mmdeploy's rewrite keeps, for every RoI of a head with class-specific box
-    regression (Mask R-CNN's), only the box regressed for its best class and
-    gives it to every class, so a RoI's detections of other classes carry the
-    wrong box; it also applies its deploy config's pre-NMS top-k, which mmdet
-    does not. mmdet keeps each class's own box. Here every (RoI, class) pair is
-    a box of its own with one score column per class, so ONNX's per-class NMS
-    is mmdet's class-aware NMS over the right boxes. Class-agnostic heads
-    (Cascade's) share one box per RoI across the classes, as in mmdet.
-    """
+    """mmdet's R-CNN post-processing in the ONNX graph, exactly: with class-specific
+    box regression (Mask R-CNN's) every (RoI, class) pair keeps its own box, with
+    one score column per class, so ONNX's per-class NMS is mmdet's class-aware NMS.
+    mmdeploy's gives every class the box of the RoI's best class and adds a pre-NMS
+    top-k. Class-agnostic heads (Cascade's) share one box per RoI, as in mmdet."""
     from mmdeploy.core import FUNCTION_REWRITER
-    from mmdeploy.mmcv.ops import multiclass_nms
     from mmdeploy.utils import IR
     from mmdet.structures.bbox import get_box_tensor
 
@@ -329,11 +283,8 @@ def _register_rcnn_rewriter() -> None:
         batch = cls_scores.shape[0]
         num_classes = self.num_classes
         img_shape = batch_img_metas[0]['img_shape']
-        if self.custom_cls_channels:
-            scores = self.loss_cls.get_activation(cls_scores)
-        else:
-            scores = F.softmax(cls_scores, dim=-1)
-        scores = scores[..., :num_classes]                                  # (B, N, C)
+        scores = (self.loss_cls.get_activation(cls_scores) if self.custom_cls_channels
+                  else F.softmax(cls_scores, dim=-1))[..., :num_classes]    # (B, N, C)
         if bbox_preds is None:   # no regression: the RoIs, clipped to the image
             boxes = rois[..., 1:]
             limit = boxes.new_tensor([img_shape[1], img_shape[0]] * 2)
@@ -345,11 +296,7 @@ def _register_rcnn_rewriter() -> None:
             boxes = boxes.reshape(batch, -1, self.bbox_coder.encode_size)  # (B, N * C, 4)
             labels = torch.arange(num_classes, device=scores.device).repeat(scores.shape[1])
             scores = _score_columns(scores.reshape(batch, -1, 1), labels, num_classes)
-        keep = rcnn_test_cfg.max_per_img
-        return multiclass_nms(boxes, scores, keep, nms_type=rcnn_test_cfg.nms.get('type'),
-                              iou_threshold=rcnn_test_cfg.nms.iou_threshold,
-                              score_threshold=rcnn_test_cfg.score_thr, pre_top_k=-1,
-                              keep_top_k=keep)
+        return _class_aware_nms(boxes, scores, rcnn_test_cfg, rcnn_test_cfg.score_thr)
 
 
 def activate() -> None:

@@ -1,23 +1,15 @@
 """``AmpWhereAvailableOptimWrapper``: mixed precision where mmengine can do it,
 fp32 elsewhere, with nothing to set.
 
-The published recipes train with mixed precision (mmengine's
-``AmpOptimWrapper``, dynamic loss scale). ``AmpOptimWrapper`` refuses to be
-built without a CUDA, NPU, MLU or MUSA device, and a plain ``OptimWrapper``
-refuses its ``loss_scale`` / ``dtype`` / ``use_fsdp`` arguments, so a config
-naming either one cannot serve both a GPU and a CPU through tools that know
-nothing about MAViT (mmdet's and mmseg's own ``tools/train.py``).
-
-The configs name ``AmpWhereAvailableOptimWrapper`` instead, registered in
-mmengine's root OPTIM_WRAPPERS registry (mmdet's and mmseg's registries look
-names up in it as their parent). Building it gives
-
-* where ``AmpOptimWrapper`` can run: an ``AmpOptimWrapper`` built from the same
-  arguments (it *is* one: same loss scaling, autocast, checkpoint state);
-* elsewhere (a CPU): a plain fp32 ``OptimWrapper`` built from the arguments
-  without the AMP-only ones (CPU autocast is slow and not what the recipes mean).
-
-One log line (first process only) says which, the first time one is built.
+``AmpOptimWrapper`` refuses to be built without a CUDA, NPU, MLU or MUSA
+device, and a plain ``OptimWrapper`` refuses its AMP-only arguments, so a
+config naming either one cannot serve both a GPU and a CPU through tools that
+know nothing about MAViT (mmdet's and mmseg's own ``tools/train.py``). The
+published recipes name this builder instead (in mmengine's root
+OPTIM_WRAPPERS registry, which mmdet's and mmseg's look names up in): an
+``AmpOptimWrapper`` from the same arguments where one can run, else a plain
+fp32 ``OptimWrapper`` without the AMP-only ones (CPU autocast is slow and not
+what the recipes mean). One log line (first process only) says which.
 """
 from __future__ import annotations
 
@@ -35,14 +27,9 @@ _announced = False
 def amp_available() -> bool:
     """Whether mmengine's AmpOptimWrapper can be built here (the devices its
     own check accepts)."""
-    from mmengine.device import (
-        is_cuda_available,
-        is_mlu_available,
-        is_musa_available,
-        is_npu_available,
-    )
-    return (is_cuda_available() or is_npu_available() or is_mlu_available()
-            or is_musa_available())
+    from mmengine import device
+    return (device.is_cuda_available() or device.is_npu_available()
+            or device.is_mlu_available() or device.is_musa_available())
 
 
 def _announce(message: str, level: int) -> None:
@@ -56,12 +43,8 @@ def _announce(message: str, level: int) -> None:
 
 
 def AmpWhereAvailableOptimWrapper(**kwargs):  # noqa: N802 (a registered type name)
-    """Build an ``AmpOptimWrapper`` where one can run, else an fp32 ``OptimWrapper``.
-
-    Takes ``AmpOptimWrapper``'s arguments (``loss_scale``, ``dtype``,
-    ``use_fsdp``) and ``OptimWrapper``'s (``optimizer``, ``accumulative_counts``,
-    ``clip_grad``).
-    """
+    """Build an ``AmpOptimWrapper`` where one can run, else an fp32 ``OptimWrapper``
+    (``AmpOptimWrapper``'s arguments: ``OptimWrapper``'s plus :data:`AMP_ONLY_KEYS`)."""
     from mmengine.optim import AmpOptimWrapper, OptimWrapper
     if amp_available():
         _announce(f'{NAME}: mixed-precision training (AmpOptimWrapper, loss_scale='

@@ -1,36 +1,13 @@
-"""Data-parallel training on machines without CUDA (``tools/dist_train.sh
-CONFIG 2`` on a CPU), through public mmengine and torch APIs: the one home of
-that idea. With CUDA nothing here changes a run.
+"""Data-parallel training without CUDA (``tools/dist_train.sh CONFIG 2`` on a CPU),
+through public mmengine and torch APIs; with CUDA nothing here changes a run.
 
-mmengine assumes CUDA in three places of a distributed run:
-
-* ``mmengine.dist.init_dist`` calls ``torch.cuda.set_device(local_rank)``
-  before creating the process group (``AttributeError: module 'torch._C' has no
-  attribute '_cuda_setDevice'`` on a CPU-only torch). Without CUDA the tools
-  create the process group themselves (:func:`init_process_group`), exactly as
-  ``init_dist`` does for the pytorch and slurm launchers minus that call;
-  ``Runner.setup_env`` then finds it initialised and skips ``init_dist``.
-* ``Runner.wrap_model`` wraps the model in MMDistributedDataParallel with
-  ``device_ids=[LOCAL_RANK]``, which a CPU module rejects.
-* NCCL and ``torch.nn.SyncBatchNorm`` (``SyncBN``) need CUDA: it refuses CPU
-  tensors in a distributed run ("SyncBatchNorm expected input tensor to be on
-  GPU ...", and DistributedDataParallel: "SyncBatchNorm layers only work with
-  GPU modules").
-
-So the tools' runner set-up (:func:`adapt_to_cpu`) makes the backend gloo and
-names :class:`CPUDistributedDataParallel` (registered in MODEL_WRAPPERS) in
-``model_wrapper_cfg``: it passes no device ids and turns every SyncBN layer of
-the built model (the backbone's and the heads') into
-:class:`CPUSyncBatchNorm`.
-
-``CPUSyncBatchNorm`` is a BatchNorm with the same parameters, buffers and
-state-dict keys that, in training mode in a multi-process run, computes the
-batch statistics over all processes with two all-reduces (sum and count, then
-the centred sum of squares) through the process group's backend (gloo on
-CPUs). Gradients flow through the all-reduces, so forward, backward and the
-running statistics are those of one BatchNorm over the concatenated batch of
-all processes, as with SyncBN on GPUs. In eval mode and in a single process it
-is a plain BatchNorm. A config may also name it: ``CPUSyncBN``.
+mmengine assumes CUDA three times in a distributed run: ``init_dist`` calls
+``torch.cuda.set_device`` (so :func:`init_process_group` creates the group the
+same way minus that call, and ``Runner.setup_env`` then skips ``init_dist``),
+``Runner.wrap_model`` passes ``device_ids=[LOCAL_RANK]``, which a CPU module
+rejects, and NCCL and ``torch.nn.SyncBatchNorm`` refuse CPU tensors. So
+:func:`adapt_to_cpu` picks gloo and names :class:`CPUDistributedDataParallel`,
+which passes no device ids and turns every SyncBN layer into :class:`CPUSyncBatchNorm`.
 """
 from __future__ import annotations
 
@@ -77,10 +54,15 @@ class _AllReduceSum(torch.autograd.Function):
 
 @MODELS.register_module(name='CPUSyncBN')
 class CPUSyncBatchNorm(_BatchNorm):
-    """Synchronised BatchNorm over N-d inputs (N >= 2) that runs on CPUs (module doc).
+    """Synchronised BatchNorm over N-d inputs (N >= 2) that runs on CPUs.
 
-    Not a subclass of ``torch.nn.SyncBatchNorm``: DistributedDataParallel
-    refuses those in a CPU model.
+    BatchNorm's parameters, buffers and state-dict keys. In training mode in a
+    multi-process run, the batch statistics come from two all-reduces over the
+    group's backend (sums and count, then the centred sum of squares), with
+    gradients flowing through them: forward, backward and running statistics
+    are those of one BatchNorm over the concatenated batch of all processes.
+    Otherwise a plain BatchNorm. Configs may name it ``CPUSyncBN``. Not a
+    subclass of ``torch.nn.SyncBatchNorm``, which DDP refuses in a CPU model.
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum=0.1,
@@ -139,13 +121,11 @@ class CPUSyncBatchNorm(_BatchNorm):
 
 # -- the model wrapper -----------------------------------------------------------
 def _sync_bn_types() -> tuple:
-    types = [nn.SyncBatchNorm]
     try:
         from mmcv.ops import SyncBatchNorm as MMSyncBatchNorm
-        types.append(MMSyncBatchNorm)
     except ImportError:
-        pass
-    return tuple(types)
+        return (nn.SyncBatchNorm, )
+    return (nn.SyncBatchNorm, MMSyncBatchNorm)
 
 
 def to_cpu_sync_bn(module: nn.Module, sync_types: tuple | None = None
@@ -254,9 +234,7 @@ def _slurm_environment(port: int | None) -> None:
             raise ConfigCheckError(f'--launcher slurm: no host from `scontrol show hostnames '
                                    f'{node_list}`; set MASTER_ADDR')
         os.environ['MASTER_ADDR'] = first_host[0]
-    os.environ['WORLD_SIZE'] = str(ntasks)
-    os.environ['LOCAL_RANK'] = str(local_rank)
-    os.environ['RANK'] = str(proc_id)
+    os.environ.update(WORLD_SIZE=str(ntasks), LOCAL_RANK=str(local_rank), RANK=str(proc_id))
 
 
 def init_process_group(cfg: Config) -> None:

@@ -1,10 +1,11 @@
-"""Hooks for the demo and the main job.
-
-Registered in mmengine's root HOOKS registry, so configs of any scope (mmdet,
-mmseg) find them by name once this module is imported, e.g. with
+"""Hooks for the demo and the main job, in mmengine's root HOOKS registry: configs
+of any scope find them once this module is imported, e.g. with
 ``custom_imports = dict(imports=['mavit_mm', 'mavit_mm.engine.hooks'])``.
 """
 from __future__ import annotations
+
+import datetime
+import time
 
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
@@ -12,13 +13,10 @@ from mmengine.registry import HOOKS
 
 @HOOKS.register_module()
 class EvaluateBeforeTrainingHook(Hook):
-    """Run the validation loop once on the freshly initialised model.
-
-    ``Runner.train`` initialises the weights (and loads ``load_from``) before
-    the ``before_train`` hooks run, so this measures exactly the model training
-    starts from: the baseline the trained metrics are compared with. The
-    metrics are logged like any validation (step = iteration 0).
-    """
+    """Run the validation loop once on the model training starts from (``Runner.train``
+    initialises the weights and loads ``load_from`` before the ``before_train``
+    hooks): the baseline for the trained metrics, logged like any validation at
+    step 0."""
 
     priority = 'LOWEST'  # after the other before_train hooks have set things up
 
@@ -50,15 +48,12 @@ class EvaluationProgressHook(Hook):
         self._start = self._last = 0.0
 
     def _start_loop(self, runner, mode: str) -> None:
-        import time
         self._start = self._last = time.time()
         loader = runner.val_dataloader if mode == 'val' else runner.test_dataloader
         images = len(loader.dataset) if hasattr(loader, 'dataset') else '?'
         runner.logger.info(f'Evaluating ({mode}): {images} images in {len(loader)} batches')
 
     def _report(self, runner, batch_idx: int, mode: str) -> None:
-        import datetime
-        import time
         now = time.time()
         loader = runner.val_dataloader if mode == 'val' else runner.test_dataloader
         total, done = len(loader), batch_idx + 1

@@ -1,15 +1,11 @@
 """MAC counting for ``tools/analysis_tools/get_flops.py``, in both conventions
-the literature uses.
+the literature uses; figures are multiply-accumulates, as in mmdet/mmseg tables.
 
-``layer_macs`` counts convolutions (transposed ones too: Mask R-CNN's mask
-head upsamples with one) and linear layers only (what the paper's FLOPs
-columns match), InLine's dynamic 3x3 residual included (a depthwise
-convolution); ``attention_macs`` counts the attention products those counters
-miss (softmax variants: ``q k^T`` and ``a v``, plus ``||q||`` for
-``softmax_qnorm``; linear variants, MALA's relatives alike: ``k^T v``, ``q kv``
-and ``z = q . mean(k)``; element-wise scaling is not counted). Figures are
-multiply-accumulates (MACs), as in mmdet/mmseg tables. mmengine's own counter
-gets the fused MALA operator's formula from :mod:`mavit_mm.ops.mala.flops`.
+``layer_macs`` counts convolutions (transposed ones too) and linear layers only
+(what the paper's FLOPs columns match), InLine's dynamic 3x3 residual included
+(a depthwise convolution); ``attention_macs`` counts the attention products
+those counters miss (element-wise scaling is not counted). mmengine's own
+counter gets the fused MALA operator's formula from :mod:`mavit_mm.ops.mala.flops`.
 """
 from __future__ import annotations
 
@@ -41,26 +37,9 @@ class Complexity:
                     per_module_type=dict(self.per_module_type))
 
 
-def conv_macs(module: nn.Conv2d, output: torch.Tensor) -> int:
-    kernel = module.kernel_size[0] * module.kernel_size[1]
-    return output.numel() * (module.in_channels // module.groups) * kernel
-
-
-def conv_transpose_macs(module: nn.ConvTranspose2d, inputs) -> int:
-    """Every input pixel scatters a ``k x k x out/groups`` kernel (mmengine's
-    counter, which mmdet's get_flops.py uses, counts the same)."""
-    kernel = module.kernel_size[0] * module.kernel_size[1]
-    return inputs[0].numel() * (module.out_channels // module.groups) * kernel
-
-
-def linear_macs(module: nn.Linear, output: torch.Tensor) -> int:
-    return output.numel() * module.in_features
-
-
 def gated_attention_macs(module: GatedAttention, inputs) -> int:
     """The products inside the attention, per image batch (convs excluded)."""
-    x = inputs[0]
-    batch, _, height, width = x.shape
+    batch, _, height, width = inputs[0].shape
     tokens, head_dim, heads = height * width, module.head_dim, module.num_heads
     if module.attn_type in SOFTMAX_ATTN_TYPES:
         per_head = 2 * tokens * tokens * head_dim           # q k^T and a v
@@ -71,14 +50,6 @@ def gated_attention_macs(module: GatedAttention, inputs) -> int:
     else:
         raise ValueError(f'no MAC count for attn_type {module.attn_type!r}')
     return batch * heads * per_head
-
-
-def local_residual_macs(module: GatedAttention, inputs) -> int:
-    """InLine's residual: a 3x3 depthwise conv of v with per-image weights (its
-    MLP's 1x1 convs are modules, counted by their own hooks)."""
-    if module.residual is None:
-        return 0
-    return 9 * inputs[0].numel()
 
 
 def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:
@@ -93,29 +64,29 @@ def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:
         result.per_module_type[kind] = result.per_module_type.get(kind, 0) + macs
 
     def on_conv(module, inputs, output):
-        add('conv', conv_macs(module, output))
+        kernel = module.kernel_size[0] * module.kernel_size[1]
+        add('conv', output.numel() * (module.in_channels // module.groups) * kernel)
 
     def on_conv_transpose(module, inputs, output):
-        add('conv_transpose', conv_transpose_macs(module, inputs))
+        # Every input pixel scatters a k x k x out/groups kernel (mmengine's
+        # counter, which mmdet's get_flops.py uses, counts the same).
+        kernel = module.kernel_size[0] * module.kernel_size[1]
+        add('conv_transpose', inputs[0].numel() * (module.out_channels // module.groups) * kernel)
 
     def on_linear(module, inputs, output):
-        add('linear', linear_macs(module, output))
+        add('linear', output.numel() * module.in_features)
 
     def on_attention(module, inputs, output):
         add(f'{module.attn_type}_attention', gated_attention_macs(module, inputs), True)
         if module.residual is not None:
-            add('inline_residual', local_residual_macs(module, inputs))
+            # InLine's residual: a 3x3 depthwise conv of v with per-image weights
+            # (its MLP's 1x1 convs are modules, counted by their own hooks).
+            add('inline_residual', 9 * inputs[0].numel())
 
-    handles = []
-    for module in model.modules():
-        if isinstance(module, nn.Conv2d):
-            handles.append(module.register_forward_hook(on_conv))
-        elif isinstance(module, nn.ConvTranspose2d):
-            handles.append(module.register_forward_hook(on_conv_transpose))
-        elif isinstance(module, nn.Linear):
-            handles.append(module.register_forward_hook(on_linear))
-        elif isinstance(module, GatedAttention):
-            handles.append(module.register_forward_hook(on_attention))
+    hooks = ((nn.Conv2d, on_conv), (nn.ConvTranspose2d, on_conv_transpose),
+             (nn.Linear, on_linear), (GatedAttention, on_attention))
+    handles = [module.register_forward_hook(hook) for module in model.modules()
+               for module_type, hook in hooks if isinstance(module, module_type)]
     try:
         with torch.no_grad():
             run()

@@ -1,17 +1,8 @@
-"""Our one home for reading configs and deriving variants of them.
-
-* :func:`load_config`: a config file with command-line overrides, checked to be
-  a detection or segmentation config (``default_scope`` mmdet or mmseg); every
-  tool and test loads configs through it.
-* :func:`set_iterations`: the same config for a shorter iteration-based
-  schedule (the main job, the end-to-end tests, the distributed test).
-* :func:`iter_dataset_cfgs`: the real datasets under Repeat/Concat wrappers.
-* :class:`FormattedOnceConfig`: what :func:`load_config` returns; mmengine's
-  Config, formatted by yapf once per content rather than at every log, dump
-  and checkpoint.
+"""Our one home for reading configs (:func:`load_config`: every tool and test
+loads configs through it) and deriving variants of them.
 
 :class:`ConfigCheckError` (``mavit_mm.errors``) is what a config that cannot
-work raises, here and in the pre-flight checks (``tooling.preflight``).
+work raises, here and in the pre-flight checks (:mod:`.preflight`).
 """
 from __future__ import annotations
 
@@ -38,13 +29,11 @@ def check_scope(cfg: Config, where: str = 'the config') -> str:
 class FormattedOnceConfig(Config):
     """mmengine's Config whose ``pretty_text`` runs yapf once per content.
 
-    mmengine formats the whole config with yapf each time it logs it, dumps it,
-    hands it to the visualiser, records it in the runtime info and writes a
-    checkpoint: five or more times per training run, the same text each time,
-    0.2-0.7 s each on one CPU core (the Cascade Mask R-CNN config is 30 kB).
-    The unformatted text is the key, so a config that changed formats anew and
-    the result is always what ``Config.pretty_text`` gives. Deep copies (the
-    Runner takes one) keep the class."""
+    mmengine formats the whole config with yapf, which is slow, each time it logs
+    it, dumps it, hands it to the visualiser, records it in the runtime info and
+    writes a checkpoint: the same text each time. The unformatted text is the
+    key, so a config that changed formats anew and the result is always what
+    ``Config.pretty_text`` gives. Deep copies (the Runner takes one) keep the class."""
 
     _formatted: ClassVar[OrderedDict[str, str]] = OrderedDict()
     _CACHE_SIZE: ClassVar[int] = 8
@@ -88,20 +77,15 @@ def load_config(path, cfg_options: dict | None = None) -> FormattedOnceConfig:
 def iter_dataset_cfgs(dataset_cfg, where: str) -> Iterator[tuple[dict, str]]:
     """Leaf dataset configs of ``dataset_cfg`` (unwrapping Repeat/Concat/... wrappers),
     each with where it sits in the config."""
-    if dataset_cfg is None:
-        return
     if isinstance(dataset_cfg, (list, tuple)):
         for i, item in enumerate(dataset_cfg):
             yield from iter_dataset_cfgs(item, f'{where}[{i}]')
-        return
-    if not isinstance(dataset_cfg, dict):
-        return
-    if 'datasets' in dataset_cfg:
-        yield from iter_dataset_cfgs(dataset_cfg['datasets'], f'{where}.datasets')
-    elif 'dataset' in dataset_cfg:
-        yield from iter_dataset_cfgs(dataset_cfg['dataset'], f'{where}.dataset')
-    else:
-        yield dataset_cfg, where
+    elif isinstance(dataset_cfg, dict):
+        inner = next((key for key in ('datasets', 'dataset') if key in dataset_cfg), None)
+        if inner is None:
+            yield dataset_cfg, where
+        else:
+            yield from iter_dataset_cfgs(dataset_cfg[inner], f'{where}.{inner}')
 
 
 def set_iterations(cfg, max_iters: int, checkpoint_interval: int = None) -> None:

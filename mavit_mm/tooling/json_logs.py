@@ -25,12 +25,10 @@ def run_dirs(work_dir) -> list[Path]:
 
 
 def read_json_lines(path) -> list[dict]:
-    """One record per line. A line may end in the tail of a longer one: in a
-    distributed test every process dumps its metrics record into the same file
-    (mmengine's ``LoggerHook.after_test_epoch`` has no rank guard), each from
-    the file's start, so a shorter record leaves the end of a longer one
-    behind it. The records differ only in their timings (the metrics are the
-    gathered ones), so the line's first record is taken."""
+    """One record per line; a line's first record is taken. In a distributed test
+    every process writes its metrics record over the same file from its start
+    (mmengine's ``LoggerHook.after_test_epoch`` has no rank guard), leaving the
+    tail of a longer one behind a shorter one; they differ only in timings."""
     records, decoder = [], json.JSONDecoder()
     for line in Path(path).read_text().splitlines():
         line = line.strip()

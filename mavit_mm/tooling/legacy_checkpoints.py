@@ -1,39 +1,20 @@
 """Whole-model checkpoints of mmdet 2.x / mmseg 0.x for our mmdet 3.x / mmseg 1.x configs.
 
-What differs, for this project's pipelines (Mask R-CNN, Cascade Mask R-CNN and
-RetinaNet with FPN; UperNet with its FCN auxiliary head, Semantic FPN):
-
-* Parameter names and shapes: nothing. The heads keep their names from
-  mmdet 2.x to 3.x: ``rpn_head.rpn_conv`` (one plain conv with the default
-  ``num_convs=1``), ``rpn_cls``, ``rpn_reg``; ``roi_head.bbox_head[.i]``
-  ``shared_convs`` / ``shared_fcs`` / ``fc_cls`` / ``fc_reg``;
-  ``roi_head.mask_head[.i]`` ``convs`` / ``upsample`` / ``conv_logits``;
-  ``bbox_head`` ``cls_convs`` / ``reg_convs`` / ``retina_cls`` /
-  ``retina_reg``; FPN ``lateral_convs`` / ``fpn_convs``. Likewise from mmseg
-  0.x to 1.x: ``decode_head`` ``conv_seg``, UPerHead ``psp_modules`` /
-  ``bottleneck`` / ``lateral_convs`` / ``fpn_convs`` / ``fpn_bottleneck``,
-  FPNHead ``scale_heads``, ``auxiliary_head`` ``convs`` / ``conv_seg``.
-  mmdet 3.3's and mmseg 1.2.2's own model zoos (their ``metafile.yml``) serve
-  the v2.0 / v0.5 checkpoints of these pipelines unchanged.
-* Class order: the same. Since mmdet 2.0 the background is the last of the
-  ``num_classes + 1`` channels of ``fc_cls``, as in 3.x; class-specific
-  ``fc_reg`` has 4 channels per foreground class, ``conv_logits`` and
-  RetinaNet's ``retina_cls`` none for the background; the RPN here is
-  sigmoid (one channel per anchor), which mmdet 2.5's change of the softmax
-  RPN's class order did not touch.
-* The container: the old libraries keep class names in ``meta['CLASSES']``
-  (mmseg also ``meta['PALETTE']``), mmengine in ``meta['dataset_meta']`` with
-  lower-case keys; the old meta also holds the 2.x / 0.x config text and
-  versions, and training checkpoints the optimizer. Weights may carry the
-  prefix of a (Distributed)DataParallel wrapper (``module.``).
+What differs: for this project's pipelines (Mask R-CNN, Cascade Mask R-CNN,
+RetinaNet, UperNet, Semantic FPN), only the container. The heads' parameter
+names and shapes and the class order are the same in both generations
+(docs/checkpoints.md lists them; since mmdet 2.0 the background is the last
+``fc_cls`` channel, and the RPN here is sigmoid, untouched by mmdet 2.5's change
+of the softmax RPN's class order). The old meta keeps class names in ``CLASSES``
+(mmseg also ``PALETTE``), mmengine in ``dataset_meta`` with lower-case keys;
+the old checkpoints also hold config text and optimizer state, and maybe a
+(Distributed)DataParallel ``module.`` prefix.
 
 Refused, with the reason: mmdet 1.x checkpoints (two-stage heads at the top
-level, background as class 0, background channels in ``fc_reg`` and
-``conv_logits``; mmdet 2.x's ``tools/model_converters/upgrade_model_version.py``
-upgrades them to 2.x first), a checkpoint of the other library, one without
-backbone or heads (a backbone or classification checkpoint: convert those
-with ``--arch``), and anything that does not fit the config's model exactly
-(``models.checkpoint.fit_whole_model``).
+level, background as class 0; upgrade them first with mmdet 2.x's
+``tools/model_converters/upgrade_model_version.py``), a checkpoint of the other
+library, one without backbone or heads (convert those with ``--arch``), and
+anything that does not fit the config's model exactly (``fit_whole_model``).
 """
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Build a detector / segmentor (or its datasets' metadata) from one of our
-configs, outside the Runner.
-
-Shared by the analysis tools (FLOPs, FPS, demo, pictures, checkpoint
-conversion) and the tests: the default scope of a config (loaded with
-``tooling.config.load_config``) picks the registries (mmdet or mmseg), and
-dummy inputs of a chosen size are made the way each library's tensor-mode
-forward expects them.
+"""Build a detector / segmentor (or its datasets' metadata, or dummy inputs for
+its tensor-mode forward) from one of our configs, outside the Runner: the
+config's default scope picks the registries (mmdet or mmseg).
 """
 from __future__ import annotations
 

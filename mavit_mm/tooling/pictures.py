@@ -1,16 +1,5 @@
-"""Pictures of a trained model for a person to look at: ground truth beside the
-prediction for a few validation images, and the training curves.
-
-* :func:`draw_validation_samples` runs a checkpoint on the first images of the
-  config's test split and draws each one with the library's own visualiser
-  (mmdet's ``DetLocalVisualizer``: boxes, masks, labels and scores; mmseg's
-  ``SegLocalVisualizer``: class overlays), ground truth left, prediction right;
-  one PNG per image and one sheet with all of them.
-* :func:`plot_training_curves` reads mmengine's JSON logs of a training run
-  (:mod:`mavit_mm.tooling.json_logs`) and plots the losses and the validation
-  metrics against the iteration.
-
-Used by ``tools/main_job.py``; any config of ours with a test split works.
+"""Pictures of a trained model for a person to look at (``tools/main_job.py``):
+ground truth beside the prediction for a few test images, and the training curves.
 """
 from __future__ import annotations
 
@@ -34,9 +23,10 @@ def _matplotlib_pyplot():
 def draw_validation_samples(config, checkpoint, out_dir, num_images: int = 4,
                             score_thr: float = 0.3, device: str = 'cpu',
                             title: str | None = None) -> dict[str, object]:
-    """Draw ground truth beside prediction for the first ``num_images`` images
-    of the test split of ``config`` (a path or an mmengine Config), with the
-    weights of ``checkpoint``.
+    """Draw ground truth (left) beside prediction (right) for the first
+    ``num_images`` images of the test split of ``config`` (a path or an mmengine
+    Config), with the weights of ``checkpoint``, by the library's own visualiser
+    (mmdet's: boxes, masks, labels and scores; mmseg's: class overlays).
 
     Returns ``{'images': [one PNG per image], 'sheet': PNG of all of them}``.
     """
@@ -56,9 +46,8 @@ def draw_validation_samples(config, checkpoint, out_dir, num_images: int = 4,
     load_checkpoint(model, str(checkpoint), map_location='cpu', strict=True,
                     logger='silent')
     model.to(device).eval()
-    classes = dataset.metainfo['classes']
-    palette = dataset.metainfo.get('palette')
-    model.dataset_meta = dict(classes=classes, palette=palette)
+    model.dataset_meta = dict(classes=dataset.metainfo['classes'],
+                              palette=dataset.metainfo.get('palette'))
     # Only the visualiser's type from the config: it draws, out_file saves.
     visualizer = scope_registry(cfg, 'VISUALIZERS').build(
         dict(type=cfg.visualizer['type'], name=f'mavit_pictures_{next(_visualizer_ids)}'))
@@ -105,8 +94,7 @@ def _write_sheet(drawn: Sequence, out_file: Path, column_titles, title=None) -> 
         for column, part in enumerate((image[:, :half], image[:, half:])):
             axis = axes[row][column]
             axis.imshow(part, interpolation='nearest')
-            axis.set_xticks([])
-            axis.set_yticks([])
+            axis.set(xticks=[], yticks=[])
             if row == 0:
                 axis.set_title(column_titles[column], fontsize=11)
             if column == 0:
@@ -118,18 +106,11 @@ def _write_sheet(drawn: Sequence, out_file: Path, column_titles, title=None) -> 
     plt.close(figure)
 
 
-def latest_training_run(work_dir) -> Path | None:
-    """The newest run folder of ``work_dir`` with training records (losses)."""
-    for run_dir in reversed(run_dirs(work_dir)):
-        if any('loss' in record for record in training_records(run_dir)):
-            return run_dir
-    return None
-
-
 def training_curves(work_dir) -> dict[str, object]:
     """``{'losses': {name: ([iter], [value])}, 'metrics': {name: ([iter], [value])}}``
     of the newest training run of ``work_dir``."""
-    run_dir = latest_training_run(work_dir)
+    run_dir = next((run_dir for run_dir in reversed(run_dirs(work_dir))
+                    if any('loss' in record for record in training_records(run_dir))), None)
     if run_dir is None:
         raise FileNotFoundError(f'no training log (vis_data/*.json with losses) in {work_dir}')
     losses: dict[str, tuple] = {}
@@ -160,7 +141,8 @@ def plot_training_curves(work_dir, out_file, metric_names: Sequence[str],
                          final_step: int | None = None,
                          bars: dict[str, float] | None = None,
                          title: str | None = None) -> Path:
-    """Losses (left) and validation metrics (right) against the iteration.
+    """Losses (left) and validation metrics (right) against the iteration, from
+    mmengine's JSON logs of the newest training run of ``work_dir``.
 
     ``final_metrics`` (e.g. the test run of the final checkpoint) are drawn as
     stars at ``final_step``, ``bars`` (``{metric: minimum}``) as dashed lines.
@@ -176,9 +158,8 @@ def plot_training_curves(work_dir, out_file, metric_names: Sequence[str],
     positive = [v for _, values in curves['losses'].values() for v in values if v > 0]
     if positive and max(positive) / min(positive) > 50:
         loss_axis.set_yscale('log')
-    loss_axis.set_xlabel('iteration')
-    loss_axis.set_ylabel('training loss')
-    loss_axis.set_title('losses (mmengine log, smoothed over the log window)')
+    loss_axis.set(xlabel='iteration', ylabel='training loss',
+                  title='losses (mmengine log, smoothed over the log window)')
     loss_axis.grid(True, alpha=0.3)
     loss_axis.legend(fontsize=8)
 
@@ -201,9 +182,8 @@ def plot_training_curves(work_dir, out_file, metric_names: Sequence[str],
         metric_axis.plot([], [], marker='*', markersize=14, linestyle='none', color='grey',
                          label='test of the final checkpoint')
         plotted.append('test')
-    metric_axis.set_xlabel('iteration')
-    metric_axis.set_ylabel('validation metric')
-    metric_axis.set_title('validation split (iteration 0 = untrained)')
+    metric_axis.set(xlabel='iteration', ylabel='validation metric',
+                    title='validation split (iteration 0 = untrained)')
     metric_axis.grid(True, alpha=0.3)
     if plotted:
         metric_axis.legend(fontsize=8)

@@ -1,12 +1,8 @@
 """Checks a config before the Runner is built, so that a wrong path or value
-fails at once with a message naming it, not minutes later (after the model and
-datasets are built) or deep inside a registry traceback.
-
-Checked: data roots, annotation files (existence and, for JSON, that they
-parse), image / label folders, MAViT backbone sizes, and every checkpoint the
-run will read (``load_from``, ``--resume``, the test checkpoint, a backbone's
-``init_cfg=dict(type='Pretrained')``). Remote paths (``s3://``, ``http://`` ...)
-are left to the file backends.
+fails at once with a message naming it, not after the model and datasets are
+built or deep inside a registry traceback: data roots, annotation files, image /
+label folders, MAViT backbone sizes, and every checkpoint the run will read.
+Remote paths (``s3://``, ``http://`` ...) are left to the file backends.
 """
 from __future__ import annotations
 
@@ -32,9 +28,12 @@ def _join(data_root: str | None, path: str) -> str:
     return osp.join(data_root, path)
 
 
-def check_annotation_file(path: str, where: str, coco_format: bool = False) -> None:
-    """The file exists, and a JSON one parses (is not truncated or garbage);
-    a COCO-format one has an 'images' list."""
+def check_annotation_file(path: str, where: str, type_name=None) -> None:
+    """The file exists, and a JSON one parses (is not truncated or garbage); one
+    read by a COCO type (``type_name``: the dataset's or evaluator's) has an
+    'images' list. A remote path is left to the file backends."""
+    if is_remote(path):
+        return
     if not osp.exists(path):
         raise ConfigCheckError(f'{where}: annotation file not found: {path}')
     if not osp.isfile(path):
@@ -54,7 +53,7 @@ def check_annotation_file(path: str, where: str, coco_format: bool = False) -> N
         if not isinstance(content, dict):
             raise ConfigCheckError(f'{where}: annotation file {path} holds a '
                                    f'{type(content).__name__}, expected a JSON object')
-        if coco_format and not isinstance(content.get('images'), list):
+        if 'coco' in str(type_name).lower() and not isinstance(content.get('images'), list):
             raise ConfigCheckError(f"{where}: annotation file {path} has no 'images' list; "
                                    'is it a COCO-format annotation file?')
         return
@@ -75,34 +74,25 @@ def check_dataset_cfg(dataset_cfg: dict, where: str) -> None:
     if data_root and not is_remote(data_root) and not osp.isdir(data_root):
         raise ConfigCheckError(f'{where}: data_root not found: {data_root} '
                                f'(absolute: {osp.abspath(data_root)})')
-    ann_file = dataset_cfg.get('ann_file') or ''
-    if ann_file:
-        path = _join(data_root, ann_file)
-        if not is_remote(path):
-            dataset_type = str(dataset_cfg.get('type', ''))
-            check_annotation_file(path, where, coco_format='coco' in dataset_type.lower())
+    if dataset_cfg.get('ann_file'):
+        check_annotation_file(_join(data_root, dataset_cfg['ann_file']), where,
+                              dataset_cfg.get('type'))
     prefixes = dataset_cfg.get('data_prefix') or {}
     for key in _DATASET_DIR_KEYS:
         folder = prefixes.get(key) if isinstance(prefixes, dict) else None
-        if not folder:
-            continue
-        path = _join(data_root, folder)
-        if not is_remote(path) and not osp.isdir(path):
+        path = _join(data_root, folder or '')
+        if folder and not is_remote(path) and not osp.isdir(path):
             raise ConfigCheckError(f'{where}: data_prefix.{key} folder not found: {path}')
 
 
-def dataloaders_for(mode: str, cfg) -> list[str]:
-    """Which dataloaders a run in ``mode`` ('train'|'test') reads."""
-    if mode == 'test':
-        return ['test_dataloader']
-    names = ['train_dataloader']
-    if cfg.get('val_cfg') is not None and cfg.get('val_dataloader') is not None:
-        names.append('val_dataloader')
-    return names
-
-
 def check_datasets(cfg, mode: str) -> None:
-    for name in dataloaders_for(mode, cfg):
+    """The datasets and evaluator files of the dataloaders a ``mode`` ('train'|'test')
+    run reads: a training run validates only with both val_cfg and val_dataloader."""
+    names = [f'{mode}_dataloader']
+    if mode == 'train' and cfg.get('val_cfg') is not None \
+            and cfg.get('val_dataloader') is not None:
+        names.append('val_dataloader')
+    for name in names:
         loader = cfg.get(name)
         if loader is None:
             raise ConfigCheckError(f'the config has no {name}, which a {mode} run needs')
@@ -116,11 +106,9 @@ def check_evaluator_files(cfg, name: str) -> None:
     evaluators = cfg.get(name)
     for i, evaluator in enumerate(evaluators if isinstance(evaluators, list) else [evaluators]):
         ann_file = evaluator.get('ann_file') if isinstance(evaluator, dict) else None
-        if not ann_file or is_remote(ann_file):
-            continue
-        where = f'{name}[{i}]' if isinstance(evaluators, list) else name
-        check_annotation_file(ann_file, where,
-                              coco_format='coco' in str(evaluator.get('type', '')).lower())
+        if ann_file:
+            where = f'{name}[{i}]' if isinstance(evaluators, list) else name
+            check_annotation_file(ann_file, where, evaluator.get('type'))
 
 
 def _iter_typed_cfgs(node, path: str = 'model'):
@@ -134,15 +122,12 @@ def _iter_typed_cfgs(node, path: str = 'model'):
             yield from _iter_typed_cfgs(value, f'{path}[{i}]')
 
 
-def _is_mavit_type(type_name) -> bool:
-    return isinstance(type_name, str) and type_name.split('.')[-1] == 'MAViT'
-
-
 def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
     """Every MAViT in the model has a known size; its pretrained file exists."""
     from ..models.arch import resolve_arch
     for node, path in _iter_typed_cfgs(cfg.get('model')):
-        if not _is_mavit_type(node.get('type')):
+        type_name = node.get('type')
+        if not (isinstance(type_name, str) and type_name.split('.')[-1] == 'MAViT'):
             continue
         arch = node.get('arch', 'tiny')
         if arch is not None:

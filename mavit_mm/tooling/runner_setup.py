@@ -1,9 +1,6 @@
-"""What ``tools/train.py`` and ``tools/test.py`` share: reading the config,
-applying the command-line options to it, adapting it to the machine, and
-building mmengine's Runner.
-
-The tools work for detection and segmentation configs alike: the task comes
-from ``cfg.default_scope`` ('mmdet' or 'mmseg'); mmengine's Runner does the rest.
+"""What ``tools/train.py`` and ``tools/test.py`` share: applying the command-line
+options to the config, adapting it to the machine, and building mmengine's Runner,
+for detection and segmentation configs alike (``cfg.default_scope``).
 """
 from __future__ import annotations
 
@@ -31,15 +28,13 @@ LOCAL_RANK_HELP = ('rank of this process on its node; set by older launchers '
 def log(message: str, level: int = logging.INFO) -> None:
     """Log through mmengine's current logger (the console before a Runner exists);
     in a multi-process run only the first process logs (once, not once per rank)."""
-    if cpu_distributed.rank_from_environment() != 0:
-        return
-    print_log(message, logger='current', level=level)
+    if cpu_distributed.rank_from_environment() == 0:
+        print_log(message, logger='current', level=level)
 
 
 def export_local_rank(local_rank: int) -> None:
     """mmengine reads the rank from LOCAL_RANK; older launchers pass --local-rank."""
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(local_rank)
+    os.environ.setdefault('LOCAL_RANK', str(local_rank))
 
 
 def set_work_dir(cfg: Config, work_dir: str | None, config_path: str) -> None:
@@ -58,12 +53,10 @@ def cuda_available() -> bool:
 def configure_amp(cfg: Config, amp_requested: bool) -> None:
     """Mixed precision where it helps (CUDA); plain fp32 OptimWrapper on a CPU.
 
-    The published recipes name ``AmpWhereAvailableOptimWrapper`` (``engine.amp``),
-    which makes that choice itself when built, for any tool: left as it is. A
-    config naming mmengine's AmpOptimWrapper is switched to OptimWrapper on a
-    machine without CUDA (CPU autocast is slow and not what the recipes mean),
-    with one log line saying so. ``--amp`` on a GPU turns a plain OptimWrapper
-    into AmpOptimWrapper; on a CPU it is ignored, loudly.
+    ``AmpWhereAvailableOptimWrapper`` (:mod:`mavit_mm.engine.amp`) chooses itself
+    and is left as it is; mmengine's AmpOptimWrapper becomes OptimWrapper without
+    CUDA. ``--amp`` turns a plain OptimWrapper into AmpOptimWrapper on a GPU and is
+    ignored, loudly, on a CPU.
     """
     optim_wrapper = cfg.get('optim_wrapper')
     if optim_wrapper is None:
@@ -71,7 +64,6 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
             log('--amp ignored: the config has no optim_wrapper', logging.WARNING)
         return
     wrapper_type = optim_wrapper.get('type', 'OptimWrapper')
-    is_amp = wrapper_type in ('AmpOptimWrapper', amp.NAME)
     if not cuda_available():
         if wrapper_type == 'AmpOptimWrapper':
             optim_wrapper.type = 'OptimWrapper'
@@ -83,7 +75,7 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
             log('--amp ignored: no CUDA device, training in fp32.', logging.WARNING)
         return
     if amp_requested:
-        if is_amp:
+        if wrapper_type in ('AmpOptimWrapper', amp.NAME):
             log(f'--amp: mixed precision is already on in the config ({wrapper_type}).')
         else:
             optim_wrapper.type = 'AmpOptimWrapper'
@@ -92,8 +84,7 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
 
 
 def configure_dist_backend(cfg: Config) -> None:
-    """A distributed run without CUDA: gloo instead of NCCL, DistributedDataParallel
-    on CPU modules, SyncBN that synchronises CPU tensors (``engine.cpu_distributed``)."""
+    """A distributed run without CUDA made runnable (:mod:`mavit_mm.engine.cpu_distributed`)."""
     if cfg.get('launcher', 'none') == 'none' or cuda_available():
         return
     cpu_distributed.adapt_to_cpu(cfg, log)
@@ -174,12 +165,10 @@ def close_process_group() -> None:
 
 def exit_if_distributed() -> None:
     """End a process whose distributed run is done (``close_process_group``)
-    without interpreter shutdown: there, gloo's threads can still abort it
-    ("terminate called without an active exception", SIGABRT; 1 run in 14
-    of the two-process CPU test after ``close_process_group``), and torchrun
-    then reports the whole run as failed. The runner's objects (its data
-    loaders' workers among them) are freed and the logs and streams flushed
-    first. A tool's last call."""
+    without interpreter shutdown, where gloo's threads can still abort it
+    (SIGABRT, "terminate called without an active exception") and torchrun then
+    reports the run as failed. The runner's objects (data loader workers among
+    them) are freed and the logs and streams flushed first. A tool's last call."""
     if not _closed_a_group:
         return
     import gc
