@@ -60,7 +60,8 @@ Beyond that:
   difference under a CUDA graph; they are on for eager mode, where each saves
   a launch a block and the host sets the pace.
 - ``folded_residual_conv`` and ``joint_qk_rotation`` stand aside under
-  compile, where the run before it measured them slower.
+  compile, where ``gpu-h100-2026-11-27/part-2/ablations.json`` measured them
+  slower (the later run ablates neither there).
 - ``channel_split`` makes no measurable difference under a CUDA graph or
   compiled; it is on for eager training.
 """
