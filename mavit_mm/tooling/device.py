@@ -30,13 +30,20 @@ def library_versions() -> dict[str, str]:
 
 
 def cpu_model() -> str | None:
+    """The CPU's model name, with the vector ISA torch's kernels dispatch to
+    (e.g. ``AMD EPYC, AVX512``): one model name covers CPUs with and without
+    AVX-512, and the speed ratios move with it."""
+    name = None
     try:
         for line in Path('/proc/cpuinfo').read_text().splitlines():
             if line.startswith('model name'):
-                return line.split(':', 1)[1].strip()
+                name = line.split(':', 1)[1].strip()
+                break
     except OSError:
         pass
-    return platform.processor() or None
+    name = name or platform.processor() or None
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f'{name}, {capability}' if name else None
 
 
 def cuda_peak_extra_bytes(call: Callable[[], object], device: torch.device) -> int:

@@ -989,3 +989,12 @@ def test_depthwise_kernels_compile_for_sm90_without_spills():
         assert usage['stack_bytes'] == 0 and usage['registers'] <= 255, row
         assert usage['vector_loads'] > 0, row             # channels read as vectors
         assert usage['global_loads'] - usage['vector_loads'] <= 50, row
+
+
+def test_results_name_the_cpus_vector_isa():
+    # One model name ("AMD EPYC") covers CPUs with and without AVX-512, whose
+    # speed ratios differ: the results files say which kernels torch ran.
+    from mavit_mm.tooling.device import cpu_model, device_name
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert cpu_model().endswith(f', {capability}')
+    assert device_name(torch.device('cpu')) == f'cpu {cpu_model()}'
