@@ -28,7 +28,7 @@ def _join(data_root: str | None, path: str) -> str:
     return osp.join(data_root, path)
 
 
-def check_annotation_file(path: str, where: str, type_name=None) -> None:
+def check_annotation_file(path: str, where: str, type_name: str | None = None) -> None:
     """The file exists, and a JSON one parses (is not truncated or garbage); one
     read by a COCO type (``type_name``: the dataset's or evaluator's) has an
     'images' list. A remote path is left to the file backends."""
