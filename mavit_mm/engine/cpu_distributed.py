@@ -124,7 +124,7 @@ def _sync_bn_types() -> tuple:
     try:
         from mmcv.ops import SyncBatchNorm as MMSyncBatchNorm
     except ImportError:
-        return (nn.SyncBatchNorm, )
+        return (nn.SyncBatchNorm,)
     return (nn.SyncBatchNorm, MMSyncBatchNorm)
 
 

@@ -137,7 +137,8 @@ def _forward(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, out: torch
     """Launch ``_depthwise_forward_kernel``: ``out`` (and ``second``: the
     gate's sum, or the normed map) written."""
     _, channels, height, width = x.shape
-    block_w, block_c, num_warps = launch_tile(launch, channels, _kernel_size(taps))
+    ksize = _kernel_size(taps)
+    block_w, block_c, num_warps = launch_tile(launch, channels, ksize)
     gate_args = (attention, *_strides(attention), gate, *_strides(gate)) if gate is not None \
         else (x, 0, 0, 0, x, 0, 0, 0)
     second_args = (second, *_strides(second)) if second is not None else (x, 0, 0, 0)
@@ -148,7 +149,7 @@ def _forward(x: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, out: torch
             x, *_strides(x), taps, *taps.stride(), bias.contiguous(), *gate_args,
             out, *_strides(out), *second_args, norm_weight.contiguous(),
             norm_bias.contiguous(), mean, rstd, height, width, channels, eps,
-            K=_kernel_size(taps), PRE_GELU=pre_gelu, ADD_INPUT=add_input, GATE=gate is not None,
+            K=ksize, PRE_GELU=pre_gelu, ADD_INPUT=add_input, GATE=gate is not None,
             STORE_SUM=gate is not None and second is not None, NORM=norm is not None,
             BLOCK_W=block_w, BLOCK_C=block_c, num_warps=num_warps)
 
