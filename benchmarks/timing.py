@@ -2,9 +2,12 @@
 
 On CUDA, ``triton.testing.do_bench`` with ``return_mode='median'``: CUDA
 events around each call, the L2 cache cleared between calls, ``warmup_ms``
-of untimed calls, then calls for ``rep_ms``. On a CPU (the tests, the CPU
-runs of the op's PyTorch path), ``cpu_warmup`` untimed calls and the median
-of ``cpu_calls`` timed by ``time.perf_counter``.
+of untimed calls, then calls for ``rep_ms``. With ``cuda_graph``,
+``triton.testing.do_bench_cudagraph``: the calls captured in one CUDA graph
+and replayed, so the host's cost of issuing them is not timed (nor is L2
+cleared): the GPU's time, where a small call's host cost would hide it. On a
+CPU (the tests, the CPU runs of the op's PyTorch path), ``cpu_warmup``
+untimed calls and the median of ``cpu_calls`` timed by ``time.perf_counter``.
 
 ``in_mode`` makes the call to time as ``tools/analysis_tools/benchmark_fps.py``
 runs a forward, through its own code (``benchmarks/`` may import from
@@ -31,13 +34,18 @@ CPU_WARMUP_CALLS, CPU_CALLS = 2, 5
 
 def median_ms(step: Callable, device: torch.device, warmup_ms: float | None = None,
               rep_ms: float | None = None, *, cpu_warmup: int | None = None,
-              cpu_calls: int | None = None) -> float:
+              cpu_calls: int | None = None, cuda_graph: bool = False) -> float:
     """The median ms of ``step()`` on ``device`` (``None``: the default of each)."""
     if device.type == 'cuda':
         import triton.testing
+        rep = int(CUDA_REP_MS if rep_ms is None else rep_ms)
+        if cuda_graph:
+            return triton.testing.do_bench_cudagraph(step, rep=rep, return_mode='median')
         return triton.testing.do_bench(
-            step, warmup=int(CUDA_WARMUP_MS if warmup_ms is None else warmup_ms),
-            rep=int(CUDA_REP_MS if rep_ms is None else rep_ms), return_mode='median')
+            step, warmup=int(CUDA_WARMUP_MS if warmup_ms is None else warmup_ms), rep=rep,
+            return_mode='median')
+    if cuda_graph:
+        raise ValueError(f'a CUDA graph replays CUDA work; {device} has none to time')
     warmup = CPU_WARMUP_CALLS if cpu_warmup is None else int(cpu_warmup)
     calls = CPU_CALLS if cpu_calls is None else int(cpu_calls)
     if warmup < 0 or calls < 1:

@@ -2,7 +2,8 @@
 ``position_norm``, ``gated_lepe`` and ``ffn_middle`` (``mavit_mm/ops/depthwise/``)
 at MAViT-T's shapes with candidate ``(block_w, block_c, num_warps)`` tiles
 against the current ones, then each stage's forward and forward+backward with
-the winners against the current tiles, with ``benchmarks/timing.median_ms``.
+the winners against the current tiles, with ``benchmarks/timing.median_ms``:
+the calls replayed from a CUDA graph (``--timing``), the GPU's time alone.
 
 The shapes are a MAViT's calls at ``--size`` (default MAViT-T at 512x2048:
 maps of 128x512, 64x256, 32x128 and 16x64; the position and LePE stages at
@@ -296,11 +297,12 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print('tune_depthwise.py needs a CUDA GPU (use --dry-run to list the candidates)')
         return 2
-    tune_mala.start_budget(args.budget_s)
+    tune_mala.start_sweep(args.budget_s, args.timing)
     results = Results(args.output, environment(torch.cuda.get_device_name(CUDA), CUDA, None))
     results.document.update(apply=APPLY, min_speedup=MIN_SPEEDUP, table_lines=[],
                             settings=dict(arch=args.arch, size=args.size, batch=args.batch,
-                                          dtype=args.dtype, grid=grid, rep=args.rep))
+                                          dtype=args.dtype, grid=grid, rep=args.rep,
+                                          timing=args.timing))
     progress = Progress(timings + 4 * len(plans))
     for shape, plan in plans:
         print(f'{shape["stage"]} stage {shape["model_stage"]} C={shape["channels"]} '

@@ -1,6 +1,8 @@
 """Tune the fused MALA's launch table on a GPU: time every kernel on its own
 with candidate tiles (tokens per tile, warps, pipeline stages), then the split-N
-chunking and the tokens per program, with ``triton.testing.do_bench``.
+chunking and the tokens per program: the calls replayed from a CUDA graph
+(``benchmarks/timing.py``, ``--timing``), so that the GPU's time is compared,
+not the host's.
 
 For each shape it prints, per kernel, the fastest candidate against the current
 table, then the whole forward and forward+backward with the winners against the
@@ -43,6 +45,7 @@ COMBINE_CANDIDATES = [(rows, warps, 1) for rows in (2, 4, 8, 16, 32) for warps i
 CHUNK_COUNTS = (8, 16, 32, 64, 128, 256, 512)
 TILES_PER_PROGRAM = (1, 2, 4, 8, 16, 32)
 CUDA = torch.device('cuda')   # the kernels tuned are Triton's: CUDA only
+TIMINGS = ('cuda-graph', 'eager')   # --timing, the default first
 
 
 def parse_args(argv=None):
@@ -64,8 +67,15 @@ def parse_args(argv=None):
 
 def add_sweep_options(parser: argparse.ArgumentParser, listed: str) -> None:
     """The options of a tile sweep (this one, ``tune_depthwise.py``):
-    ``--rep``, ``--output``, ``--budget-s`` and ``--dry-run``, which lists ``listed``."""
-    parser.add_argument('--rep', type=int, default=25, help='do_bench measuring time in ms')
+    ``--rep``, ``--timing``, ``--output``, ``--budget-s`` and ``--dry-run``,
+    which lists ``listed``."""
+    parser.add_argument('--rep', type=int, default=25, help='measuring time in ms per timing')
+    parser.add_argument('--timing', choices=TIMINGS, default=TIMINGS[0],
+                        help='cuda-graph (default): the calls replayed from one CUDA graph, '
+                             'the GPU\'s time alone (at batch 1 the host\'s cost of a call '
+                             'exceeds its kernels\' and hid them: '
+                             'benchmarks/results/gpu-h200-2026-11-27/README.md); eager: '
+                             'do_bench, the host\'s cost of each call included')
     parser.add_argument('--output', type=Path, required=False,
                         help='JSON file to write (default: print only)')
     parser.add_argument('--budget-s', type=float, default=None,
@@ -139,12 +149,17 @@ class BudgetSpent(Exception):
 
 
 _deadline: float | None = None
+_timing = TIMINGS[0]
 
 
-def start_budget(budget_s: float | None) -> None:
-    """Start the ``--budget-s`` clock (``None``: no budget) that :func:`bench` keeps."""
-    global _deadline
+def start_sweep(budget_s: float | None, timing: str = TIMINGS[0]) -> None:
+    """Start the ``--budget-s`` clock (``None``: no budget) that :func:`bench`
+    keeps, and set how it times (``--timing``)."""
+    global _deadline, _timing
+    if timing not in TIMINGS:
+        raise ValueError(f'unknown timing {timing!r}: one of {TIMINGS}')
     _deadline = None if budget_s is None else time.time() + budget_s
+    _timing = timing
 
 
 def bench(make_step: Callable[[], Callable], rep: int) -> float | None:
@@ -155,7 +170,8 @@ def bench(make_step: Callable[[], Callable], rep: int) -> float | None:
     if _deadline is not None and time.time() > _deadline:
         raise BudgetSpent()
     try:
-        return median_ms(make_step(), CUDA, warmup_ms=10, rep_ms=rep)
+        return median_ms(make_step(), CUDA, warmup_ms=10, rep_ms=rep,
+                         cuda_graph=_timing == 'cuda-graph')
     except Exception as exc:  # out of resources, compile failure: record and go on
         print(f'      failed: {type(exc).__name__}: {str(exc)[:160]}')
         return None
@@ -285,10 +301,11 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print('tune_mala.py needs a CUDA GPU (use --dry-run to list the candidates)')
         return 2
-    start_budget(args.budget_s)
+    start_sweep(args.budget_s, args.timing)
     device = torch.device('cuda')
     name = torch.cuda.get_device_name(device)
     results = Results(args.output, environment(name, device, None))
+    results.document['timing'] = args.timing
     for dtype_name, batch_heads, num_tokens, head_dim in itertools.product(
             args.dtypes, args.batch_heads, args.tokens, args.head_dims):
         print(f'{dtype_name} BH={batch_heads} N={num_tokens} d={head_dim} {args.layout}',

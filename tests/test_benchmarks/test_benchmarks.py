@@ -290,7 +290,8 @@ def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, mo
         name: (lambda: None) for name in ('partials', 'combine', 'output', 'query',
                                           'chunk_sum', 'key')})
     monkeypatch.setattr(case, 'pass_step', lambda plan, backward: (lambda: None))
-    monkeypatch.setattr(triton.testing, 'do_bench',
+    monkeypatch.setattr(tune_mala, '_timing', 'cuda-graph')
+    monkeypatch.setattr(triton.testing, 'do_bench_cudagraph',
                         lambda step, **kwargs: (step(), 0.01 * (1 + len(built) % 3))[1])
     output = tmp_path / 'tune.json'
     results = tune_mala.Results(output, {'device': 'cpu'})
@@ -907,14 +908,15 @@ def test_tune_depthwise_times_each_candidate_under_its_tile_and_writes_the_table
     from benchmarks import tune_depthwise, tune_mala
     from mavit_mm.ops.depthwise.function import launch_tile
     monkeypatch.setattr(tune_mala, '_deadline', None)
+    monkeypatch.setattr(tune_mala, '_timing', 'cuda-graph')
     timed = []
 
-    def do_bench(step, **kwargs):
+    def do_bench_cudagraph(step, **kwargs):
         step()
         forward, backward = (launch_tile(f'ffn_middle.{p}', 24, 3) for p in ('forward', 'backward'))
         timed.append((forward, backward))
         return 1.0 - 0.2 * (forward.num_warps == 8) - 0.1 * (backward.block_w == 8)
-    monkeypatch.setattr(triton.testing, 'do_bench', do_bench)
+    monkeypatch.setattr(triton.testing, 'do_bench_cudagraph', do_bench_cudagraph)
     shape = dict(stage='ffn_middle', model_stage=1, channels=24, height=3, width=11, kernel_size=3)
     case = tune_depthwise.Case(shape, 1, torch.float32, torch.device('cpu'))
     plan = {launch: tune_depthwise.candidates(launch, 24, 3)
@@ -947,9 +949,36 @@ def test_tune_depthwise_times_each_candidate_under_its_tile_and_writes_the_table
         "('ffn_middle.backward', 24): DepthwiseTile(8, 32, 4),  # x1.11"]
     assert len(saved) == len(forward_tiles) + len(backward_tiles) + 2
     assert len(saved[0]['results'][0]['launches']['ffn_middle.forward']['timings']) == 1
-    tune_mala.start_budget(-1)
+    tune_mala.start_sweep(-1)
     with pytest.raises(tune_mala.BudgetSpent):
         tune_depthwise.tune_case(case, plan, 1, {}, lambda: None, tune_depthwise.Progress(1))
+
+
+def test_tuners_time_the_gpu_alone_unless_asked(monkeypatch):
+    """Both tile sweeps replay their calls from a CUDA graph by default: at
+    the model's batch-1 shapes the host's cost of a call exceeded its kernels'
+    on the GPU machine and decided which tile won. ``--timing eager`` times
+    with do_bench, host included; the JSON says which."""
+    import triton.testing
+
+    from benchmarks import tune_depthwise, tune_mala
+    assert tune_mala.parse_args([]).timing == tune_depthwise.parse_args([]).timing == 'cuda-graph'
+    assert tune_depthwise.parse_args(['--timing', 'eager']).timing == 'eager'
+    used = []
+    monkeypatch.setattr(triton.testing, 'do_bench_cudagraph',
+                        lambda step, **kwargs: used.append(('graph', kwargs)) or 2.0)
+    monkeypatch.setattr(triton.testing, 'do_bench',
+                        lambda step, **kwargs: used.append(('eager', kwargs)) or 3.0)
+    monkeypatch.setattr(tune_mala, '_deadline', None)
+    monkeypatch.setattr(tune_mala, '_timing', tune_mala._timing)
+    tune_mala.start_sweep(None)
+    assert tune_mala.bench(lambda: (lambda: None), 20) == 2.0
+    tune_mala.start_sweep(None, 'eager')
+    assert tune_mala.bench(lambda: (lambda: None), 20) == 3.0
+    assert used == [('graph', dict(rep=20, return_mode='median')),
+                    ('eager', dict(warmup=10, rep=20, return_mode='median'))]
+    with pytest.raises(ValueError, match='unknown timing'):
+        tune_mala.start_sweep(None, 'graphs')
 
 
 def test_ncu_mala_builds_its_inputs_in_the_layout_asked(monkeypatch):

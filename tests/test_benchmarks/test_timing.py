@@ -48,6 +48,27 @@ def test_median_ms_on_cuda_is_do_bench_s_median(monkeypatch):
                           return_mode='median')]
 
 
+def test_median_ms_in_a_cuda_graph_is_do_bench_cudagraph_s_median(monkeypatch):
+    """``cuda_graph``: the calls replayed from one CUDA graph (the host's
+    cost of issuing them untimed), for ``rep_ms``; a CPU has no graph to
+    replay, and says so."""
+    import triton.testing
+    asked = []
+
+    def do_bench_cudagraph(step, **kwargs):
+        asked.append(kwargs)
+        return 0.25
+    monkeypatch.setattr(triton.testing, 'do_bench_cudagraph', do_bench_cudagraph)
+    monkeypatch.setattr(triton.testing, 'do_bench', None)     # not called
+    cuda = torch.device('cuda')
+    assert timing.median_ms(lambda: None, cuda, 10, 40, cuda_graph=True) == 0.25
+    timing.median_ms(lambda: None, cuda, cuda_graph=True)
+    assert asked == [dict(rep=40, return_mode='median'),
+                     dict(rep=timing.CUDA_REP_MS, return_mode='median')]
+    with pytest.raises(ValueError, match='CUDA graph'):
+        timing.median_ms(lambda: None, CPU, cuda_graph=True)
+
+
 def test_in_mode_makes_the_call_each_mode_times(monkeypatch):
     """eager: the step itself; compile: benchmark_fps.py's ``compiled`` (stood
     in for), its seconds recorded, dynamo reset on leaving; an unknown mode

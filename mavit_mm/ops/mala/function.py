@@ -45,9 +45,11 @@ MAX_TILES_PER_PROGRAM = 16
 # --compile-report``): the largest tiles that keep wgmma products and spill
 # nothing at d <= 64; the partials loop keeps 4 tiles in flight (5 stages), as
 # at batch 1 it is bound by load latency; wide heads spill less with 16-token
-# tiles. ``benchmarks/tune_mala.py`` times alternatives on a GPU.
+# tiles. Except the narrow query tile, chosen by timing
+# (``benchmarks/tune_mala.py``): the fastest of 24 at d = 64 and B*heads 1 and
+# 16 on an H200 (gpu-h200-2026-11-27/part-6/tune-bh*.json), though it spills.
 KERNEL_TILES = {
-    'narrow': dict(output=(64, 4, 1), partials=(16, 8, 5), query=(16, 8, 3), key=(64, 8, 3),
+    'narrow': dict(output=(64, 4, 1), partials=(16, 8, 5), query=(64, 8, 1), key=(64, 8, 3),
                    combine=(2, 4, 1)),
     'wide': dict(output=(16, 8, 3), partials=(16, 8, 3), query=(16, 8, 1), key=(16, 8, 3),
                  combine=(4, 4, 1)),
@@ -106,18 +108,23 @@ def tile_family(head_dim: int) -> str:
     return 'narrow' if triton.next_power_of_2(head_dim) <= 64 else 'wide'
 
 
-def fastest_chunk_count(num_tokens: int, batch_heads: int, slots: int) -> int:
-    """The split-N chunk count that finishes soonest, by a model of the time
-    as waves x tokens per chunk (plus each chunk's partial sums):
+def fastest_chunking(num_tokens: int, batch_heads: int, slots: int, granule: int = 1) -> int:
+    """The tokens per split-N chunk that finish soonest, by a model of the
+    time as waves x tokens per chunk (plus each chunk's partial sums):
     ``chunks * batch_heads`` programs run ``slots`` at a time, so counts that
-    leave the last wave nearly empty lose, and whole waves win."""
+    leave the last wave nearly empty lose, and whole waves win. A chunk holds
+    whole reduction tiles of ``granule`` tokens, so a count is judged by the
+    chunks its rounded size gives."""
     max_chunks = max(1, min(num_tokens // MIN_TOKENS_PER_CHUNK, slots))
 
-    def cost(chunks: int) -> int:
-        waves = _cdiv(chunks * batch_heads, slots)
-        return waves * (_cdiv(num_tokens, chunks) + PARTIAL_SUM_TOKENS)
+    def tokens(chunks: int) -> int:
+        return _cdiv(_cdiv(num_tokens, chunks), granule) * granule
 
-    return min(range(1, max_chunks + 1), key=lambda c: (cost(c), c))
+    def cost(chunks: int) -> int:
+        waves = _cdiv(_cdiv(num_tokens, tokens(chunks)) * batch_heads, slots)
+        return waves * (tokens(chunks) + PARTIAL_SUM_TOKENS)
+
+    return tokens(min(range(1, max_chunks + 1), key=lambda c: (cost(c), c)))
 
 
 def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: torch.dtype,
@@ -148,8 +155,8 @@ def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: to
                   for name, tile in chosen.items()}
     if tokens_per_chunk is None:
         reduce_block_n = max(chosen['partials'].block_n, chosen['query'].block_n)
-        chunks = fastest_chunk_count(num_tokens, batch_heads, resident_per_sm * sm_count(device))
-        tokens_per_chunk = _cdiv(_cdiv(num_tokens, chunks), reduce_block_n) * reduce_block_n
+        tokens_per_chunk = fastest_chunking(num_tokens, batch_heads,
+                                            resident_per_sm * sm_count(device), reduce_block_n)
     if tokens_per_chunk < 1:
         raise ValueError(f'tokens_per_chunk must be positive, got {tokens_per_chunk}')
 

@@ -44,7 +44,8 @@ from mavit_mm.ops.rope2d import RoPE2d  # noqa: E402
 # With 2 programs resident per SM (the expected counts are for it; the
 # default, RESIDENT_PROGRAMS_PER_SM, follows the kernels' compile).
 @pytest.mark.parametrize('sm_count,batch_heads,num_tokens,expected_programs', [
-    (132, 16, 65536, 528),   # two whole waves of 264 programs, not 17 x 16 in three
+    (132, 16, 65536, 256),   # one wave: chunks of whole 64-token query tiles give
+                             # 16 x 16 programs of 4096 tokens, or 32 x 16 in two
     (132, 1, 65536, 128),    # B*heads = 1: 512-token chunks, one program per SM
     (132, 3, 64 * 64, 24),   # small maps: at least 512 tokens per chunk
 ])
@@ -58,8 +59,10 @@ def test_split_n_grid_fills_whole_waves(monkeypatch, sm_count, batch_heads, num_
         programs = plan.num_chunks * batch_heads
         assert programs <= slots or programs % slots == 0, (resident, programs)
         assert plan.tokens_per_chunk >= mala_function.MIN_TOKENS_PER_CHUNK
-        assert mala_function.fastest_chunk_count(num_tokens, batch_heads, slots) == \
-            plan.num_chunks
+        granule = max(plan.partials.block_n, plan.query.block_n)
+        assert mala_function.fastest_chunking(num_tokens, batch_heads, slots, granule) == \
+            plan.tokens_per_chunk
+        assert plan.tokens_per_chunk % granule == 0
         if resident == 2:
             assert programs == expected_programs
     # The default is RESIDENT_PROGRAMS_PER_SM.
@@ -131,9 +134,12 @@ def test_default_resident_count_and_shared_memory_are_the_sm90_compile(tmp_path)
         shared
     # The kernels' design on the model's layout: no spills, and every token
     # pass a Hopper warp-group product (the channel-order tiles; the pair-split
-    # tiles of 32 rows compiled to mma.sync).
+    # tiles of 32 rows compiled to mma.sync). The query kernel's tile was timed
+    # fastest though it spills (KERNEL_TILES): a little, and no more.
     usage = {name: ast.literal_eval(line[line.index('{'):]) for name, line in lines.items()}
-    assert all(u['stack_bytes'] == 0 for u in usage.values()), usage
+    assert all(u['stack_bytes'] == 0 for name, u in usage.items()
+               if name != 'backward_query'), usage
+    assert usage['backward_query']['stack_bytes'] <= 512, usage
     assert all(usage[name]['wgmma'] > 0 for name in
                ('forward_partials', 'forward_output', 'backward_query', 'backward_key')), usage
     # fp32 (exact products, FP32_TILES): no spills either.
