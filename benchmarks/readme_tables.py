@@ -35,9 +35,10 @@ subfolder per ``gpu_check.py`` command (its ``--out``), each with the
 (a command folder without one, or a file at the run's top, takes the run's
 other ``env.json``). The GPU tools do not record the commit: the run's
 ``README.md`` names it on a line ``Commit: `<sha>```. ``gpu-upernet-fps``
-shows every UperNet FPS file of the newest such run (``benchmark_fps.py``'s
-JSON, or ``gpu_check.py``'s ``upernet-fps.json``): a mode and size measured
-more than once shows each run and their median.
+shows each size and mode from the newest run that measured it
+(``benchmark_fps.py``'s JSON, or ``gpu_check.py``'s ``upernet-fps.json``),
+a section per run: a mode and size measured more than once in a run shows
+each run and their median.
 ``benchmarks/results/README.md`` says what produced each results file.
 
 A block never names an uncommitted tree: a results file whose commit ends in
@@ -550,20 +551,41 @@ def render_gpu_model(report: dict, source: str) -> str:
 
 
 def render_gpu_fps(report: dict, source: str) -> str:
-    """UperNet + MAViT-T against UperNet + Swin-T, images/s per mode and size,
-    from every FPS file of the GPU run that ``source`` (its newest) is part of;
-    a mode and size measured more than once shows each run, in the order
-    they ran, and the median of the ratios. Runs: the files in date order;
-    within a file, its rows of a model, mode and size in order (gpu_check.py
-    gathers several ``benchmark_fps.py`` children into one file), the i-th
-    of MAViT-T paired with the i-th of Swin-T."""
-    run = gpu_run_dir(REPO_ROOT / source)
-    env = _gpu_env(source)
+    """UperNet + MAViT-T against UperNet + Swin-T, images/s per mode and size:
+    each size, precision and mode from the newest GPU run that measured it,
+    ``source``'s run (the newest) first, then older runs for what it lacks,
+    one section per run (``_fps_section``)."""
+    newest = gpu_run_dir(REPO_ROOT / source)
+    runs = {gpu_run_dir(path) for path in newest.parent.glob(f'{GPU_RUN_PREFIX}*/{GPU_FPS_FILES}')}
+    measured = {run: _fps_measurements(run) for run in runs | {newest}}
+    if not measured[newest]['runs']:
+        raise ValueError(f'no UperNet FPS of both models in {repo_path(newest)}')
+    older = sorted((run for run in measured if run != newest and measured[run]['runs']
+                    and measured[run]['date'] < measured[newest]['date']),
+                   key=lambda run: measured[run]['date'], reverse=True)
+    sections, shown = [], set()
+    for run in [newest, *older]:
+        keys = set(measured[run]['runs']) - shown
+        if keys:
+            sections.append(_fps_section(run, measured[run], keys, first=not sections))
+            shown |= keys
+    return '\n\n'.join(sections)
+
+
+def _fps_measurements(run: Path) -> dict:
+    """Every UperNet FPS file of GPU run ``run``: the pairs of runs by (height,
+    width, dtype, mode), the failures by the same key, the commits, configs,
+    batches, the run's environment and its newest file's date. Runs: the
+    files in date order; within a file, its rows of a model, mode and size in
+    order (gpu_check.py gathers several ``benchmark_fps.py`` children into
+    one file), the i-th of MAViT-T paired with the i-th of Swin-T."""
     reports = {path: json.loads(path.read_text()) for path in run.glob(GPU_FPS_FILES)}
-    runs, failed, commits, configs, batches = {}, [], set(), {}, set()
+    found = dict(runs={}, failed={}, commits=set(), configs={}, batches=set(), date='')
     for path in sorted(reports, key=lambda path: _report_date(path, reports[path])):
         data, name = reports[path], path.relative_to(run).as_posix()
-        commits.add(committed(path, data))
+        found['env'] = env = found.get('env') or _gpu_env(repo_path(path))
+        found['date'] = max(found['date'], _report_date(path, data))
+        found['commits'].add(committed(path, data))
         _check_run_environment(path, data, env)
         measured = {}
         for row in data.get('results', []):
@@ -571,37 +593,50 @@ def render_gpu_fps(report: dict, source: str) -> str:
                           if Path(row.get('config', '')).name.startswith(start)), None)
             if model is None:
                 continue
-            if row.get('error') or not row.get('fps'):
-                failed.append(f"{model} {FPS_MODES.get(row['mode'], row['mode'])} {row['dtype']} at "
-                              f"{row['height']}x{row['width']} (`{name}`): {row.get('error')}")
-                continue
-            configs.setdefault(model, set()).add(row['config'])
-            batches.add(row['batch_size'])
             key = (row['height'], row['width'], row['dtype'], row['mode'])
+            if row.get('error') or not row.get('fps'):
+                found['failed'].setdefault(key, []).append(
+                    f"{model} {FPS_MODES.get(row['mode'], row['mode'])} {row['dtype']} at "
+                    f"{row['height']}x{row['width']} (`{name}`): {row.get('error')}")
+                continue
+            found['configs'].setdefault(model, set()).add(row['config'])
+            found['batches'].add(row['batch_size'])
             measured.setdefault(key, {}).setdefault(model, []).append(row['fps'])
         for key, fps in measured.items():
             if fps.keys() == UPERNET_MODELS.keys():
                 pairs = [dict(zip(UPERNET_MODELS, one_run))
                          for one_run in zip(*(fps[model] for model in UPERNET_MODELS))]
-                runs.setdefault(key, []).append((name, data['iters'], pairs))
-    if not runs:
-        raise ValueError(f'no UperNet FPS of both models in {repo_path(run)}')
-    if None in commits:
+                found['runs'].setdefault(key, []).append((name, data['iters'], pairs))
+    return found
+
+
+def _fps_section(run: Path, found: dict, keys: set, first: bool) -> str:
+    """The sentence and table of GPU run ``run``'s measurements at ``keys``;
+    a mode and size measured more than once shows each run, in the order
+    they ran, and the median of the ratios."""
+    if None in found['commits']:
         raise ValueError(f'{repo_path(run)}/README.md names no commit (a line Commit: `<sha>`)')
-    mavit, swin = UPERNET_MODELS
-    lines = [f"Measured on an {env['device']} (driver {env['driver']}, CUDA {env['cuda']}), torch "
-             f"{env['torch']}, Triton {env['triton']}, commit {', '.join(sorted(commits))}, "
-             f"{env['date'][:10]}: UperNet + {mavit} ("
-             + ', '.join(f'`{config}`' for config in sorted(configs[mavit]))
-             + f') against UperNet + {swin} ('
-             + ', '.join(f'`{config}`' for config in sorted(configs[swin]))
-             + f"), whole models in tensor mode, batch {', '.join(map(str, sorted(batches)))}, "
-             'images/s of `tools/analysis_tools/benchmark_fps.py` (also run by '
-             "`benchmarks/gpu_check.py`'s UperNet FPS steps): eager; captured once in a CUDA "
-             "graph and replayed; `torch.compile(mode='reduce-overhead')`. A mode and size that "
-             'ran more than once lists every run, in the order they ran; their median judges. '
-             f'Raw: `{repo_path(run)}/` (its README.md says which command wrote each file).',
-             '',
+    env, configs, mavit, swin = found['env'], found['configs'], *UPERNET_MODELS
+    lead = (f"Measured on an {env['device']} (driver {env['driver']}, CUDA {env['cuda']}), torch "
+            f"{env['torch']}, Triton {env['triton']}, commit {', '.join(sorted(found['commits']))}, "
+            f"{env['date'][:10]}")
+    if first:
+        lead += (f': UperNet + {mavit} ('
+                 + ', '.join(f'`{config}`' for config in sorted(configs[mavit]))
+                 + f') against UperNet + {swin} ('
+                 + ', '.join(f'`{config}`' for config in sorted(configs[swin]))
+                 + f"), whole models in tensor mode, batch "
+                 f"{', '.join(map(str, sorted(found['batches'])))}, images/s of "
+                 '`tools/analysis_tools/benchmark_fps.py` (also run by '
+                 "`benchmarks/gpu_check.py`'s UperNet FPS steps): eager; captured once in a CUDA "
+                 "graph and replayed; `torch.compile(mode='reduce-overhead')`. A mode and size "
+                 'that ran more than once lists every run, in the order they ran; their median '
+                 'judges. Each size and mode comes from the newest GPU run that measured it')
+    else:
+        lead += (', the sizes and modes the newer run did not measure, as above (batch '
+                 f"{', '.join(map(str, sorted(found['batches'])))})")
+    lines = [f'{lead}. Raw: `{repo_path(run)}/` (its README.md says which command wrote each '
+             'file).', '',
              f'| size | precision | mode | {mavit} images/s | {swin} images/s | {mavit} / {swin}, '
              'each run | median | runs: file [× runs in it] (iterations) |',
              '| --- | --- | --- | ---: | ---: | ---: | ---: | --- |']
@@ -610,7 +645,8 @@ def render_gpu_fps(report: dict, source: str) -> str:
     def order(key):
         height, width, dtype, mode = key
         return height * width, height, dtype, modes.index(mode) if mode in modes else len(modes)
-    for key in sorted(runs, key=order):
+    runs = found['runs']
+    for key in sorted(keys, key=order):
         height, width, dtype, mode = key
         every = [fps for _, _, pairs in runs[key] for fps in pairs]
         ratios = [fps[mavit] / fps[swin] for fps in every]
@@ -621,6 +657,8 @@ def render_gpu_fps(report: dict, source: str) -> str:
                      f'**{statistics.median(ratios):.2f}** | '
                      + ', '.join(f'`{name}`' + (f' ×{len(pairs)}' if len(pairs) > 1 else '')
                                  + f' ({iters})' for name, iters, pairs in runs[key]) + ' |')
+    failed = [text for key, texts in found['failed'].items()
+              if key in keys or (first and key not in runs) for text in texts]
     if failed:
         lines += ['', 'Failed: ' + '; '.join(failed) + '.']
     return '\n'.join(lines)

@@ -212,34 +212,83 @@ def recorded_ratios(report: dict) -> dict:
     return found
 
 
-def test_readme_gpu_table_quotes_every_fps_file_of_the_newest_gpu_run():
-    run = readme_tables.gpu_run_dir(readme_tables.newest_results('gpu-upernet-fps'))
-    reports = {path.relative_to(run).as_posix(): json.loads(path.read_text())
-               for path in run.glob('**/*fps*.json')}
+def test_readme_gpu_table_quotes_each_size_and_mode_from_the_newest_gpu_run_measuring_it():
+    """Each section of the block is one GPU run (its GPU, versions, commit and
+    folder), its rows that run's FPS files; every size and mode measured by
+    any committed run is in the block once, from the newest run with it."""
     block = readme_tables.readme_block(README_TEXT, 'gpu-upernet-fps')
-    env = json.loads(next(run.glob('*/env.json')).read_text())
-    commit = re.search(r'^Commit: `([^`]+)`', (run / 'README.md').read_text(), re.M).group(1)
-    assert f"{env['device']} (driver {env['driver']}, CUDA {env['cuda']}), torch {env['torch']}, " \
-           f"Triton {env['triton']}, commit {commit}, {env['date'][:10]}" in block
-    assert f'Raw: `{run.relative_to(REPO_ROOT).as_posix()}/`' in block
     mode_names = {name: mode for mode, name in readme_tables.FPS_MODES.items()}
-    quoted = set()
-    for size, dtype, mode_name, mavit_fps, swin_fps, ratios, median, files in table_rows(block):
-        mode = mode_names[mode_name]
-        names = re.findall(r'`([^`]+)`(?: ×\d+)? \((\d+)\)', files)
-        runs = [fps for name, _ in names for fps in fps_runs(reports[name], size, dtype, mode)]
-        assert [float(value) for value in mavit_fps.split(', ')] == [round(m, 1) for m, _ in runs]
-        assert [float(value) for value in swin_fps.split(', ')] == [round(s, 1) for _, s in runs]
-        assert [float(value) for value in ratios.split(', ')] == [round(m / s, 2) for m, s in runs]
-        assert float(median.strip('*')) == round(statistics.median(m / s for m, s in runs), 2)
-        assert [int(iters) for _, iters in names] == [reports[name]['iters'] for name, _ in names]
-        # The tools' own ratios agree.
-        assert [round(ratio, 2) for name, _ in names
-                for ratio in recorded_ratios(reports[name])[(size, dtype, mode)]] == \
-            [round(m / s, 2) for m, s in runs]
-        quoted |= {(name, size, dtype, mode) for name, _ in names}
-    # Every measured pair of every FPS file of the run is in the table.
-    assert quoted == {(name, *key) for name, report in reports.items() for key in recorded_ratios(report)}
+    results = readme_tables.RESULTS_DIR
+    runs = {readme_tables.gpu_run_dir(path) for path in results.glob('gpu-*/**/*fps*.json')}
+    reports = {run: {path.relative_to(run).as_posix(): json.loads(path.read_text())
+                     for path in run.glob('**/*fps*.json')} for run in runs}
+
+    def run_date(run):
+        return max(readme_tables._report_date(path, json.loads(path.read_text()))
+                   for path in run.glob('**/*fps*.json'))
+    expected = {}
+    for run in sorted(runs, key=run_date):        # newer runs overwrite older ones
+        for report in reports[run].values():
+            for key in recorded_ratios(report):
+                expected[key] = run
+    quoted = {}
+    sections = block.split('\n\nMeasured on ')
+    assert len(sections) >= 1 and block.startswith('Measured on ')
+    for section in sections:
+        run = REPO_ROOT / re.search(r'Raw: `([^`]+)/`', section).group(1)
+        env = json.loads(next(run.glob('*/env.json')).read_text())
+        commit = re.search(r'^Commit: `([^`]+)`', (run / 'README.md').read_text(), re.M).group(1)
+        assert f"{env['device']} (driver {env['driver']}, CUDA {env['cuda']}), torch " \
+               f"{env['torch']}, Triton {env['triton']}, commit {commit}, {env['date'][:10]}" \
+            in section
+        for size, dtype, mode_name, mavit_fps, swin_fps, ratios, median, files in \
+                table_rows(section):
+            mode = mode_names[mode_name]
+            names = re.findall(r'`([^`]+)`(?: ×\d+)? \((\d+)\)', files)
+            found = [fps for name, _ in names
+                     for fps in fps_runs(reports[run][name], size, dtype, mode)]
+            assert [float(v) for v in mavit_fps.split(', ')] == [round(m, 1) for m, _ in found]
+            assert [float(v) for v in swin_fps.split(', ')] == [round(s, 1) for _, s in found]
+            assert [float(v) for v in ratios.split(', ')] == [round(m / s, 2) for m, s in found]
+            assert float(median.strip('*')) == round(
+                statistics.median(m / s for m, s in found), 2)
+            assert [int(iters) for _, iters in names] == \
+                [reports[run][name]['iters'] for name, _ in names]
+            # The tools' own ratios agree.
+            assert [round(ratio, 2) for name, _ in names
+                    for ratio in recorded_ratios(reports[run][name])[(size, dtype, mode)]] == \
+                [round(m / s, 2) for m, s in found]
+            assert (size, dtype, mode) not in quoted
+            quoted[(size, dtype, mode)] = run
+    assert quoted == expected
+
+
+def test_gpu_table_takes_each_size_and_mode_from_the_newest_run_with_it(tmp_path):
+    """A newer run that measured 1024x2048 only: its section first, then the
+    older run's 512x2048; a size both measured comes from the newer."""
+    def rows(height, mavit, swin, mode='eager'):
+        return [dict(fps_row('upernet_mavit-t', mode, mavit), height=height),
+                dict(fps_row('upernet_swin-t', mode, swin), height=height)]
+    write_gpu_run(tmp_path / 'gpu-a-2026-12-01', '2026-12-01T00:00:00', {
+        'part-1/upernet-fps.json': dict(iters=50, results=rows(512, 30.0, 20.0)
+                                        + rows(256, 9.0, 10.0))}, commit='aaa1111')
+    write_gpu_run(tmp_path / 'gpu-b-2026-12-02', '2026-12-02T00:00:00', {
+        'part-1/upernet-fps-1024.json': dict(iters=50, results=rows(1024, 10.0, 20.0)
+                                             + rows(256, 12.0, 10.0))}, commit='bbb2222')
+    newest = readme_tables.newest_results('gpu-upernet-fps', tmp_path)
+    block = readme_tables.block_for('gpu-upernet-fps', newest)
+    newer, older = block.split('\n\nMeasured on ')
+    assert 'commit bbb2222, 2026-12-02' in newer and 'gpu-b-2026-12-02/`' in newer
+    assert [row[:3] + row[5:7] for row in table_rows(newer)] == [
+        ['256x2048', 'bf16', 'eager', '1.20', '**1.20**'],
+        ['1024x2048', 'bf16', 'eager', '0.50', '**0.50**']]
+    assert 'commit aaa1111, 2026-12-01, the sizes and modes the newer run did not measure' in older
+    assert [row[:3] + row[5:7] for row in table_rows(older)] == [
+        ['512x2048', 'bf16', 'eager', '1.50', '**1.50**']]
+    # Rendered from the older run, the block holds it alone.
+    only = readme_tables.block_for('gpu-upernet-fps',
+                                   tmp_path / 'gpu-a-2026-12-01' / 'part-1' / 'upernet-fps.json')
+    assert '\n\nMeasured on ' not in only and len(table_rows(only)) == 2
 
 
 def test_readme_leads_its_speed_results_with_the_gpu_table():
