@@ -2,6 +2,9 @@
 pretrained weights, and make small CPU batches with real ground truth."""
 from __future__ import annotations
 
+import copy
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -28,7 +31,14 @@ IMG_H, IMG_W = 96, 128
 
 
 def load_config(rel_path: str):
-    """``configs/<rel_path>``, loaded as the tools load it."""
+    """``configs/<rel_path>``, loaded as the tools load it: parsed once per
+    test process (half a second a config, and many tests read the same
+    ones), a fresh copy on every call so that no test sees another's edits."""
+    return copy.deepcopy(_parsed_config(str(rel_path)))
+
+
+@functools.cache
+def _parsed_config(rel_path: str):
     from mavit_mm.tooling.config import load_config as load
     return load(CONFIG_DIR / rel_path)
 
