@@ -580,11 +580,13 @@ def _fps_measurements(run: Path) -> dict:
     order (gpu_check.py gathers several ``benchmark_fps.py`` children into
     one file), the i-th of MAViT-T paired with the i-th of Swin-T."""
     reports = {path: json.loads(path.read_text()) for path in run.glob(GPU_FPS_FILES)}
-    found = dict(runs={}, failed={}, commits=set(), configs={}, batches=set(), date='')
-    for path in sorted(reports, key=lambda path: _report_date(path, reports[path])):
+    dates = {path: _report_date(path, report) for path, report in reports.items()}
+    ordered = sorted(reports, key=dates.get)
+    env = _gpu_env(repo_path(ordered[0])) if ordered else None
+    found = dict(runs={}, failed={}, commits=set(), configs={}, batches=set(), env=env,
+                 date=max(dates.values(), default=''))
+    for path in ordered:
         data, name = reports[path], path.relative_to(run).as_posix()
-        found['env'] = env = found.get('env') or _gpu_env(repo_path(path))
-        found['date'] = max(found['date'], _report_date(path, data))
         found['commits'].add(committed(path, data))
         _check_run_environment(path, data, env)
         measured = {}
