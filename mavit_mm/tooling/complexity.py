@@ -83,10 +83,14 @@ def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:
             # (its MLP's 1x1 convs are modules, counted by their own hooks).
             add('inline_residual', 9 * inputs[0].numel())
 
+    # One hook a module: the first type it is in this order.
     hooks = ((nn.Conv2d, on_conv), (nn.ConvTranspose2d, on_conv_transpose),
              (nn.Linear, on_linear), (GatedAttention, on_attention))
-    handles = [module.register_forward_hook(hook) for module in model.modules()
-               for module_type, hook in hooks if isinstance(module, module_type)]
+    handles = []
+    for module in model.modules():
+        hook = next((hook for module_type, hook in hooks if isinstance(module, module_type)), None)
+        if hook is not None:
+            handles.append(module.register_forward_hook(hook))
     try:
         with torch.no_grad():
             run()

@@ -109,13 +109,15 @@ def _write_sheet(drawn: Sequence, out_file: Path, column_titles, title=None) -> 
 def training_curves(work_dir) -> dict[str, object]:
     """``{'losses': {name: ([iter], [value])}, 'metrics': {name: ([iter], [value])}}``
     of the newest training run of ``work_dir``."""
-    run_dir = next((run_dir for run_dir in reversed(run_dirs(work_dir))
-                    if any('loss' in record for record in training_records(run_dir))), None)
-    if run_dir is None:
+    for run_dir in reversed(run_dirs(work_dir)):
+        records = training_records(run_dir)
+        if any('loss' in record for record in records):
+            break
+    else:
         raise FileNotFoundError(f'no training log (vis_data/*.json with losses) in {work_dir}')
     losses: dict[str, tuple] = {}
     metrics: dict[str, tuple] = {}
-    for record in training_records(run_dir):
+    for record in records:
         step = record.get('step', record.get('iter'))
         if step is None:
             continue

@@ -80,8 +80,10 @@ def check_dataset_cfg(dataset_cfg: dict, where: str) -> None:
     prefixes = dataset_cfg.get('data_prefix') or {}
     for key in _DATASET_DIR_KEYS:
         folder = prefixes.get(key) if isinstance(prefixes, dict) else None
-        path = _join(data_root, folder or '')
-        if folder and not is_remote(path) and not osp.isdir(path):
+        if not folder:
+            continue
+        path = _join(data_root, folder)
+        if not is_remote(path) and not osp.isdir(path):
             raise ConfigCheckError(f'{where}: data_prefix.{key} folder not found: {path}')
 
 
