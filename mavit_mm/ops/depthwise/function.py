@@ -32,8 +32,10 @@ from . import kernels  # noqa: E402
 BLOCK_W = 16
 BLOCK_C = 64
 NORM_TILE = 2048            # BLOCK_W * BLOCK_C of the stages with the norm
-# The 5x5 backward keeps 25 taps' loads in flight: at 64 channels it spills on
-# sm_90, at 32 not (benchmarks/results/compile-report-sm90-depthwise-*).
+# The 5x5 backward keeps 25 taps' loads in flight: at 64 channels Triton 3.6
+# gives it 255 registers and spills 56 B on sm_90 (a desk review's compile);
+# at 32, 151 registers and no spill with 3.6 and 3.9
+# (benchmarks/results/compile-report-sm90-depthwise-*-b62358c.txt).
 WIDE_BACKWARD_BLOCK_C = 32
 
 

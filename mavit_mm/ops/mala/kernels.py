@@ -375,7 +375,8 @@ def _forward_combine_kernel(
 
     Chunks are summed a block at a time (``MEAN_CHUNKS`` for the means,
     ``KV_CHUNKS`` for the matrix), so hundreds of chunks cost a few rounds of
-    independent loads, not one L2 round trip each. Program 0 also writes vm.
+    independent loads, not one L2 round trip each. Every program writes the
+    mean-k entries of its own rows; program 0 also writes vm.
     """
     row_block = tl.program_id(0)
     bh = tl.program_id(1)
@@ -443,8 +444,9 @@ def _forward_combine_kernel(
 @triton.jit
 def _head_setup(stats_ptr, angle_ptr, bh, head_dim, BLOCK_P: tl.constexpr,
                 BLOCK_D: tl.constexpr):
-    """What every token kernel sets up per head: the pair and channel indices
-    and masks, the pair angles and the forward means (km, krm as pairs; vm)."""
+    """What the output, query and key kernels set up per head: the pair and
+    channel indices and masks, the pair angles and the forward means (km, krm
+    as pairs; vm). The partials kernel sets up the first three itself."""
     pairs = tl.arange(0, BLOCK_P)
     channels = tl.arange(0, BLOCK_D)
     pair_ok = pairs < head_dim // 2
