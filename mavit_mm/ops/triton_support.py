@@ -61,6 +61,17 @@ def check_triton_release() -> None:
                           f'kernels support (>={SUPPORTED_TRITON[0]},<{SUPPORTED_TRITON[1]})')
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for launch grids and plans on the host, where Triton's
+    own ``triton.cdiv`` (a constexpr function) costs about 1.4 us a call."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """``triton.next_power_of_2(n)`` for ``n >= 1``, on the host (as ``cdiv``)."""
+    return 1 << (n - 1).bit_length()
+
+
 def index_extent(t: torch.Tensor, start_dim: int) -> int:
     """The largest element offset a kernel forms in ``t`` from the first
     element of one slice of its dimensions before ``start_dim`` (the kernels

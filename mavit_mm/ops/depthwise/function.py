@@ -19,11 +19,9 @@ from typing import NamedTuple
 
 import torch
 
-from ..triton_support import check_triton_release, on_device
+from ..triton_support import cdiv, check_triton_release, next_power_of_2, on_device
 
 check_triton_release()
-
-import triton  # noqa: E402
 
 from . import kernels  # noqa: E402
 
@@ -94,7 +92,7 @@ def launch_tile(launch: str, channels: int, ksize: int) -> DepthwiseTile:
     tuned = TUNED_TILES.get((launch, channels))
     if tuned is not None:   # checked once, at import (below)
         return tuned
-    block_c = triton.next_power_of_2(channels)
+    block_c = next_power_of_2(channels)
     if LAUNCHES[launch]:    # every channel of the pixels
         return DepthwiseTile(max(1, min(BLOCK_W, NORM_TILE // block_c)), block_c)
     wide = launch.endswith('.backward') and ksize >= 5
@@ -124,7 +122,7 @@ def launch_tiles(tiles: dict):
 def _grid(x: torch.Tensor, block_w: int, block_c: int) -> tuple[int, int, int]:
     """One program per image row, ``block_w`` pixels and ``block_c`` channels."""
     batch, channels, height, width = x.shape
-    return batch * height, triton.cdiv(width, block_w), triton.cdiv(channels, block_c)
+    return batch * height, cdiv(width, block_w), cdiv(channels, block_c)
 
 
 def _gated_dtype(v: torch.Tensor, attention: torch.Tensor, gate: torch.Tensor) -> torch.dtype:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..triton_support import check_triton_release, on_device
+from ..triton_support import cdiv, check_triton_release, on_device
 
 check_triton_release()
 
@@ -92,11 +92,6 @@ class LaunchPlan:
     dot_precision: str
 
 
-def _cdiv(a: int, b: int) -> int:
-    # triton.cdiv is a constexpr function, slow to call on the host.
-    return -(-a // b)
-
-
 @functools.cache
 def sm_count(device: torch.device) -> int:
     if device.type != 'cuda':
@@ -118,10 +113,10 @@ def fastest_chunking(num_tokens: int, batch_heads: int, slots: int, granule: int
     max_chunks = max(1, min(num_tokens // MIN_TOKENS_PER_CHUNK, slots))
 
     def tokens(chunks: int) -> int:
-        return _cdiv(_cdiv(num_tokens, chunks), granule) * granule
+        return cdiv(cdiv(num_tokens, chunks), granule) * granule
 
     def cost(chunks: int) -> int:
-        waves = _cdiv(_cdiv(num_tokens, tokens(chunks)) * batch_heads, slots)
+        waves = cdiv(cdiv(num_tokens, tokens(chunks)) * batch_heads, slots)
         return waves * (tokens(chunks) + PARTIAL_SUM_TOKENS)
 
     return tokens(min(range(1, max_chunks + 1), key=lambda c: (cost(c), c)))
@@ -163,15 +158,15 @@ def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: to
     def per_program(name: str) -> int:
         tile_n = chosen[name].block_n
         if tokens_per_program is not None:
-            return _cdiv(tokens_per_program, tile_n) * tile_n
-        tiles_per_head = _cdiv(num_tokens, tile_n)
-        wanted = _cdiv(tiles_per_head * batch_heads, TOKEN_PROGRAMS_PER_SM * sm_count(device))
+            return cdiv(tokens_per_program, tile_n) * tile_n
+        tiles_per_head = cdiv(num_tokens, tile_n)
+        wanted = cdiv(tiles_per_head * batch_heads, TOKEN_PROGRAMS_PER_SM * sm_count(device))
         return tile_n * max(1, min(MAX_TILES_PER_PROGRAM, wanted, tiles_per_head))
 
     return LaunchPlan(block_p=max(16, triton.next_power_of_2(head_dim // 2)),
                       block_d=max(16, triton.next_power_of_2(head_dim)), **chosen,
                       tokens_per_chunk=tokens_per_chunk,
-                      num_chunks=_cdiv(num_tokens, tokens_per_chunk),
+                      num_chunks=cdiv(num_tokens, tokens_per_chunk),
                       output_tokens_per_program=per_program('output'),
                       key_tokens_per_program=per_program('key'),
                       dot_precision=DOT_PRECISION[dtype])
@@ -263,10 +258,10 @@ def forward_launches(q, k, v, angle, width: int, plan: LaunchPlan):
         partials=((plan.num_chunks, batch_heads), (
             k, v, angle, workspace, *k.stride(), *v.stride(),
             heads, num_tokens, width, head_dim, plan.tokens_per_chunk)),
-        combine=((_cdiv(head_dim, plan.combine.block_n), batch_heads), (
+        combine=((cdiv(head_dim, plan.combine.block_n), batch_heads), (
             workspace, stats, plan.num_chunks, num_tokens, plan.tokens_per_chunk, head_dim,
             scale / num_tokens)),
-        output=((_cdiv(num_tokens, per_program), batch_heads), (
+        output=((cdiv(num_tokens, per_program), batch_heads), (
             q, stats, angle, out, *q.stride(), *out.stride(),
             heads, num_tokens, width, head_dim, scale, per_program)))
     return out, stats, [(name, functools.partial(_launch, *table[name], *arguments[name]))
@@ -291,7 +286,7 @@ def backward_launches(dout, q, k, v, angle, stats, width: int, plan: LaunchPlan)
     query = ((plan.num_chunks, batch_heads), (
         q, dout, stats, angle, dq, workspace, *q.stride(), *dout.stride(), *dq.stride(),
         heads, num_tokens, width, head_dim, plan.tokens_per_chunk, head_dim ** -0.5))
-    key = ((_cdiv(num_tokens, per_program), batch_heads), (
+    key = ((cdiv(num_tokens, per_program), batch_heads), (
         k, v, stats, key_grads, angle, dk, dv, *k.stride(), *v.stride(), *dk.stride(),
         *dv.stride(), heads, num_tokens, width, head_dim, per_program))
 

@@ -413,3 +413,15 @@ class OnCuda:
 
     def __getattr__(self, name):
         return getattr(self._tensor, name)
+
+
+def test_host_grid_arithmetic_is_triton_s():
+    # The launch paths size grids and tiles with triton_support's cdiv and
+    # next_power_of_2 (Triton's own are constexpr functions, slow on the host):
+    # the same numbers as Triton's.
+    import triton
+    for a in range(0, 300):
+        for b in (1, 2, 3, 16, 64, 100):
+            assert triton_support.cdiv(a, b) == triton.cdiv(a, b), (a, b)
+    for n in range(1, 5000):
+        assert triton_support.next_power_of_2(n) == triton.next_power_of_2(n), n
