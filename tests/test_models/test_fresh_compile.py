@@ -34,6 +34,8 @@ def recording_backend(graph_module, example_inputs):
 
 
 assert 'mavit_mm.ops.mala.function' not in sys.modules      # nothing imported yet
+# Nor Dynamo: the compile constants are marked without it (compile_constant).
+dynamo_at_import = 'torch._dynamo' in sys.modules
 torch.manual_seed(0)
 # (The switches that stand aside under compile off, and matmul_1x1, which on a
 # CPU acts only under compile: eager then runs what the compiled graph runs, so
@@ -48,7 +50,7 @@ with torch.no_grad():
     imported = 'mavit_mm.ops.mala.function' in sys.modules
     eager = model(x)
 print(json.dumps(dict(
-    imported=imported, graphs=len(graphs),
+    dynamo_at_import=dynamo_at_import, imported=imported, graphs=len(graphs),
     mala_calls=sum('mavit_mm.mala' in str(node.target) for graph in graphs
                    for node in graph.graph.nodes),
     mala_blocks=sum(d for d, t in zip(model.depths, model.attn_types) if t == 'mala'),
@@ -62,6 +64,7 @@ def test_compile_before_any_eager_call_gives_one_graph():
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not report['dynamo_at_import']    # importing mavit_mm costs no Dynamo (~0.7 s)
     assert report['imported']                # the trace itself imported the kernels' modules
     assert report['graphs'] == 1, report       # fullgraph=True: a break would have raised
     assert report['mala_calls'] == report['mala_blocks'] == 4    # stages 1-2, the fused op

@@ -15,7 +15,7 @@ import torch
 from ..amp import autocast_disabled
 from ..linear_attention import linear_attention_torch
 from ..rope2d import RotaryTables
-from ..triton_support import FusedOpDispatch, Unsupported, index_extent
+from ..triton_support import FusedOpDispatch, Unsupported, compile_constant, index_extent
 
 TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 TRITON_MIN_HEAD_DIM = 16
@@ -102,7 +102,7 @@ def triton_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rope: 
     return None
 
 
-@torch.compiler.assume_constant_result
+@compile_constant
 def _gpu_shortfall(device: torch.device, head_dim: int, backward: bool) -> str | None:
     """Why this GPU cannot run the kernels (tf32 dots, shared memory), or None,
     judged from tables (``_triton_or_fallback`` catches a launch that still

@@ -284,6 +284,20 @@ def test_a_compile_runs_the_gpu_check_as_python_not_traced(monkeypatch):
     assert torch.compile(step, fullgraph=True, backend='eager')(torch.zeros(2)).tolist() == [1, 1]
 
 
+def test_compile_constant_marks_as_torch_compiler_does():
+    """The checks above are marked by triton_support.compile_constant, which
+    sets what torch.compiler.assume_constant_result sets without importing
+    Dynamo (that a fresh import stays without it: test_fresh_compile.py)."""
+    def ours():
+        return 1
+
+    def public():
+        return 1
+    assert triton_support.compile_constant(ours) is ours
+    torch.compiler.assume_constant_result(public)
+    assert vars(ours) == vars(public) != {}
+
+
 @pytest.mark.parametrize('head_dim,backward', [
     (16, True), (64, False), (64, True),   # every kernel of heads up to 64 channels fits
     (96, False), (128, False),             # the wide forward does too
