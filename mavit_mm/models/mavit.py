@@ -295,7 +295,7 @@ class MAViT(BaseModule):
             ``fast_paths=dict(dense_rope=False)``: what each does is in
             :class:`~mavit_mm.models.options.MAViTOptions`.
         norm_cfg: Norm of the stem and downsampling layers (``BN``/``SyncBN``).
-        frozen_stages: Freeze the stem (0) and stages ``< frozen_stages``; -1: none.
+        frozen_stages: Freeze the stem (0) and stages ``< frozen_stages``; -1: none, 4: all.
         norm_eval: Keep the batch norms in eval mode while training.
         with_cp: Gradient checkpointing of every block.
         pretrained: Deprecated shortcut for ``init_cfg=dict(type='Pretrained')``.
@@ -347,6 +347,9 @@ class MAViT(BaseModule):
             raise ValueError(f'out_indices {self.out_indices} must lie in [0, {NUM_STAGES - 1}]')
         if in_channels <= 0:
             raise ValueError(f'in_channels must be positive, got {in_channels}')
+        if not -1 <= frozen_stages <= NUM_STAGES:
+            raise ValueError(f'frozen_stages must lie in [-1, {NUM_STAGES}] (-1: none, 0: the '
+                             f'stem, k: the stem and stages 1-k), got {frozen_stages}')
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval
         self.in_channels = in_channels
@@ -427,10 +430,14 @@ class MAViT(BaseModule):
         if x.shape[1] != self.in_channels:
             raise ValueError(f'MAViT expects {self.in_channels} input channels, got '
                              f'{x.shape[1]} (input shape {tuple(x.shape)})')
+        autocast = autocast_dtype(x.device.type)
+        self._check_input_dtype(x, autocast)
         # channels_last inside (docs/architecture.md); contiguous NCHW out, one copy
         # per output, as mmcv's C++/CUDA ops (RoIAlign) read raw memory as NCHW.
         # Under autocast the stem's cast of an fp32 image joins the layout copy.
-        compute_dtype = autocast_dtype(x.device.type) if x.dtype == torch.float32 else None
+        compute_dtype = autocast if x.dtype == torch.float32 else None
+        if x.shape[0] == 0:
+            return self._empty_outputs(x, compute_dtype or x.dtype)
         x = self.patch_embed(x.to(dtype=compute_dtype or x.dtype,
                                   memory_format=torch.channels_last))
         outs: list[torch.Tensor] = []
@@ -438,4 +445,27 @@ class MAViT(BaseModule):
             out, x = stage(x)
             if i in self.out_indices:
                 outs.append(self.extra_norms[str(i)](out).contiguous())
+        return tuple(outs)
+
+    def _check_input_dtype(self, x: torch.Tensor, autocast: torch.dtype | None) -> None:
+        if not x.is_floating_point():
+            raise TypeError(f'MAViT expects a floating-point image (normalised, as the data '
+                            f'preprocessor gives it), got {x.dtype}')
+        weight_dtype = self.patch_embed.proj[0].weight.dtype
+        if x.dtype != weight_dtype and autocast is None:
+            raise TypeError(f'MAViT got a {x.dtype} input but its weights are {weight_dtype}: '
+                            f'cast the input or the model, or run under torch.autocast')
+
+    def _empty_outputs(self, x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """An empty batch's outputs: the maps a batch of images of this size
+        gets, with no image (as mmdet's ResNet gives; the blocks' reshapes
+        cannot take a batch of 0). Every stride-2 conv halves a side, rounding
+        up: two in the stem, one before each later stage."""
+        height, width = x.shape[2:]
+        outs = []
+        for i in range(NUM_STAGES):
+            for _ in range(2 if i == 0 else 1):
+                height, width = -(-height // 2), -(-width // 2)
+            if i in self.out_indices:
+                outs.append(x.new_empty(0, self.embed_dims[i], height, width, dtype=dtype))
         return tuple(outs)

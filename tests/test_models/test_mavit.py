@@ -369,6 +369,41 @@ def test_input_channel_count_is_checked():
         MAViT('t', depths=[1, 1, 1, 1])(torch.randn(1, 4, 64, 64))
 
 
+def test_input_must_be_a_floating_point_image():
+    with pytest.raises(TypeError, match='floating-point image .*got torch.uint8'):
+        MAViT('t', depths=[1, 1, 1, 1])(torch.zeros(1, 3, 64, 64, dtype=torch.uint8))
+
+
+def test_input_dtype_must_be_the_weights_outside_autocast():
+    model = MAViT('t', depths=[1, 1, 1, 1]).eval()
+    image = torch.randn(1, 3, 64, 64, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=r'torch.bfloat16 input but its weights are torch.float32'):
+        model(image)
+    # Autocast casts what it runs: the same input is welcome there.
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        assert [out.dtype for out in model(image)] == [torch.bfloat16] * 4
+
+
+@pytest.mark.parametrize('frozen_stages', [-2, 5])
+def test_frozen_stages_beyond_the_stages_is_an_error(frozen_stages):
+    with pytest.raises(ValueError, match=rf'frozen_stages must lie in \[-1, 4\].*got {frozen_stages}'):
+        MAViT('t', depths=[1, 1, 1, 1], frozen_stages=frozen_stages)
+
+
+@pytest.mark.parametrize('autocast', [False, True], ids=['fp32', 'autocast-bf16'])
+def test_an_empty_batch_gives_the_maps_of_a_batch_without_images(autocast):
+    """As mmdet's ResNet does (mmseg's Swin fails on its reshapes): the shapes,
+    dtypes and layout a batch of one gets, at a size that rounds at every
+    stride."""
+    model = MAViT('t', depths=[1, 1, 1, 1], out_indices=(1, 3)).eval()
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+        one = model(torch.randn(1, 3, 65, 77))
+        empty = model(torch.randn(0, 3, 65, 77))
+    assert [(t.shape[1:], t.dtype, t.is_contiguous()) for t in empty] == \
+        [(t.shape[1:], t.dtype, t.is_contiguous()) for t in one]
+    assert [t.shape[0] for t in empty] == [0, 0]
+
+
 def test_unknown_arch():
     with pytest.raises(ValueError, match="unknown MAViT arch 'huge'"):
         MAViT('huge')
