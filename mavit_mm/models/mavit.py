@@ -436,7 +436,7 @@ class MAViT(BaseModule):
         # per output, as mmcv's C++/CUDA ops (RoIAlign) read raw memory as NCHW.
         # Under autocast the stem's cast of an fp32 image joins the layout copy.
         compute_dtype = autocast if x.dtype == torch.float32 else None
-        if x.shape[0] == 0:
+        if not torch.jit.is_tracing() and x.shape[0] == 0:   # (a trace: no branch on the batch)
             return self._empty_outputs(x, compute_dtype or x.dtype)
         x = self.patch_embed(x.to(dtype=compute_dtype or x.dtype,
                                   memory_format=torch.channels_last))

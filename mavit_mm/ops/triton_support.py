@@ -86,7 +86,7 @@ def compile_constant(fn):
     Python and takes its result as a constant.
 
     Marked as that decorator marks it, without its import of Dynamo: about
-    0.9 s of the start of every process that imports mavit_mm, where tools,
+    0.7 s of the start of every process that imports mavit_mm, where tools,
     config parsing and data workers never compile. (transformers marks its
     compile constants so, for the same reason.) A test checks that the mark is
     the one the public decorator sets on this torch.
