@@ -509,12 +509,20 @@ def render_gpu_model_profile(report: dict, source: str) -> str:
               'Eager forward, wall time: ' + ', '.join(
                   f"{name} {row['forward_ms']:.1f} ms" for name, row in zip(names, models)) + '.']
     if all('host' in row for row in models):   # runs before 2026-11-27c did not time the host
+        # Runs before profiling.own_seconds kept cProfile's own times as they
+        # were, which on Python 3.12 count each custom op's callees twice.
+        mended = all('double_counted_ms' in row['host'] for row in models)
         lines += ['', 'The host, per eager forward: ' + '; '.join(
             f"{name} issued in {row['host']['issue_ms']:.1f} ms, {row['host']['python_calls']} "
             'Python calls, own time under cProfile ' + ', '.join(
                 f"{source} {100 * entry['share']:.0f}%"
                 for source, entry in row['host']['by_source'].items() if entry['calls'])
-            for name, row in zip(names, models)) + ' (`C`: the ops\' C++ and the launches).']
+            + (f" ({row['host']['double_counted_ms']:.1f} ms counted twice by cProfile taken off)"
+               if mended and row['host']['double_counted_ms'] else '')
+            for name, row in zip(names, models)) + ' (`C`: the ops\' C++ and the launches).'
+            + ('' if mended else " These shares are cProfile's own times as recorded: on "
+               "Python 3.12 they count the time under each custom op's call twice, once as "
+               "torch's `backend_impl` (`profiling.own_seconds` mends that since).")]
     return '\n'.join(lines)
 
 

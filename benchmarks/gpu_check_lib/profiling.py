@@ -125,32 +125,66 @@ def host_issue_us(step, device, calls: int) -> float:
     return host_us
 
 
-def _cprofile_stats(step, device, calls: int) -> dict:
-    """cProfile's stats over ``calls`` un-synchronised calls of ``step``."""
+def _cprofile_stats(step, device, calls: int) -> tuple[dict, float]:
+    """cProfile's stats over ``calls`` un-synchronised calls of ``step``, and
+    the wall seconds they took under it."""
     import cProfile
     import pstats
     synchronize(device)   # outside the profile: a CUDA sync's wait is not host work
     profiler = cProfile.Profile()
+    started = time.perf_counter()
     profiler.enable()
     for _ in range(calls):
         step()
     profiler.disable()
+    wall_s = time.perf_counter() - started
     synchronize(device)
-    return pstats.Stats(profiler).stats
+    return pstats.Stats(profiler).stats, wall_s
 
 
-def _top_functions(stats: dict, calls: int, top: int) -> list[dict]:
-    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+def own_seconds(stats: dict) -> tuple[dict, float]:
+    """Each function's own time in ``stats`` (``pstats.Stats.stats``), mended
+    where cProfile counted its callees' time as its own too; and the seconds
+    so removed.
+
+    Why: on Python 3.12 a call through Dynamo's disable wrapper (torch wraps
+    every ``torch.library.custom_op`` kernel in one) loses cProfile's track of
+    the calling frame, and torch's ``backend_impl`` then shows its whole time
+    as its own, although its callees (the op's Python, Triton's launches) list
+    the same time as theirs (``tests/test_benchmarks``: seen with torch
+    2.11). The plain formula, own = cumulative - the callees' cumulative on
+    the edges from it, holds for a function that never recursed (cProfile
+    adds an edge's time only while the pair is not already on the stack); a
+    function whose own time exceeds it takes it. A recursing function
+    (``Module._call_impl``) keeps cProfile's figure."""
+    callee_seconds: dict = {}
+    for (_, _, _, _, callers) in stats.values():
+        for caller, edge in callers.items():
+            callee_seconds[caller] = callee_seconds.get(caller, 0.0) + edge[3]
+    own, removed = {}, 0.0
+    for function, (primitive, count, own_s, cumulative, _) in stats.items():
+        formula = cumulative - callee_seconds.get(function, 0.0)
+        if primitive == count and own_s > formula + 1e-6:
+            removed += own_s - max(formula, 0.0)
+            own_s = max(formula, 0.0)
+        own[function] = own_s
+    return own, removed
+
+
+def _top_functions(stats: dict, own: dict, calls: int, top: int) -> list[dict]:
+    rows = sorted(stats.items(), key=lambda item: -own[item[0]])[:top]
     return [dict(function=f'{Path(file).name}:{line}({name})', calls_per_call=count / calls,
-                 own_us=round(own / calls * 1e6, 2), cumulative_us=round(cumulative / calls * 1e6, 2))
-            for (file, line, name), (_, count, own, cumulative, _) in rows]
+                 own_us=round(own[(file, line, name)] / calls * 1e6, 2),
+                 cumulative_us=round(cumulative / calls * 1e6, 2))
+            for (file, line, name), (_, count, _, cumulative, _) in rows]
 
 
 def python_profile(step, device, calls: int, top: int = 15) -> list[dict]:
     """Where a call's host time goes: cProfile over ``calls`` un-synchronised
-    calls, the ``top`` functions by own time, per call (cProfile slows every
-    Python call, so read the shares, not the totals)."""
-    return _top_functions(_cprofile_stats(step, device, calls), calls, top)
+    calls, the ``top`` functions by own time (``own_seconds``), per call
+    (cProfile slows every Python call, so read the shares, not the totals)."""
+    stats, _ = _cprofile_stats(step, device, calls)
+    return _top_functions(stats, own_seconds(stats)[0], calls, top)
 
 
 def host_source(file: str) -> str:
@@ -163,21 +197,28 @@ def host_source(file: str) -> str:
 
 def host_time(step, device, calls: int = HOST_PROFILE_CALLS, top: int = 10) -> dict:
     """What issuing one ``step`` costs the host (``issue_ms``, un-synchronised
-    calls) and, under cProfile, whose Python spends it: own time and calls per
-    step by ``host_source`` (with shares) and the ``top`` functions."""
-    stats = _cprofile_stats(step, device, calls)
+    calls) and, under cProfile, whose Python spends it: own time
+    (``own_seconds``) and calls per step by ``host_source`` (with shares) and
+    the ``top`` functions. ``profiled_ms``: a step's wall time under cProfile,
+    which the own times add up to (``attributed``, their sum over it);
+    ``double_counted_ms``: what ``own_seconds`` took off."""
+    stats, wall_s = _cprofile_stats(step, device, calls)
+    own_of, removed = own_seconds(stats)
     own = {source: [0.0, 0] for source, _ in (*HOST_SOURCES, ('C', ''), ('other', ''))}
-    for (file, _, _), (_, count, own_s, _, _) in stats.items():
-        entry = own[host_source(file)]
-        entry[0] += own_s
+    for function, (_, count, _, _, _) in stats.items():
+        entry = own[host_source(function[0])]
+        entry[0] += own_of[function]
         entry[1] += count
     total = sum(seconds for seconds, _ in own.values()) or 1.0
     return dict(issue_ms=round(host_issue_us(step, device, calls) / 1e3, 3),
+                profiled_ms=round(wall_s / calls * 1e3, 3),
+                attributed=round(total / wall_s, 3),
+                double_counted_ms=round(removed / calls * 1e3, 3),
                 python_calls=sum(count for _, count in own.values()) // calls,
                 by_source={source: dict(own_us=round(seconds / calls * 1e6, 1),
                                         calls=count // calls, share=round(seconds / total, 4))
                            for source, (seconds, count) in own.items()},
-                top_functions=_top_functions(stats, calls, top))
+                top_functions=_top_functions(stats, own_of, calls, top))
 
 
 def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
@@ -206,7 +247,10 @@ def step_model_profile(out: Path, budget_s: float, device: str = 'cuda',
                        'forwards; by_source, under cProfile (which slows every Python call: read '
                        'the shares), the own time and calls of a forward by whose code runs '
                        '(C: builtins, i.e. the ops\' C++ and the launches; a tensor operator such as '
-                       'a * b counts as its caller\'s own time)'
+                       'a * b counts as its caller\'s own time), the own times mended where cProfile '
+                       'counted a callee\'s time twice (profiling.own_seconds; double_counted_ms '
+                       'taken off; attributed: their sum over profiled_ms, a forward\'s wall time '
+                       'under cProfile)'
                        + ('; compiled by benchmark_fps.compiled in compile_mode (its first calls '
                           'took compile_s), without reduce-overhead\'s CUDA graph, which '
                           'replays the same kernels: the profiler sees each launch; inductor: '

@@ -503,6 +503,65 @@ def test_gpu_time_by_category_adds_up():
         10.0 * len(kernels), 10.0 * (len(kernels) - 1), 10.0 * (len(kernels) - 2)]
 
 
+def test_own_seconds_takes_off_what_cprofile_counted_twice():
+    """cProfile's stats as Python 3.12 left them for a custom op whose kernel
+    spends 20.8 ms in a helper (torch 2.11, 100 calls): torch's backend_impl
+    shows its whole 21 ms as its own though its callee lists 20.9 ms, and its
+    caller edges are lost. Its own time becomes cumulative - callees; every
+    other function keeps cProfile's, the recursing one included (its callees'
+    edge times nest, so the formula does not hold for it)."""
+    op = ('~', 0, '<built-in method torch._ops.probe.op>')
+    backend = ('custom_ops.py', 346, 'backend_impl')
+    wrapper = ('_compile.py', 42, 'inner')
+    helper = ('probe.py', 5, 'helper')
+    clock = ('~', 0, '<built-in method time.perf_counter>')
+    call_impl = ('module.py', 1773, '_call_impl')
+    forward = ('block.py', 10, 'forward')
+    stats = {
+        op: (100, 100, 0.0001, 0.0211, {}),
+        backend: (100, 100, 0.0210, 0.0210, {op: (0, 0, 0.0, 0.0)}),
+        wrapper: (100, 100, 0.0001, 0.0209, {backend: (100, 100, 0.0001, 0.0209)}),
+        helper: (100, 100, 0.0090, 0.0208, {wrapper: (100, 100, 0.0090, 0.0208)}),
+        clock: (5000, 5000, 0.0118, 0.0118, {helper: (5000, 5000, 0.0118, 0.0118)}),
+        # A module calling a submodule: _call_impl -> forward -> _call_impl.
+        call_impl: (10, 20, 0.0030, 0.0500, {forward: (10, 10, 0.0015, 0.0200)}),
+        forward: (20, 20, 0.0100, 0.0650, {call_impl: (20, 20, 0.0100, 0.0650)}),
+    }
+    own, removed = profiling.own_seconds(stats)
+    assert own[backend] == pytest.approx(0.0001) and removed == pytest.approx(0.0209)
+    for function in (op, wrapper, helper, clock, call_impl):
+        assert own[function] == stats[function][2], function
+    # forward's formula (0.0650 - 0.0200) exceeds cProfile's own: kept.
+    assert own[forward] == 0.0100
+
+
+def test_host_time_adds_up_to_the_profiled_wall_time_through_a_custom_op():
+    """Through a real custom op whose kernel waits 300 µs: the callee owns the
+    wait, torch's wrapper does not, and the own times add up to the wall time
+    under cProfile (on Python 3.12, cProfile's own figures add up to twice it)."""
+    import time
+
+    @torch.library.custom_op('mavit_mm_test::busy_clone', mutates_args=(), device_types='cpu')
+    def busy_clone(x: torch.Tensor) -> torch.Tensor:
+        return wait_then_clone(x)
+
+    def wait_then_clone(x):
+        started = time.perf_counter()
+        while time.perf_counter() - started < 3e-4:
+            pass
+        return x.clone()
+
+    x = torch.randn(4)
+    busy_clone(x)
+    host = profiling.host_time(lambda: busy_clone(x), torch.device('cpu'), calls=20, top=40)
+    assert host['attributed'] == pytest.approx(1, abs=0.02), host
+    own = {row['function'].split('(')[-1].rstrip(')'): row['own_us']
+           for row in host['top_functions']}
+    waiting = own['wait_then_clone'] + own['<built-in method time.perf_counter>']
+    assert waiting >= 300 and waiting > 0.8 * host['profiled_ms'] * 1e3, host
+    assert own.get('backend_impl', 0) < 0.1 * waiting, host
+
+
 def test_gpu_check_model_profile_writes_categories_per_model(tmp_path, monkeypatch):
     """The model-profile step's plumbing on the CPU (whose profile has no GPU
     kernels): each backbone's forward is profiled after warm-up, and what the
@@ -530,6 +589,10 @@ def test_gpu_check_model_profile_writes_categories_per_model(tmp_path, monkeypat
         assert host['issue_ms'] > 0 and host['python_calls'] > 100 and host['top_functions']
         assert sum(entry['share'] for entry in host['by_source'].values()) == pytest.approx(
             1, abs=1e-3)
+        # The own times add up to the profiled wall time, and nothing here
+        # (no custom op on a CPU forward) was counted twice.
+        assert host['attributed'] == pytest.approx(1, abs=0.02), host
+        assert host['double_counted_ms'] == 0 and host['profiled_ms'] > 0
     mavit, swin = (row['host']['by_source'] for row in report['results'])
     assert mavit['mavit_mm']['calls'] > 0 and swin['mavit_mm']['calls'] == 0
     assert swin['openmmlab']['calls'] > 0 and mavit['torch']['calls'] > 0
