@@ -131,7 +131,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="--compile-report: RoPE channel pairs read as the launches read "
                              "them ('auto': whole tiles where channels are contiguous) or one "
                              "strided tile per parity ('strided', for comparison)")
+    parser.add_argument('--tile', action='append', default=[], metavar='KERNEL=N,W,S',
+                        help="--compile-report: compile KERNEL (a name of the launch plan's "
+                             'KERNEL_NAMES, mavit_mm/ops/mala/function.py) with this tile '
+                             "instead of the plan's: tokens per tile, warps, pipeline stages, "
+                             'e.g. query=16,4,1 (repeat for several kernels)')
     args = parser.parse_args(argv)
+    args.tiles = {}
+    for text in args.tile:
+        kernel, _, numbers = text.partition('=')
+        tile = tuple(int(n) for n in numbers.split(',') if n.strip().isdigit())
+        if not kernel or len(tile) != 3 or len(numbers.split(',')) != 3:
+            parser.error(f'--tile {text!r}: expected KERNEL=N,W,S, e.g. query=16,4,1')
+        args.tiles[kernel] = tile
     sweep = QUICK_SWEEP if args.quick else FULL_SWEEP
     args.tokens = args.tokens or sweep['tokens']
     args.head_dims = args.head_dims or sweep['head_dims']
@@ -362,14 +374,21 @@ def compile_report(args) -> int:
     # Compiled-mode kernels, whatever TRITON_INTERPRET says: the interpreter's
     # have nothing to compile (decided when kernels.py is first imported).
     os.environ['TRITON_INTERPRET'] = '0'
-    from mavit_mm.ops.mala.function import make_launch_plan
+    from mavit_mm.ops.mala.function import KERNEL_NAMES, make_launch_plan
+    unknown = sorted(set(args.tiles) - set(KERNEL_NAMES))
+    if unknown:
+        raise SystemExit(f"--tile: no kernel {', '.join(unknown)} in the launch plan; "
+                         f"its kernels: {', '.join(KERNEL_NAMES)}")
     for capability in args.compile_report:
         for dtype_name in args.dtypes:
             for head_dim in args.head_dims:
                 plan = make_launch_plan(max(args.tokens), 1, head_dim, DTYPES[dtype_name],
-                                        torch.device('cpu'), tokens_per_chunk=1024)
+                                        torch.device('cpu'), tokens_per_chunk=1024,
+                                        tiles=args.tiles or None)
                 print(f'sm_{capability} {dtype_name} d={head_dim} layout={args.layout} '
-                      f'pair_loads={args.pair_loads}')
+                      f'pair_loads={args.pair_loads}'
+                      + ''.join(f' {name}={",".join(map(str, tile))}'
+                                for name, tile in args.tiles.items()))
                 for kernel, meta in _kernel_launches(plan, args.layout, args.pair_loads):
                     try:
                         usage = _compile_for(kernel, meta, _TRITON_TYPES[dtype_name], capability,

@@ -55,8 +55,13 @@ KERNEL_TILES = {
                  combine=(4, 4, 1)),
 }
 # fp32 inputs (exact fp32 products, no tensor cores) hold twice the bytes a
-# tile: smaller tiles where the half ones would spill at d <= 64 on sm_90.
-FP32_TILES = {'narrow': dict(output=(32, 4, 1), query=(16, 8, 1), key=(32, 8, 3)), 'wide': {}}
+# tile: smaller tiles where the half ones would spill at d = 64 on sm_90, with
+# each Triton that torch 2.11-2.13 bring (3.6, 3.7, 3.9). Their warps too:
+# Triton 3.7 compiles the output kernel's 32-token tile on 4 warps to 32
+# registers and 3.6 KB of stack, and 3.6 and 3.7 hold the query kernel on 8
+# warps to 128 registers, spilling (compile-report-sm90-*-2026-11-27-*.txt
+# in benchmarks/results/, one per Triton).
+FP32_TILES = {'narrow': dict(output=(32, 8, 1), query=(16, 4, 1), key=(32, 8, 3)), 'wide': {}}
 KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
 FORWARD_KERNELS = ('partials', 'combine', 'output')
 BACKWARD_KERNELS = ('query', 'key')

@@ -142,10 +142,11 @@ def test_default_resident_count_and_shared_memory_are_the_sm90_compile(tmp_path)
     assert usage['backward_query']['stack_bytes'] <= 512, usage
     assert all(usage[name]['wgmma'] > 0 for name in
                ('forward_partials', 'forward_output', 'backward_query', 'backward_key')), usage
-    # fp32 (exact products, FP32_TILES): no spills either.
-    fp32_usage = [ast.literal_eval(line[line.index('{'):]) for line in fp32_report.splitlines()
-                  if '_kernel' in line]
-    assert len(fp32_usage) == 5 and all(u['stack_bytes'] == 0 for u in fp32_usage), fp32_usage
+    # fp32 (exact products, FP32_TILES): no spills either, with the Triton
+    # installed (3.6, 3.7 and 3.9 checked: FP32_TILES' comment).
+    fp32_stack = {line.split()[0]: ast.literal_eval(line[line.index('{'):])['stack_bytes']
+                  for line in fp32_report.splitlines() if '_kernel' in line}
+    assert len(fp32_stack) == 5 and not any(fp32_stack.values()), fp32_stack
 
 
 
