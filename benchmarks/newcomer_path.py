@@ -23,9 +23,13 @@ Writes JSON (machine, commit, each step's exit status, seconds and disk, the
 test summary line, every test's seconds and worker and each worker's busy
 time, the slowest tests with what each trains or builds) and a Markdown table
 beside it; ``benchmarks/readme_tables.py`` puts the times into the README.
+``--python`` makes the venv with another interpreter (``scripts/setup.sh``'s
+``PYTHON``); such a run goes into ``docs/installation.md`` instead.
 
 Example (about 25 minutes on 2 cores):
   python benchmarks/newcomer_path.py --out benchmarks/results/newcomer-cpu-2026-11-26.json
+  python benchmarks/newcomer_path.py --python python3.12 \
+      --out benchmarks/results/newcomer-python3.12-cpu-2026-11-27.json
 """
 from __future__ import annotations
 
@@ -79,6 +83,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='slowest tests to list in the Markdown table (default 40; the '
                              'JSON holds every test)')
     parser.add_argument('--keep', action='store_true', help='keep the clone and its caches')
+    parser.add_argument('--python', metavar='INTERPRETER',
+                        help="the Python that makes the clone's .venv (scripts/setup.sh's "
+                             'PYTHON), e.g. python3.12; default: python3, the README\'s path. '
+                             "A run with it goes into docs/installation.md's block, not the "
+                             "README's")
     return parser.parse_args(argv)
 
 
@@ -116,6 +125,18 @@ def run_step(name: str, command: list[str], cwd: Path, env: dict, log: Path) -> 
     return dict(command=' '.join(command), returncode=process.returncode,
                 seconds=round(seconds, 1), peak_disk_gb=round(peak, 2),
                 left_on_disk_gb=round(left, 2))
+
+
+def venv_versions(clone: Path) -> dict:
+    """Python's, torch's and Triton's versions in the clone's .venv (empty
+    where its set-up did not get that far)."""
+    code = ('import json, platform, torch, triton; print(json.dumps(dict('
+            'python=platform.python_version(), torch=torch.__version__, '
+            'triton=triton.__version__)))')
+    python = clone / '.venv' / 'bin' / 'python'
+    run = subprocess.run([str(python), '-c', code], capture_output=True, text=True) \
+        if python.exists() else None
+    return json.loads(run.stdout) if run and run.returncode == 0 else {}
 
 
 def slowest_tests(durations: dict, count: int) -> list[dict]:
@@ -163,6 +184,8 @@ def main(argv=None) -> dict:
     env.update(HOME=str(caches['home']), MAVIT_CACHE_DIR=str(caches['mavit']),
                PIP_CACHE_DIR=str(caches['pip']), TORCHINDUCTOR_CACHE_DIR=str(caches['inductor']),
                MAVIT_TEST_DURATIONS=str(work / 'durations.json'), PYTHONUNBUFFERED='1')
+    if args.python:
+        env['PYTHON'] = args.python
     steps = {'make setup': run_step('make setup', ['make', 'setup'], clone, env,
                                     work / 'setup.log')}
     if steps['make setup']['returncode'] == 0:
@@ -170,11 +193,13 @@ def main(argv=None) -> dict:
                                       work / 'test.log')
     output = (work / 'test.log').read_text(errors='replace') if 'make test' in steps else ''
     summary = re.findall(r'^=+ (.*(?:passed|failed).*) =+$', output, re.MULTILINE)
+    versions = venv_versions(clone)
     durations_file = work / 'durations.json'
     durations = json.loads(durations_file.read_text()) if durations_file.exists() else None
     report = dict(benchmark='newcomer_path', commit=commit,
                   machine=f'{cpu_model()}, {os.cpu_count()} cores',
-                  python=platform.python_version(),
+                  python=versions.get('python', platform.python_version()),
+                  python_option=args.python, versions=versions,
                   date=datetime.now(UTC).isoformat(timespec='seconds'),
                   steps=steps, total_minutes=round(sum(s['seconds'] for s in steps.values())
                                                    / 60, 1),
