@@ -170,12 +170,13 @@ def main(argv=None) -> dict:
     from devtools.checkout import git_commit
     from mavit_mm.tooling.device import cpu_model
     from mavit_mm.tooling.results_file import write_json
-    commit = git_commit()
-    if commit is None or commit.endswith('+changes'):
+    here = git_commit()
+    if here is None or here.endswith('+changes'):
         print('note: uncommitted changes are not in the clone; HEAD is timed', flush=True)
     work = Path(tempfile.mkdtemp(prefix='newcomer-'))
     clone = work / 'clone' / 'mavit-mm'
     subprocess.run(['git', 'clone', '-q', str(REPO_ROOT), str(clone)], check=True)
+    commit = git_commit(clone)   # what is timed: HEAD, whatever this checkout holds besides
     caches = {name: work / 'caches' / name for name in ('home', 'mavit', 'pip', 'inductor')}
     for folder in caches.values():
         folder.mkdir(parents=True)

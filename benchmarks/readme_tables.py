@@ -10,6 +10,7 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
   speed-table       README.md          speed-vs-swin-*.json (CPU) make bench
   main-job          README.md          main-job-*.json            tools/main_job.py --record
   newcomer          README.md          newcomer-*.json            benchmarks/newcomer_path.py
+  newcomer-python   docs/installation.md newcomer-*.json          benchmarks/newcomer_path.py --python
   model-zoo         README.md          model-complexity-*.json    benchmarks/model_complexity.py
   backbone-sizes    docs/backbone.md   model-complexity-*.json    benchmarks/model_complexity.py
   flops             docs/speed.md      model-complexity-*.json    benchmarks/model_complexity.py
@@ -84,7 +85,7 @@ README = REPO_ROOT / 'README.md'
 # The files the blocks live in, by name (tests point these elsewhere).
 TARGET_FILES = {'README.md': README,
                 **{f'docs/{name}.md': REPO_ROOT / 'docs' / f'{name}.md'
-                   for name in ('backbone', 'speed', 'deployment', 'gpu')}}
+                   for name in ('backbone', 'speed', 'deployment', 'gpu', 'installation')}}
 # What each bench row is, where it is one of the model's calls (batch 8) or a target's shape.
 OP_BENCH_CALLS = {(8, 65536): 'stage 1, batch 8', (16, 16384): 'stage 2, batch 8',
                   (1, 65536): 'stage 1, batch 1'}
@@ -207,9 +208,13 @@ def render_newcomer(report: dict, source: str) -> str:
     rows = [f"| `{name}` | {minutes[name]:.1f} |" + (
         f" {step['peak_disk_gb']:.1f} | {step['left_on_disk_gb']:.1f} |" if disk else '')
         for name, step in steps.items()]
+    versions = report.get('versions') or {}
+    interpreter = (f" Python {versions.get('python')} making the venv (`--python`), which "
+                   f"installed torch {versions.get('torch')} and Triton {versions.get('triton')};"
+                   if report.get('python_option') else '')
     return '\n'.join([
         f"Timed by `benchmarks/newcomer_path.py` on {report['machine']}, commit "
-        f"{report['commit']}, {report['date'][:10]}: a fresh clone, every cache empty "
+        f"{report['commit']}, {report['date'][:10]}:{interpreter} a fresh clone, every cache empty "
         f'(the mmcv build, pip, Triton, inductor); raw: `{source}`.'
         + (f" Failed: {', '.join(failed)}." if failed else ''),
         '',
@@ -884,7 +889,11 @@ BLOCKS: dict[str, Block] = {
                                                          report.get('results', []))),
     'speed-table': Block('speed-vs-swin-*.json', render_speed, device_type='cpu'),
     'main-job': Block('main-job-*.json', render_main_job),
-    'newcomer': Block('newcomer-*.json', render_newcomer),
+    # The README's path (python3) apart from runs with another interpreter.
+    'newcomer': Block('newcomer-*.json', render_newcomer,
+                      measured=lambda report: not report.get('python_option')),
+    'newcomer-python': Block('newcomer-*.json', render_newcomer, target='docs/installation.md',
+                             measured=lambda report: bool(report.get('python_option'))),
     'model-zoo': Block('model-complexity-*.json', render_model_zoo),
     'backbone-sizes': Block('model-complexity-*.json', render_backbone_sizes,
                             target='docs/backbone.md'),

@@ -40,6 +40,12 @@ def test_the_recorder_sums_phases_per_test_and_busy_time_per_worker(tmp_path, mo
             dict(date=date, test_durations=dict(record, tests=[dict(test='t.py::a',
                                                                     seconds=seconds)]))))
     assert recorded_durations(tmp_path) == {'t.py::a': 5.0}
+    # A newer run with another interpreter (newcomer_path.py --python) is not
+    # the README's path: the schedule keeps the README's.
+    (tmp_path / 'benchmarks' / 'results' / 'newcomer-python3.12-x.json').write_text(json.dumps(
+        dict(date='2026-02-15', python_option='python3.12',
+             test_durations=dict(record, tests=[dict(test='t.py::a', seconds=7.0)]))))
+    assert recorded_durations(tmp_path) == {'t.py::a': 5.0}
     (tmp_path / 'benchmarks' / 'results' / 'test-durations-x.json').write_text(json.dumps(
         dict(record, date='2026-03-01')))
     assert recorded_durations(tmp_path) == {'t.py::a': 5.0, 't.py::b': 1.5, 't.py::c': 4.0}

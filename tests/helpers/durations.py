@@ -71,6 +71,8 @@ def recorded_durations(results: Path = REPO_ROOT) -> dict[str, float]:
         for path in results.glob(pattern):
             report = json.loads(path.read_text())
             record = report.get('test_durations') if pattern == NEWCOMER_RUNS else report
+            if report.get('python_option'):   # another interpreter's run: not the README's
+                continue
             if record and record.get('tests'):
                 runs.append((report.get('date', ''), path.name, record))
     if not runs:

@@ -430,3 +430,25 @@ def test_a_gpu_run_on_an_uncommitted_tree_is_refused(dirty, tmp_path):
         readme_tables.block_for('gpu-upernet-fps', run / 'fps-512.json')
     assert refused.value.block == 'gpu-upernet-fps'
     assert refused.value.path.name == ('fps-512.json' if dirty == 'the run' else 'upernet-fps.json')
+
+
+def test_newcomer_blocks_keep_the_readme_path_and_another_python_apart(tmp_path):
+    """The README's block is the newest run of its own path (python3), even
+    where a run with another interpreter (``newcomer_path.py --python``) is
+    newer; that one goes into docs/installation.md, naming its versions."""
+    step = dict(command='make setup', returncode=0, seconds=420.0, peak_disk_gb=3.1,
+                left_on_disk_gb=3.0)
+    record = dict(benchmark='newcomer_path', commit='abc1234', machine='a CPU, 2 cores',
+                  steps={'make setup': step, 'make test': dict(step, command='make test')},
+                  test_summary='10 passed in 500.00s')
+    (tmp_path / 'newcomer-cpu-old.json').write_text(json.dumps(
+        dict(record, date='2026-11-27T10:00:00+00:00', python_option=None)))
+    (tmp_path / 'newcomer-python3.12-cpu-new.json').write_text(json.dumps(
+        dict(record, date='2026-11-27T12:00:00+00:00', python_option='python3.12',
+             versions=dict(python='3.12.1', torch='2.13.0+cu130', triton='3.7.1'))))
+    assert readme_tables.newest_results('newcomer', tmp_path).name == 'newcomer-cpu-old.json'
+    other = readme_tables.newest_results('newcomer-python', tmp_path)
+    assert other.name == 'newcomer-python3.12-cpu-new.json'
+    block = readme_tables.render_newcomer(json.loads(other.read_text()), other.name)
+    assert 'Python 3.12.1 making the venv' in block and 'torch 2.13.0+cu130' in block
+    assert '| `make setup` | 7.0 |' in block
