@@ -140,10 +140,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.tiles = {}
     for text in args.tile:
         kernel, _, numbers = text.partition('=')
-        tile = tuple(int(n) for n in numbers.split(',') if n.strip().isdigit())
-        if not kernel or len(tile) != 3 or len(numbers.split(',')) != 3:
+        fields = numbers.split(',')
+        if not kernel or len(fields) != 3 or not all(f.strip().isdigit() for f in fields):
             parser.error(f'--tile {text!r}: expected KERNEL=N,W,S, e.g. query=16,4,1')
-        args.tiles[kernel] = tile
+        args.tiles[kernel] = tuple(int(f) for f in fields)
     sweep = QUICK_SWEEP if args.quick else FULL_SWEEP
     args.tokens = args.tokens or sweep['tokens']
     args.head_dims = args.head_dims or sweep['head_dims']

@@ -70,9 +70,9 @@ def recorded_durations(results: Path = REPO_ROOT) -> dict[str, float]:
     for pattern in (NEWCOMER_RUNS, PLAIN_RUNS):
         for path in results.glob(pattern):
             report = json.loads(path.read_text())
-            record = report.get('test_durations') if pattern == NEWCOMER_RUNS else report
             if report.get('python_option'):   # another interpreter's run: not the README's
                 continue
+            record = report.get('test_durations') if pattern == NEWCOMER_RUNS else report
             if record and record.get('tests'):
                 runs.append((report.get('date', ''), path.name, record))
     if not runs:

@@ -82,6 +82,27 @@ def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
     assert '--dry-run' in result.stdout
 
 
+def test_bench_mala_compile_report_takes_another_tile():
+    """--tile KERNEL=N,W,S compiles that kernel with the tile instead of the
+    plan's (sm_90, ahead of time, no GPU); a malformed tile or a kernel the
+    plan lacks is refused, naming it."""
+    from benchmarks import bench_mala
+    assert bench_mala.parse_args(['--tile', 'query=16,8,1', '--tile', 'key=32,4,2']).tiles == \
+        {'query': (16, 8, 1), 'key': (32, 4, 2)}
+    for bad in ('query=16,8', 'query=16,x,1', '=16,8,1', 'query'):
+        with pytest.raises(SystemExit):
+            bench_mala.parse_args(['--tile', bad])
+    result = run_script('benchmarks/bench_mala.py', '--compile-report', '90', '--dtypes', 'fp32',
+                        '--head-dims', '64', '--tile', 'query=16,8,1')
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert 'sm_90 fp32 d=64 layout=channels_last pair_loads=auto query=16,8,1' in result.stdout
+    query = next(line for line in result.stdout.splitlines() if '_backward_query_kernel' in line)
+    assert 'BLOCK_N=16' in query and "'num_warps': 8," in query, query
+    result = run_script('benchmarks/bench_mala.py', '--compile-report', '90',
+                        '--tile', 'querry=16,8,1')
+    assert result.returncode != 0 and 'no kernel querry in the launch plan' in result.stderr
+
+
 def test_bench_mala_times_the_torch_path_on_cpu(tmp_path):
     output = tmp_path / 'bench.json'
     result = run_script('benchmarks/bench_mala.py', '--device', 'cpu', '--dtypes', 'fp32',
