@@ -21,8 +21,9 @@ writing to those disks meanwhile counts too.
 
 Writes JSON (machine, commit, each step's exit status, seconds and disk, the
 test summary line, every test's seconds and worker and each worker's busy
-time, the slowest tests with what each trains or builds) and a Markdown table
-beside it; ``benchmarks/readme_tables.py`` puts the times into the README.
+time, every failure with the end of its report, the slowest tests with what
+each trains or builds) and a Markdown table beside it, the failures under it;
+``benchmarks/readme_tables.py`` puts the times into the README.
 ``--python`` makes the venv with another interpreter (``scripts/setup.sh``'s
 ``PYTHON``); such a run goes into ``docs/installation.md`` instead.
 
@@ -47,6 +48,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The end of each failure's report the Markdown shows (the JSON keeps more).
+FAILURE_LINES = 30
 
 # What the slowest tests spend their time on, by node id (first match).
 WHAT_IT_DOES = [
@@ -161,6 +164,9 @@ def markdown(report: dict) -> str:
               '| --- | --- | ---: | --- |']
     lines += [f"| `{row['test']}` | {row['worker']} | {row['seconds']:.1f} | {row['what']} |"
               for row in report['slowest_tests']]
+    for failure in (report.get('test_durations') or {}).get('failed', []):
+        lines += ['', f"## Failed: `{failure['test']}` ({failure['when']}, {failure['worker']})",
+                  '', '```', *failure['report'].splitlines()[-FAILURE_LINES:], '```']
     return '\n'.join(lines) + '\n'
 
 

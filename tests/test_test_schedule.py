@@ -23,16 +23,24 @@ def test_units_go_out_longest_first_and_unrecorded_groups_before_single_tests():
 
 
 def test_the_recorder_sums_phases_per_test_and_busy_time_per_worker(tmp_path, monkeypatch):
-    def report(nodeid, when, seconds, worker):
+    def report(nodeid, when, seconds, worker, failure=None):
         node = types.SimpleNamespace(gateway=types.SimpleNamespace(id=worker))
-        return types.SimpleNamespace(nodeid=nodeid, when=when, duration=seconds, node=node)
+        return types.SimpleNamespace(nodeid=nodeid, when=when, duration=seconds, node=node,
+                                     failed=failure is not None, longreprtext=failure or '')
     recorder = DurationRecorder()
+    long_failure = 'Traceback ...\n' + 'x' * 5000 + '\nE   assert 1.5 == 2.0'
     for args in [('t.py::a@grp', 'setup', 2.0, 'gw0'), ('t.py::a@grp', 'call', 3.0, 'gw0'),
-                 ('t.py::b', 'call', 1.5, 'gw1'), ('t.py::c', 'call', 4.0, 'gw1')]:
+                 ('t.py::b', 'call', 1.5, 'gw1', long_failure), ('t.py::c', 'call', 4.0, 'gw1')]:
         recorder.add(report(*args))
     record = recorder.write(tmp_path / 'durations.json')
     assert record['worker_busy_s'] == {'gw0': 5.0, 'gw1': 5.5}
     assert record['tests'][0] == dict(test='t.py::a', seconds=5.0, worker='gw0')
+    # A failure names its test, phase and worker, and keeps the end of its report.
+    [failure] = record['failed']
+    assert {k: failure[k] for k in ('test', 'when', 'worker')} == dict(
+        test='t.py::b', when='call', worker='gw1')
+    assert failure['report'].endswith('E   assert 1.5 == 2.0')
+    assert len(failure['report']) < len(long_failure)
     # As benchmarks/newcomer_path.py commits it, and the schedule reads it back.
     (tmp_path / 'benchmarks' / 'results').mkdir(parents=True)
     for date, seconds in (('2026-01-01', 99.0), ('2026-02-01', 5.0)):

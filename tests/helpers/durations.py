@@ -24,6 +24,9 @@ from helpers.paths import REPO_ROOT
 DURATIONS_ENV = 'MAVIT_TEST_DURATIONS'
 NEWCOMER_RUNS = 'benchmarks/results/newcomer-*.json'     # the record under 'test_durations'
 PLAIN_RUNS = 'benchmarks/results/test-durations-*.json'  # the record itself
+# The end of a failure's report kept in the record: the assertion or the
+# exception and the lines above it, not the whole traceback.
+FAILURE_CHARS = 3000
 
 
 def plain_nodeid(nodeid: str) -> str:
@@ -37,6 +40,7 @@ class DurationRecorder:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.worker: dict[str, str] = {}
+        self.failures: list[dict] = []
 
     @staticmethod
     def wanted() -> str | None:
@@ -48,6 +52,9 @@ class DurationRecorder:
         self.seconds[nodeid] += report.duration
         node = getattr(report, 'node', None)     # set by xdist on the controller
         self.worker[nodeid] = node.gateway.id if node is not None else 'main'
+        if report.failed:
+            self.failures.append(dict(test=nodeid, when=report.when, worker=self.worker[nodeid],
+                                      report=report.longreprtext[-FAILURE_CHARS:]))
 
     def write(self, path: str | Path) -> dict:
         busy: dict[str, float] = defaultdict(float)
@@ -55,6 +62,7 @@ class DurationRecorder:
             busy[self.worker[nodeid]] += seconds
         record = dict(date=datetime.now(UTC).isoformat(timespec='seconds'),
                       worker_busy_s={worker: round(s, 1) for worker, s in sorted(busy.items())},
+                      failed=self.failures,
                       tests=[dict(test=nodeid, seconds=round(seconds, 2),
                                   worker=self.worker[nodeid])
                              for nodeid, seconds in sorted(self.seconds.items(),

@@ -1111,3 +1111,25 @@ def test_results_name_the_cpus_vector_isa():
     capability = torch.backends.cpu.get_cpu_capability()
     assert cpu_model().endswith(f', {capability}')
     assert device_name(torch.device('cpu')) == f'cpu {cpu_model()}'
+
+
+def test_newcomer_record_shows_each_failure_under_its_table():
+    """A failed ``make test`` of the newcomer's path names its tests and why,
+    in the Markdown beside the JSON (a run on a clean machine is not rerun
+    cheaply to find out)."""
+    from benchmarks.newcomer_path import FAILURE_LINES, markdown
+    failure = dict(test='tests/t.py::test_x', when='call', worker='gw1',
+                   report='\n'.join(f'line {i}' for i in range(100)) + '\nE   assert 1 == 2')
+    report = dict(date='2026-11-27T00:00:00+00:00', machine='a CPU, 2 cores', commit='abc1234',
+                  steps={'make test': dict(returncode=2, seconds=60.0, peak_disk_gb=1.0,
+                                           left_on_disk_gb=0.5)},
+                  test_summary='1 failed, 2 passed',
+                  test_durations=dict(worker_busy_s={'gw1': 3.0}, tests=[], failed=[failure]),
+                  slowest_tests=[])
+    text = markdown(report)
+    section = text.split('## Failed: `tests/t.py::test_x` (call, gw1)', 1)[1]
+    assert section.rstrip().endswith('E   assert 1 == 2\n```')
+    assert f'line {100 - FAILURE_LINES + 1}' in section and 'line 0\n' not in section
+    # A run without failures (and an older record, without the field) has no such section.
+    for durations in (dict(report['test_durations'], failed=[]), dict(worker_busy_s={}, tests=[])):
+        assert '## Failed' not in markdown(dict(report, test_durations=durations))
