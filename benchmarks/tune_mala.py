@@ -40,6 +40,10 @@ from mavit_mm.tooling.results_file import write_json  # noqa: E402
 TOKEN_KERNELS = ('partials', 'output', 'query', 'key')
 BLOCK_NS = (16, 32, 64, 128)
 WARPS = (4, 8)
+# Heads over 64 channels try 16 warps too: for fp32 at d = 96-128 the only
+# key tiles whose sm_90 compile spills with none of Triton 3.6, 3.7 and 3.9
+# (compile-sweep-sm90-fp32-wide-*.txt in benchmarks/results/).
+WIDE_WARPS = (4, 8, 16)
 STAGES = (1, 2, 3)
 COMBINE_CANDIDATES = [(rows, warps, 1) for rows in (2, 4, 8, 16, 32) for warps in (1, 2, 4)]
 CHUNK_COUNTS = (8, 16, 32, 64, 128, 256, 512)
@@ -90,7 +94,7 @@ def tile_candidates(kernel: str, head_dim: int):
         return COMBINE_CANDIDATES
     wide = head_dim > 64
     block_ns = [n for n in BLOCK_NS if not (wide and n > 64)]
-    return list(itertools.product(block_ns, WARPS, STAGES))
+    return list(itertools.product(block_ns, WIDE_WARPS if wide else WARPS, STAGES))
 
 
 class Case:

@@ -60,7 +60,9 @@ KERNEL_TILES = {
 # Triton 3.7 compiles the output kernel's 32-token tile on 4 warps to 32
 # registers and 3.6 KB of stack, and 3.6 and 3.7 hold the query kernel on 8
 # warps to 128 registers, spilling (compile-report-sm90-*-2026-11-27-*.txt
-# in benchmarks/results/, one per Triton).
+# in benchmarks/results/, one per Triton). Wide heads keep the half tiles:
+# they spill with Triton 3.9 alone, the CPU's interpreter release
+# (compile-sweep-sm90-fp32-wide-2026-11-27.txt).
 FP32_TILES = {'narrow': dict(output=(32, 8, 1), query=(16, 4, 1), key=(32, 8, 3)), 'wide': {}}
 KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
 FORWARD_KERNELS = ('partials', 'combine', 'output')
