@@ -42,7 +42,7 @@ BLOCK_NS = (16, 32, 64, 128)
 WARPS = (4, 8)
 # Heads over 64 channels try 16 warps too: for fp32 at d = 96-128 the only
 # key tiles whose sm_90 compile spills with none of Triton 3.6, 3.7 and 3.9
-# (compile-sweep-sm90-fp32-wide-*.txt in benchmarks/results/).
+# (compile-sweep-sm90-wide-*.txt in benchmarks/results/).
 WIDE_WARPS = (4, 8, 16)
 STAGES = (1, 2, 3)
 COMBINE_CANDIDATES = [(rows, warps, 1) for rows in (2, 4, 8, 16, 32) for warps in (1, 2, 4)]

@@ -62,7 +62,7 @@ KERNEL_TILES = {
 # warps to 128 registers, spilling (compile-report-sm90-*-2026-11-27-*.txt
 # in benchmarks/results/, one per Triton). Wide heads keep the half tiles:
 # they spill with Triton 3.9 alone, the CPU's interpreter release
-# (compile-sweep-sm90-fp32-wide-2026-11-27.txt).
+# (compile-sweep-sm90-wide-2026-11-27.txt).
 FP32_TILES = {'narrow': dict(output=(32, 8, 1), query=(16, 4, 1), key=(32, 8, 3)), 'wide': {}}
 KERNEL_NAMES = ('partials', 'combine', 'output', 'query', 'key')
 FORWARD_KERNELS = ('partials', 'combine', 'output')
