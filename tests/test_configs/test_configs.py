@@ -1,5 +1,6 @@
 """The 24 published-recipe configs: they load, keep the published recipe, build
-models of the published size, train one step and predict on CPU.
+models of the published size, compute a training loss and its gradients, and
+predict on CPU.
 
 Parameter targets are the paper's table (reference README), in millions; the
 Cascade Mask R-CNN targets are what the published config builds.

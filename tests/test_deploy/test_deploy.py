@@ -397,14 +397,14 @@ def test_detector_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp_pat
 # -- as mmdeploy's tools run ---------------------------------------------------
 def test_deploy_needs_nothing_but_the_model_config(data_roots, tmp_path):
     """A fresh process that imports mmdeploy first and loads the model config
-    after it, as tools/deploy.py does: the export works with nothing set."""
+    after it, as tools/deploy.py does: the export works with nothing set. It
+    never imports mavit_mm itself: the config's custom_imports do."""
     config = model_config(SEG_CONFIGS['upernet'], data_roots['ade20k'], tmp_path)
     checkpoint = fixed_seed_checkpoint(config, tmp_path / 'model.pth')
     image = val_images(data_roots['ade20k'], 'ade20k')[0]
     script = textwrap.dedent(f"""
         import json, sys
         from mmdeploy.apis import torch2onnx
-        import mavit_mm  # noqa: F401  (as the model config's custom_imports do)
         torch2onnx({image!r}, {str(tmp_path / 'out')!r}, 'end2end.onnx',
                    {str(DEPLOY / 'segmentation_onnxruntime_dynamic.py')!r}, {config!r},
                    {checkpoint!r}, device='cpu')
