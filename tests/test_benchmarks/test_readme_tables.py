@@ -233,7 +233,7 @@ def test_readme_gpu_table_quotes_each_size_and_mode_from_the_newest_gpu_run_meas
                 expected[key] = run
     quoted = {}
     sections = block.split('\n\nMeasured on ')
-    assert len(sections) >= 1 and block.startswith('Measured on ')
+    assert block.startswith('Measured on ')
     for section in sections:
         run = REPO_ROOT / re.search(r'Raw: `([^`]+)/`', section).group(1)
         env = json.loads(next(run.glob('*/env.json')).read_text())

@@ -110,7 +110,7 @@ def test_ablation_builds_the_variant_with_the_published_keys(ablation):
 
 @needs_downstream
 @pytest.mark.parametrize('pipe', list(PARENTS))
-def test_inline_residual_ablation_trains_one_step(pipe):
+def test_inline_residual_ablation_has_a_loss_and_gradients(pipe):
     """The one ablation with new parameters: loss and backward through the
     whole model, every backbone parameter (the residual's too) gets a gradient."""
     cfg = load_config(ablation_path(pipe, 'attn-inline-res'))

@@ -37,8 +37,10 @@ def test_wrapper_without_amp_device_is_fp32_optim_wrapper(monkeypatch):
     assert wrapper.clip_grad_kwargs == dict(max_norm=1.0)
     assert isinstance(wrapper.optimizer, torch.optim.AdamW)
     # It trains, in fp32.
+    before = model.weight.detach().clone()
     loss = model(torch.ones(1, 2)).sum()
     wrapper.update_params(loss)
+    assert model.weight.dtype == torch.float32 and not torch.equal(model.weight, before)
 
 
 def test_wrapper_with_amp_device_is_amp_optim_wrapper(monkeypatch):

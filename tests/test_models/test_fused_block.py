@@ -19,7 +19,7 @@ from helpers.paths import REPO_ROOT, child_environment
 from devtools.op_census import fused_launches_skipped
 from devtools.op_log import OpLog
 from mavit_mm.models import MAViT
-from mavit_mm.ops.fast_paths import FAST_PATHS
+from mavit_mm.ops.fast_paths import ALL_ON, FAST_PATHS
 from mavit_mm.ops.pointwise_conv import pointwise_conv
 
 pytest.importorskip('triton')
@@ -48,9 +48,11 @@ def image(size=(32, 32)) -> torch.Tensor:
 
 
 def test_the_fused_stages_compute_the_modules_model(one_torch_thread):
-    """fp32 outputs and every gradient of a training step (batch norms in
-    training mode), and bf16 autocast outputs, against the modules."""
-    modules, fused = small_model('torch').train(), small_model('triton').train()
+    """All three fused stages (the FFN's middle too, off by default): fp32
+    outputs and every gradient of a training step (batch norms in training
+    mode), and bf16 autocast outputs, against the modules."""
+    modules = small_model('torch').train()
+    fused = small_model('triton', fast_paths=ALL_ON).train()
     fused.load_state_dict(modules.state_dict(), strict=True)
     x = image()
     upstream = None
@@ -253,10 +255,11 @@ def projected_loss(outputs) -> torch.Tensor:
 @cuda_only
 def test_mavit_t_with_every_fused_path_is_the_plain_model_on_cuda():
     """fp32 (TF32 off, tests/conftest.py): MALA's and the depthwise stages'
-    kernels with every fast path on against the PyTorch formulas with every
-    switch off, outputs and every parameter's gradient in a training step;
-    then bf16 autocast outputs in eval mode."""
-    fused, plain = mavit_t().train(), mavit_t(**PLAIN).train()
+    kernels with every fast path on (the fused FFN middle too, off by default)
+    against the PyTorch formulas with every switch off, outputs and every
+    parameter's gradient in a training step; then bf16 autocast outputs in
+    eval mode."""
+    fused, plain = mavit_t(fast_paths=ALL_ON).train(), mavit_t(**PLAIN).train()
     plain.load_state_dict(fused.state_dict(), strict=True)
     x = torch.randn(*CUDA_INPUT, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     results = []

@@ -36,6 +36,7 @@ from devtools.op_census import (
     listing,
     mavit_t,
 )
+from devtools.op_log import OpLog
 from mavit_mm.models import MAViT
 from mavit_mm.models.mavit import MAViTBlock, MAViTStage
 
@@ -118,16 +119,19 @@ def test_blocks_and_stages_return_bf16(one_torch_thread):
     assert [out.dtype for out in outputs] == [torch.bfloat16] * 4
 
 
-def test_training_forward_keeps_bf16_and_learns(one_torch_thread):
-    """With gradients the residual adds are not in place and the folded kernels
-    are rebuilt each call; the stream stays bf16 and every parameter gets a
-    gradient."""
+def test_training_forward_keeps_bf16_and_every_parameter_gets_a_gradient(one_torch_thread):
+    """With gradients the residual adds are not in place (autograd needs their
+    inputs); the stream stays bf16 and every parameter gets a gradient."""
     torch.manual_seed(0)
     model = MAViT('tiny', depths=[1, 1, 1, 1], mala_impl='torch', drop_path_rate=0.1).train()
-    with torch.autocast('cpu', dtype=torch.bfloat16):
+    with torch.autocast('cpu', dtype=torch.bfloat16), OpLog() as log:
         outputs = model(image()[:, :, :64, :64])
         assert [out.dtype for out in outputs] == [torch.bfloat16] * 4
         loss = sum(out.float().square().mean() for out in outputs)
+    residuals = 2 * sum(model.depths)
+    # Each residual a new map (one addcmul), none written into the stream
+    # (addcmul_, as without gradients: test_fast_paths.py).
+    assert log.ops['addcmul'] == residuals, log.ops
     loss.backward()
     missing = [name for name, p in model.named_parameters() if p.grad is None]
     assert not missing

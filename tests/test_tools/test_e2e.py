@@ -140,7 +140,9 @@ def test_train_then_test(trained, name, tmp_path):
 
 @on_the_worker_that_trains('mask_rcnn')
 def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
-    """--resume CKPT: weights, optimizer and iteration come from the checkpoint."""
+    """--resume CKPT: the iteration and the optimizer's state come from the
+    checkpoint (AdamW's step count goes on from 1 to 2; a fresh optimizer's
+    would be 1)."""
     work_dir, _ = trained.get('mask_rcnn')
     resumed_dir = tmp_path / 'resumed'
     result = run_tool('train.py', trained.config('mask_rcnn'), '--work-dir', resumed_dir,
@@ -150,6 +152,13 @@ def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
     records = training_records(run_dirs(resumed_dir)[-1])
     assert [r['step'] for r in records if 'loss' in r] == [2]  # iteration 1 not redone
     assert (resumed_dir / 'iter_2.pth').is_file() and not (resumed_dir / 'iter_1.pth').exists()
+    import torch
+
+    import mavit_mm  # noqa: F401  (allow-lists what mmengine's checkpoints hold)
+    for checkpoint, step in ((work_dir / 'iter_1.pth', 1.0), (resumed_dir / 'iter_2.pth', 2.0)):
+        optimizer = torch.load(checkpoint, map_location='cpu', weights_only=True)['optimizer']
+        steps = {float(state['step']) for state in optimizer['state'].values()}
+        assert steps == {step}, (checkpoint.name, steps)
 
 
 @on_the_worker_that_trains('upernet')
