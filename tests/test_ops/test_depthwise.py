@@ -84,13 +84,19 @@ def test_position_norm_outputs_and_gradients(dtype, channels):
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16], ids=['fp32', 'bf16'])
-def test_gated_lepe_reads_v_and_the_gate_in_place_in_the_qkvo_map(dtype):
+def test_gated_lepe_reads_v_and_the_gate_in_place_in_the_qkvo_map(dtype, monkeypatch):
     channels = 24
     qkvo = channels_last(BATCH, 4 * channels, HEIGHT, WIDTH, dtype=dtype)
     attention = channels_last(BATCH, channels, HEIGHT, WIDTH, dtype=dtype, seed=2)
     weight, bias, _, _ = parameters(channels, 5)
     v, gate = qkvo[:, 2 * channels:3 * channels], qkvo[:, 3 * channels:]
+    tensors = []
+    record_launches(monkeypatch, run_kernels=True, tensors=tensors)
     out = gated_lepe(v, weight, bias, attention, gate, impl='triton')
+    # The forward kernel gets the slices themselves (their memory), no copies.
+    [(name, forward_tensors)] = tensors
+    assert name == 'forward'
+    assert {v.data_ptr(), gate.data_ptr()} <= {t.data_ptr() for t in forward_tensors}
     assert out.dtype == dtype and out.is_contiguous(memory_format=torch.channels_last)
     ref_qkvo, ref_attention, ref_weight, ref_bias = [
         t.detach().float().requires_grad_() for t in (qkvo, attention, weight, bias)]
@@ -135,14 +141,22 @@ def test_an_nchw_map_gives_the_same_result():
                                ffn_middle_reference(h, weight, bias), atol=2e-5, rtol=2e-5)
 
 
-def test_bf16_weights_are_read_as_they_are_and_fp32_gradients_stay_fp32():
+def test_bf16_weights_are_read_as_they_are_and_fp32_gradients_stay_fp32(monkeypatch):
     h = channels_last(1, 8, 4, 5, dtype=torch.bfloat16)
     weight, bias, _, _ = parameters(8, 3)
     out = ffn_middle(h, weight, bias, impl='triton')
     dweight, dbias = torch.autograd.grad(out.float().sum(), (weight, bias))
     assert dweight.dtype == dbias.dtype == torch.float32
+    tensors = []
+    record_launches(monkeypatch, run_kernels=True, tensors=tensors)
     half = ffn_middle(h, weight.detach().bfloat16(), bias.detach().bfloat16(), impl='triton')
     assert_all_close((half,), (out,), torch.bfloat16, 'bf16 weights')
+    # The kernel reads the bf16 taps and bias (its tensors after the map), not
+    # fp32 copies of them.
+    [(name, forward_tensors)] = tensors
+    taps, bias = forward_tensors[1:3]
+    assert name == 'forward' and taps.shape == (9, 8) and bias.shape == (8,)
+    assert taps.dtype == bias.dtype == torch.bfloat16, (taps.dtype, bias.dtype)
 
 
 def test_the_ops_pass_torch_library_opcheck():
@@ -281,28 +295,31 @@ def test_compiled_training_step_gives_the_eager_gradients():
 class LaunchRecorder:
     """Stands in for a kernel, ``kernel[grid](...)``: records each launch's
     ``(kernel, BLOCK_W, BLOCK_C, num_warps)`` (Triton's default warps where it
-    passes none), and runs the real kernel where it is given one."""
+    passes none), and its tensor arguments where asked to, and runs the real
+    kernel where it is given one."""
 
-    def __init__(self, name, kernel, launches):
-        self.name, self.kernel, self.launches = name, kernel, launches
+    def __init__(self, name, kernel, launches, tensors=None):
+        self.name, self.kernel, self.launches, self.tensors = name, kernel, launches, tensors
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             self.launches.append((self.name, kwargs['BLOCK_W'], kwargs['BLOCK_C'],
                                   kwargs.get('num_warps', TRITON_DEFAULT_WARPS)))
+            if self.tensors is not None:
+                self.tensors.append((self.name, [a for a in args if isinstance(a, torch.Tensor)]))
             if self.kernel is not None:
                 self.kernel[grid](*args, **kwargs)
         return launch
 
 
-def record_launches(monkeypatch, run_kernels: bool) -> list:
+def record_launches(monkeypatch, run_kernels: bool, tensors: list | None = None) -> list:
     from mavit_mm.ops.depthwise import kernels
     launches = []
     for name, short in (('_depthwise_forward_kernel', 'forward'),
                         ('_depthwise_backward_kernel', 'backward'),
                         ('_norm_backward_kernel', 'norm_backward')):
         monkeypatch.setattr(kernels, name, LaunchRecorder(
-            short, getattr(kernels, name) if run_kernels else None, launches))
+            short, getattr(kernels, name) if run_kernels else None, launches, tensors))
     return launches
 
 

@@ -171,12 +171,15 @@ def test_import_and_fallback_without_triton():
         "try:\n"
         "    mala_attention(q, k, v, rope, impl='triton')\n"
         "except RuntimeError as exc:\n"
-        "    assert 'triton is not available' in str(exc) or 'CUDA' in str(exc), exc\n"
+        "    assert 'triton is not available' in str(exc), exc\n"
         "else:\n"
         "    raise SystemExit('no error without triton')\n"
     )
+    # With the interpreter asked for, as on a CPU: the device check passes, so
+    # the error is the missing package's, on every machine.
     result = subprocess.run([sys.executable, '-c', script], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, 'TRITON_INTERPRET': '1'})
     assert result.returncode == 0, result.stderr[-2000:]
 
 

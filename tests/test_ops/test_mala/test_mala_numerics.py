@@ -179,8 +179,11 @@ def test_default_plan_with_chunks_and_token_loops_matches_reference(
     assert plan.key_tokens_per_program > plan.key.block_n
     rope = RoPE2d(head_dim)(height, width)
     check_against_reference(q, k, v, rope, tolerance)
-    assert mala_function.cached_launch_plan.cache_info().currsize == 1   # the plan above
-    assert mala_function.cached_launch_plan(height * width, 2, head_dim, dtype, DEVICE) == plan
+    # The op's one cached plan is the plan above: its own lookup hits it.
+    before = mala_function.cached_launch_plan.cache_info()
+    assert before.currsize == 1
+    assert mala_function._case_plan(q, 0, 0, 0) == plan
+    assert mala_function.cached_launch_plan.cache_info().hits == before.hits + 1
 
 
 
