@@ -15,7 +15,7 @@ def item(nodeid, group=None):
 
 def test_units_go_out_longest_first_and_unrecorded_groups_before_single_tests():
     items = [item('a.py::quick'), item('b.py::one', 'deploy'), item('c.py::slow'),
-             item('b.py::two', 'deploy'), item('d.py::new', 'new-group'), item('e.py::new')]
+             item('b.py::two', 'deploy'), item('e.py::new'), item('d.py::new', 'new-group')]
     durations = {'a.py::quick': 1.0, 'b.py::one': 30.0, 'b.py::two': 40.0, 'c.py::slow': 50.0}
     heaviest_first(items, durations)
     assert [i.nodeid for i in items] == ['b.py::one', 'b.py::two', 'c.py::slow', 'a.py::quick',
@@ -56,4 +56,8 @@ def test_the_recorder_sums_phases_per_test_and_busy_time_per_worker(tmp_path, mo
     assert recorded_durations(tmp_path) == {'t.py::a': 5.0}
     (tmp_path / 'benchmarks' / 'results' / 'test-durations-x.json').write_text(json.dumps(
         dict(record, date='2026-03-01')))
+    assert recorded_durations(tmp_path) == {'t.py::a': 5.0, 't.py::b': 1.5, 't.py::c': 4.0}
+    # The newest by its date, not by its file's name.
+    (tmp_path / 'benchmarks' / 'results' / 'test-durations-z.json').write_text(json.dumps(
+        dict(record, date='2025-01-01', tests=[dict(test='t.py::a', seconds=99.0)])))
     assert recorded_durations(tmp_path) == {'t.py::a': 5.0, 't.py::b': 1.5, 't.py::c': 4.0}

@@ -56,14 +56,16 @@ def test_missing_annotation_file(tiny, train_tool, tmp_path):
     assert 'not found' in message
 
 
-@pytest.mark.parametrize('content', ['{"images": [{"id": 1', 'not json at all', '[1, 2]', ''])
-def test_corrupt_annotation_file(tiny, train_tool, tmp_path, content):
+@pytest.mark.parametrize('content,problem', [('{"images": [{"id": 1', 'not valid JSON'),
+                                             ('not json at all', 'not valid JSON'),
+                                             ('[1, 2]', 'holds a'), ('', 'is empty')])
+def test_corrupt_annotation_file(tiny, train_tool, tmp_path, content, problem):
     corrupt = tmp_path / 'instances_corrupt.json'
     corrupt.write_text(content)
     message = _train_error(train_tool, tiny['det'], '--cfg-options',
                            f'train_dataloader.dataset.ann_file={corrupt}',
                            work_dir=tmp_path / 'work')
-    assert str(corrupt) in message
+    assert str(corrupt) in message and problem in message, message
 
 
 def test_missing_evaluator_annotation_file(tiny, test_tool, train_tool, tmp_path):
@@ -93,6 +95,7 @@ def test_missing_segmentation_label_folder(tiny, train_tool, tmp_path):
                            'train_dataloader.dataset.data_prefix.seg_map_path=annotations/nope',
                            work_dir=tmp_path / 'work')
     assert str(tiny['roots']['ade20k'] / 'annotations' / 'nope') in message
+    assert 'folder not found' in message
 
 
 @pytest.mark.parametrize('config_key', ['det', 'seg'])
