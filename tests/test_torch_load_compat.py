@@ -87,11 +87,16 @@ def test_runner_checkpoint_loads_with_weights_only(runner_checkpoint):
     assert float(checkpoint['message_hub']['log_scalars']['val/score'].current()) == 0.5
 
 
-def test_mmengine_loaders_use_the_allow_list(runner_checkpoint):
-    """mmengine calls torch.load without weights_only (so True on torch >= 2.6)."""
+def test_mmengine_loaders_use_the_allow_list(runner_checkpoint, monkeypatch):
+    """mmengine calls torch.load without weights_only (so True on torch >= 2.6):
+    the load below is a weights-only one, which the test after it shows torch
+    refuses without the allow-list."""
     from mmengine.runner.checkpoint import CheckpointLoader
+    calls, load = [], torch.load
+    monkeypatch.setattr(torch, 'load', lambda *a, **kw: calls.append(kw) or load(*a, **kw))
     checkpoint = CheckpointLoader.load_checkpoint(runner_checkpoint, map_location='cpu')
     assert checkpoint['meta']['iter'] == 4
+    assert calls and all(kw.get('weights_only', True) is True for kw in calls), calls
 
 
 def test_without_the_allow_list_the_checkpoint_is_refused(runner_checkpoint):
