@@ -154,9 +154,10 @@ def test_bf16_weights_are_read_as_they_are_and_fp32_gradients_stay_fp32(monkeypa
     # The kernel reads the bf16 taps and bias (its tensors after the map), not
     # fp32 copies of them.
     [(name, forward_tensors)] = tensors
-    taps, bias = forward_tensors[1:3]
-    assert name == 'forward' and taps.shape == (9, 8) and bias.shape == (8,)
-    assert taps.dtype == bias.dtype == torch.bfloat16, (taps.dtype, bias.dtype)
+    kernel_taps, kernel_bias = forward_tensors[1:3]
+    assert name == 'forward' and kernel_taps.shape == (9, 8) and kernel_bias.shape == (8,)
+    assert kernel_taps.dtype == kernel_bias.dtype == torch.bfloat16, (kernel_taps.dtype,
+                                                                      kernel_bias.dtype)
 
 
 def test_the_ops_pass_torch_library_opcheck():

@@ -11,6 +11,7 @@ import math
 import pickle
 
 import pytest
+import torch
 from helpers.tools import explain, make_tiny_data, run_tool, write_tiny_config
 
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
@@ -152,9 +153,7 @@ def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
     records = training_records(run_dirs(resumed_dir)[-1])
     assert [r['step'] for r in records if 'loss' in r] == [2]  # iteration 1 not redone
     assert (resumed_dir / 'iter_2.pth').is_file() and not (resumed_dir / 'iter_1.pth').exists()
-    import torch
-
-    import mavit_mm  # noqa: F401  (allow-lists what mmengine's checkpoints hold)
+    # (Importing mavit_mm, above, allow-listed what mmengine's checkpoints hold.)
     for checkpoint, step in ((work_dir / 'iter_1.pth', 1.0), (resumed_dir / 'iter_2.pth', 2.0)):
         optimizer = torch.load(checkpoint, map_location='cpu', weights_only=True)['optimizer']
         steps = {float(state['step']) for state in optimizer['state'].values()}

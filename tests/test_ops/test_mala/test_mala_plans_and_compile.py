@@ -424,6 +424,11 @@ def test_output_layouts_follow_the_input_stride_order(shape):
         out = mala_function.empty_like_layout(x)
         assert out.shape == x.shape, order
         assert out.permute(order).is_contiguous(), (order, out.stride())
+    # Tied strides (size-1 dimensions) keep the logical order: a contiguous
+    # input gives contiguous strides, not those of another order of the ties.
+    if 0 not in shape:
+        assert mala_function.empty_like_layout(torch.empty(shape)).stride() == \
+            torch.empty(shape).stride()
     # An expanded dimension (stride 0) goes outermost, the others as they lie.
     if shape[0] > 1 and 0 not in shape:
         x = torch.empty(1, *shape[1:]).transpose(2, 3).expand(shape[0], -1, -1, -1)
