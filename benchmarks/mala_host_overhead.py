@@ -75,6 +75,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
+from devtools.host_calls import KernelStub  # noqa: E402
 from devtools.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
@@ -133,29 +134,15 @@ def parse_args(argv=None):
 # --------------------------------------------------------------------------
 # Measuring this tree, in this process
 # --------------------------------------------------------------------------
-class StubKernel:
-    """Stands in for a ``@triton.jit`` kernel: ``kernel[grid](*args, **meta)``
-    counts the launch and does nothing else."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.launches = 0
-
-    def __getitem__(self, grid):
-        return self._launch
-
-    def _launch(self, *args, **meta):
-        self.launches += 1
-
-
-def install_stubs(kernels_module) -> dict[str, StubKernel]:
+def install_stubs(kernels_module) -> dict[str, KernelStub]:
     """Every compiled-mode ``*_kernel`` of ``kernels_module`` replaced by a
-    :class:`StubKernel` (the launches look the kernels up there at each call)."""
+    :class:`~devtools.host_calls.KernelStub` (the launches look the kernels
+    up there at each call)."""
     import triton
     stubs = {}
     for name, value in list(vars(kernels_module).items()):
         if name.endswith('_kernel') and isinstance(value, triton.runtime.jit.JITFunction):
-            stubs[name] = StubKernel(name)
+            stubs[name] = KernelStub(name)
             setattr(kernels_module, name, stubs[name])
     interpreted = [name for name, value in vars(kernels_module).items()
                    if name.endswith('_kernel') and type(value).__name__ == 'InterpretedFunction']

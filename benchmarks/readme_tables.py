@@ -264,6 +264,35 @@ def render_onnxruntime_speed(report: dict, source: str) -> str:
     return '\n'.join(lines)
 
 
+PASS_NAMES = {'forward': 'forward', 'train': 'training step'}
+
+
+def render_host_calls(report: dict, source: str) -> str:
+    """The Python calls of one eager pass, MAViT-T's CUDA host path against
+    Swin-T; the baseline checkout's beside them where the file has one."""
+    lines = [f"Counted with Python {report['python']}, torch {report['torch']}, commit "
+             f"{report['commit']}, {report['date'][:10]}; raw: `{source}`. Batch 1, "
+             f"{report['input'][2]}x{report['input'][3]}, {report['autocast']} autocast; "
+             f"MAViT-T: {report['backbones']['mavit']}.",
+             '',
+             '| pass | tree | MAViT-T Python calls | issued by mavit_mm | Swin-T Python calls '
+             '| MAViT-T / Swin-T | MAViT-T aten ops | Swin-T aten ops |',
+             '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |']
+    trees = [(report['commit'], report['results'])]
+    if report.get('baseline'):
+        trees.append((report['baseline']['commit'], report['baseline']['results']))
+    for which, name in PASS_NAMES.items():
+        for commit, results in trees:
+            if which not in results['MAViT-T']:
+                continue
+            mavit, swin = results['MAViT-T'][which], results['Swin-T'][which]
+            lines.append(f"| {name} | {commit} | {mavit['python_calls']} | "
+                         f"{mavit['issued_by_mavit_mm']} | {swin['python_calls']} | "
+                         f"{mavit['python_calls'] / swin['python_calls']:.2f} | "
+                         f"{mavit['aten_ops']} | {swin['aten_ops']} |")
+    return '\n'.join(lines)
+
+
 def repo_path(path: Path) -> str:
     """``path`` as the pages name it: from the repository root where it is inside."""
     path = Path(path).resolve()
@@ -902,6 +931,9 @@ BLOCKS: dict[str, Block] = {
                              target='docs/speed.md'),
     'onnxruntime-speed': Block('onnxruntime-speed-*.json', render_onnxruntime_speed,
                                target='docs/deployment.md'),
+    # Files of this checkout's own package (not a --package-root run of another).
+    'host-calls': Block('host-calls-*.json', render_host_calls, target='docs/speed.md',
+                        measured=lambda report: report['own_checkout']),
     # The targets' "now" are each step's newest file: the block follows the newest run.
     'gpu-targets': Block('gpu-*/*/env.json', render_gpu_targets, target='docs/gpu.md'),
     'gpu-checks': Block('gpu-*/*/kernel-tests.json', render_gpu_checks, target='docs/gpu.md'),

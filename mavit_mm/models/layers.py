@@ -60,10 +60,8 @@ class CachedCastConv2d(nn.Conv2d):
     def weights_for(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(weight, bias)`` in ``x``'s compute dtype; as they are (for autocast
         to cast) where no copy can be kept (a gradient flows, switch off)."""
-        dtype = compute_dtype(x, self.weight)
-        if dtype == self.weight.dtype or not self.derived.caches(self.weight):
-            return self.weight, self.bias
-        return self.derived.cast('compute', (self.weight, self.bias), dtype)
+        return self.derived.cast('compute', (self.weight, self.bias), compute_dtype(x, self.weight),
+                                 uncast_unless_kept=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(x, *self.weights_for(x))
@@ -123,9 +121,8 @@ class DepthwiseResidualConv(CachedCastConv2d):
         if not self.folded or torch.compiler.is_compiling():
             return x + super().forward(x)
         dtype = compute_dtype(x, self.weight)
-        bias = self.bias                        # (autocast casts it where none is kept)
-        if dtype != bias.dtype and self.derived.caches(bias):
-            (bias,) = self.derived.cast('bias', (bias,), dtype)
+        # (autocast casts the bias where no copy is kept)
+        (bias,) = self.derived.cast('bias', (self.bias,), dtype, uncast_unless_kept=True)
         return self._conv_forward(x, self.folded_weight(dtype), bias)
 
 

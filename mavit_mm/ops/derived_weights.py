@@ -21,8 +21,13 @@ def takes_no_gradient(*tensors: torch.Tensor) -> bool:
     """No autograd graph will be built through ``tensors``, and the call is
     not being traced or compiled: derived weights may be cached, results may
     be written in place."""
-    with_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    return not with_grad and not recording_graph()
+    # Plain loops, not any(...): the forward asks a few hundred times, and
+    # each generator step is a Python call of its own.
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if t.requires_grad:
+                return False
+    return not recording_graph()
 
 
 def compute_dtype(x: torch.Tensor, param: torch.Tensor) -> torch.dtype:
@@ -52,6 +57,38 @@ class DerivedWeights:
             device: torch.device, build: Callable, state=None):
         if not self.caches(*sources):
             return build()
+        return self._kept(name, sources, dtype, device, build, state)
+
+    def caches(self, *sources: torch.Tensor) -> bool:
+        """Whether :meth:`get` keeps what it builds from ``sources`` now.
+        (Inference tensors, e.g. of a model moved inside inference_mode, keep
+        no version counter to tell a change by.)"""
+        # is_inference() last: Dynamo cannot trace it, and under compile
+        # takes_no_gradient has already said no.
+        if not (self.enabled and takes_no_gradient(*sources)):
+            return False
+        for t in sources:
+            if t.is_inference():
+                return False
+        return True
+
+    def cast(self, name: str, tensors: tuple[torch.Tensor | None, ...], dtype: torch.dtype,
+             uncast_unless_kept: bool = False) -> tuple[torch.Tensor | None, ...]:
+        """``tensors`` in ``dtype`` (``None`` stays ``None``); those already in
+        it are returned as they are, so an fp32 forward builds nothing. Where
+        nothing can be kept: cast copies, or with ``uncast_unless_kept``
+        ``tensors`` as they are (for autocast to cast)."""
+        sources = tuple([t for t in tensors if t is not None and t.dtype != dtype])
+        if not sources:
+            return tensors
+        if not self.caches(*sources):
+            return tensors if uncast_unless_kept else _cast(tensors, dtype)
+        return self._kept(name, sources, dtype, sources[0].device,
+                          lambda: _cast(tensors, dtype), None)
+
+    def _kept(self, name: str, sources: tuple[torch.Tensor, ...], dtype: torch.dtype,
+              device: torch.device, build: Callable, state):
+        """The entry ``name``, rebuilt where a source has changed."""
         # What the entry is built from: each source's storage and version.
         key = (dtype, device, state, *[(t.data_ptr(), t._version) for t in sources])
         entry = self._entries.get(name)
@@ -59,25 +96,13 @@ class DerivedWeights:
             entry = self._entries[name] = (key, build())
         return entry[1]
 
-    def caches(self, *sources: torch.Tensor) -> bool:
-        """Whether :meth:`get` keeps what it builds from ``sources`` now.
-        (Inference tensors, e.g. of a model moved inside inference_mode, keep
-        no version counter to tell a change by.)"""
-        return (self.enabled and takes_no_gradient(*sources)
-                and not any(t.is_inference() for t in sources))
-
-    def cast(self, name: str, tensors: tuple[torch.Tensor | None, ...], dtype: torch.dtype
-             ) -> tuple[torch.Tensor | None, ...]:
-        """``tensors`` in ``dtype`` (``None`` stays ``None``); those already in
-        it are returned as they are, so an fp32 forward builds nothing."""
-        sources = tuple(t for t in tensors if t is not None and t.dtype != dtype)
-        if not sources:
-            return tensors
-        return self.get(name, sources, dtype, sources[0].device,
-                        lambda: tuple(None if t is None else t.to(dtype) for t in tensors))
-
     def clear(self) -> None:
         self._entries.clear()
+
+
+def _cast(tensors: tuple[torch.Tensor | None, ...], dtype: torch.dtype
+          ) -> tuple[torch.Tensor | None, ...]:
+    return tuple(None if t is None else t.to(dtype) for t in tensors)
 
 
 __all__ = ['DerivedWeights', 'takes_no_gradient', 'compute_dtype']

@@ -8,9 +8,14 @@ import torch
 
 
 def recording_graph() -> bool:
-    # The cheap checks first: the forward asks a few hundred times.
-    return (torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or torch.onnx.is_in_onnx_export())
+    """A Dynamo compile or ``torch.export`` (the compiling flag), or a
+    TorchScript trace. Both ONNX exporters record under one of these (the
+    TorchScript one traces, the dynamo one runs ``torch.export``), so ONNX's
+    own flag, ``torch.onnx.is_in_onnx_export()``, adds nothing here; it would
+    cost more than the other two checks together (two imports a call), and
+    the forward asks a few hundred times. A test runs both exporters to hold
+    this (``tests/test_deploy``)."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
 __all__ = ['recording_graph']

@@ -32,6 +32,8 @@ from typing import NamedTuple
 
 import torch
 
+from .graph_capture import recording_graph
+
 FUSED_IMPLS = ('auto', 'torch', 'triton')
 # setup.py's 'triton' extra says the same.
 SUPPORTED_TRITON = ('3.2', '3.10')   # [lowest, first unsupported)
@@ -77,8 +79,11 @@ def index_extent(t: torch.Tensor, start_dim: int) -> int:
     element of one slice of its dimensions before ``start_dim`` (the kernels
     take those slices' offsets in int64 and index within one in int32): more
     than the slice's element count for a view into a wider tensor."""
-    return sum((size - 1) * abs(stride)
-               for size, stride in zip(t.shape[start_dim:], t.stride()[start_dim:]) if size)
+    extent = 0
+    for size, stride in zip(t.shape[start_dim:], t.stride()[start_dim:]):
+        if size:     # a loop, not sum(...): no generator call per dimension on the launch path
+            extent += (size - 1) * abs(stride)
+    return extent
 
 
 def compile_constant(fn):
@@ -151,9 +156,11 @@ class FusedOpDispatch:
         """``'torch'``, an empty input, ``'auto'`` off CUDA, or a trace the
         export policy gives the plain formula: no check needed, nothing to warn."""
         # The settings first (the every-call case of a CPU model), then the
-        # traces, then the size: a jit.trace records x.numel() as a tensor.
+        # traces (an export records one: the cheap check first), then the
+        # size: a jit.trace records x.numel() as a tensor.
         return (impl == 'torch' or (impl == 'auto' and x.device.type != 'cuda')
-                or exporting() or (not self.counted_when_traced and torch.jit.is_tracing())
+                or (recording_graph() and (
+                    exporting() or (not self.counted_when_traced and torch.jit.is_tracing())))
                 or x.numel() == 0)
 
     def device_unsupported(self, device: torch.device, allow_interpreter: bool

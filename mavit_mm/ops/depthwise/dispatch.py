@@ -49,7 +49,7 @@ def kernels_unsupported(x: torch.Tensor, *others: torch.Tensor, weight: torch.Te
         return Unsupported(f'{norm_channels} channels: the fused norm holds at most '
                            f'{MAX_NORM_CHANNELS}', ValueError)
     # Per image: v and the gate, slices of the qkvo map, reach 4x their own size.
-    widest = max(index_extent(t, 1) for t in (x, *others))
+    widest = max([index_extent(t, 1) for t in (x, *others)])
     if widest >= 2 ** 31:
         return Unsupported(f'a map reaching {widest} elements past its image\'s first: the '
                            'kernels index an image in int32', ValueError)

@@ -14,6 +14,7 @@ the depthwise kernel as ``(k * k, C)``, read through its strides: tap-major
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from typing import NamedTuple
 
@@ -65,7 +66,8 @@ def _empty_like_map(x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.
 
 def _strides(t: torch.Tensor) -> tuple[int, int, int]:
     """(batch, row, pixel) strides of a map whose channel stride is 1."""
-    return t.stride(0), t.stride(2), t.stride(3)
+    batch, _, row, pixel = t.stride()     # one call, not three: a launch asks ~7 times
+    return batch, row, pixel
 
 
 def check_tile(launch: str, tile, channels: int | None = None) -> DepthwiseTile:
@@ -92,6 +94,11 @@ def launch_tile(launch: str, channels: int, ksize: int) -> DepthwiseTile:
     tuned = TUNED_TILES.get((launch, channels))
     if tuned is not None:   # checked once, at import (below)
         return tuned
+    return _rule_tile(launch, channels, ksize)
+
+
+@functools.cache   # host work at every launch otherwise
+def _rule_tile(launch: str, channels: int, ksize: int) -> DepthwiseTile:
     block_c = next_power_of_2(channels)
     if LAUNCHES[launch]:    # every channel of the pixels
         return DepthwiseTile(max(1, min(BLOCK_W, NORM_TILE // block_c)), block_c)

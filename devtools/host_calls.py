@@ -1,0 +1,136 @@
+"""What an eager forward costs the host, counted without a clock: Python calls.
+
+Why: on a GPU the eager backbone is host-bound. MAViT-T's eager bf16 forward
+at 512x2048 took 19.7 ms on an H100 for 2.9 ms of GPU work, Swin-T's 14.2 ms
+(``benchmarks/results/gpu-h100-2026-11-27b/part-2/backbones.json``), although
+MAViT-T dispatches fewer aten ops (the op census). The difference is Python:
+the GPU check's profile counted 17,479 Python calls in one MAViT-T forward
+against Swin-T's 3,830 (``gpu-h200-2026-11-27/part-1/model-profile.json``).
+Each is a fraction of a microsecond, and they add up to milliseconds.
+
+This module is the one home of that count. :func:`cuda_path_on_cpu` runs the
+host code that CUDA runs, on CPU tensors: the fused ops' dispatch, custom ops
+and launch arithmetic (``mala_impl`` / ``depthwise_impl='triton'``, whose
+device check is told that the interpreter may run them), the 1x1
+convolutions as matrix products, and the kernels replaced by stubs that only
+count their launches (so their outputs are uninitialised memory: count, do
+not compare). Not counted: Triton's own launch path (its binder and the
+driver's launcher; ``benchmarks/mala_host_overhead.py`` times it with a stub
+driver), and what only CUDA does on the host (the caching allocator, the
+stream).
+
+:func:`count_python_calls` counts the calls a function makes, as
+``sys.setprofile`` sees them: every Python function entered (a generator
+step included) and every builtin called. ``issued`` is the share the
+package's own code makes, the part its changes move: calls whose caller is a
+frame of ``mavit_mm`` code, and the package's functions themselves.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+_PACKAGE_DIR = f'{os.sep}mavit_mm{os.sep}'
+
+
+@dataclass
+class PythonCalls:
+    """The calls of one call of a function (module docstring)."""
+    total: int       # every Python function entered and builtin called
+    issued: int      # those made by mavit_mm's code, and mavit_mm's functions entered
+
+
+def count_python_calls(fn: Callable[[], object]) -> PythonCalls:
+    """Call ``fn()`` once, counting its calls (on this thread)."""
+    total = issued = 0
+
+    def profile(frame, event, arg):
+        nonlocal total, issued
+        if event == 'call':
+            total += 1
+            caller = frame.f_back
+            if _PACKAGE_DIR in frame.f_code.co_filename or (
+                    caller is not None and _PACKAGE_DIR in caller.f_code.co_filename):
+                issued += 1
+        elif event == 'c_call' and arg is not sys.setprofile:   # (the count's own end)
+            total += 1
+            if _PACKAGE_DIR in frame.f_code.co_filename:
+                issued += 1
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(previous)
+    return PythonCalls(total, issued)
+
+
+class KernelStub:
+    """Stands in for a ``@triton.jit`` kernel: ``kernel[grid](*args, **meta)``
+    counts the launch and runs nothing."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.launches = 0
+
+    def __getitem__(self, grid):
+        return self._launch
+
+    def _launch(self, *args, **meta):
+        self.launches += 1
+
+
+@dataclass
+class StubbedLaunches:
+    """The stubs :func:`cuda_path_on_cpu` put in place of the kernels."""
+    stubs: dict[str, KernelStub]
+
+    @property
+    def count(self) -> int:
+        return sum(stub.launches for stub in self.stubs.values())
+
+
+@contextlib.contextmanager
+def cuda_path_on_cpu() -> Iterator[StubbedLaunches]:
+    """Inside, a MAViT built with ``mala_impl='triton'`` and
+    ``depthwise_impl='triton'`` runs CUDA's host code on CPU tensors, its
+    kernels stubbed (module docstring). Needs triton (the fused ops' modules
+    import it)."""
+    import mavit_mm.ops.pointwise_conv as pointwise_conv
+    from mavit_mm.ops import triton_support
+    from mavit_mm.ops.depthwise.dispatch import DEPTHWISE_DISPATCH
+    from mavit_mm.ops.mala.dispatch import MALA_DISPATCH
+
+    modules = [dispatch.function().kernels for dispatch in (MALA_DISPATCH, DEPTHWISE_DISPATCH)]
+    originals = [(pointwise_conv, 'runs_as_matmul', pointwise_conv.runs_as_matmul),
+                 (triton_support, 'triton_interpreter_enabled',
+                  triton_support.triton_interpreter_enabled)]
+    stubs = {name: KernelStub(name) for module in modules for name in vars(module)
+             if name.endswith('_kernel')}
+    originals += [(module, name, getattr(module, name)) for module in modules
+                  for name in vars(module) if name in stubs]
+    try:
+        for module, name, _ in originals[2:]:
+            setattr(module, name, stubs[name])
+        # As on CUDA: the device check lets CPU tensors through, and a
+        # channels_last 1x1 convolution is a matrix product.
+        triton_support.triton_interpreter_enabled = lambda: True
+        pointwise_conv.runs_as_matmul = _runs_as_matmul_on_cuda
+        yield StubbedLaunches(stubs)
+    finally:
+        for module, name, value in originals:
+            setattr(module, name, value)
+
+
+def _runs_as_matmul_on_cuda(x: torch.Tensor) -> bool:
+    return x.is_contiguous(memory_format=torch.channels_last) and x.numel() > 0
+
+
+__all__ = ['KernelStub', 'PythonCalls', 'StubbedLaunches', 'count_python_calls',
+           'cuda_path_on_cpu']

@@ -1,0 +1,100 @@
+"""The host's work of an eager pass as a contract, counted without a clock.
+
+On a GPU the eager backbone is host-bound, and MAViT-T made 4.6x Swin-T's
+Python calls a forward (``devtools/host_calls.py`` says where that was
+measured). The counts here are of MAViT-T's CUDA host path run on CPU
+tensors, its kernels stubbed (``cuda_path_on_cpu``), at 64x64 in bf16
+autocast: the calls its own code issues (``issued``), which torch's releases
+hardly move. The budgets are the counts of
+``benchmarks/results/host-calls-cpu-2026-11-27.json`` (7,323 a forward,
+8,137 a training step) with a tenth to spare; the tree before the cheaper
+cache checks measured 9,595 and 9,742
+(``host-calls-cpu-2026-11-27-f73578c.json``), over both.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from devtools.host_calls import count_python_calls, cuda_path_on_cpu
+from devtools.op_census import mavit_t
+
+pytest.importorskip('triton')
+
+# Calls issued by mavit_mm's code (devtools.host_calls.PythonCalls.issued).
+FORWARD_BUDGET = 8_000
+TRAINING_STEP_BUDGET = 9_000
+# MAViT-T's fused launches: 12 blocks' position and gated-LePE stages (the
+# FFN middle is off by default), 4 MALA layers of 3 kernels; a training step
+# adds each depthwise stage's backward (the position stage's norm backward
+# too) and MALA's two backward kernels.
+FORWARD_LAUNCHES = 12 * 2 + 4 * 3
+TRAINING_STEP_LAUNCHES = FORWARD_LAUNCHES + 12 * 3 + 4 * 2
+
+
+def _passes(model, image):
+    def forward():
+        with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+            model(image)
+
+    def training_step():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            outputs = model(image)
+        sum(out.float().square().mean() for out in outputs).backward()
+    return forward, training_step
+
+
+def test_an_eager_pass_issues_no_more_python_calls_than_its_budget():
+    image = torch.randn(1, 3, 64, 64)
+    with cuda_path_on_cpu() as launches:
+        model = mavit_t()
+        forward, training_step = _passes(model, image)
+        counts = {}
+        for name, run, mode in (('forward', forward, model.eval),
+                                ('training step', training_step, model.train)):
+            mode()
+            run()                                   # fills the caches
+            before = launches.count
+            counts[name] = count_python_calls(run)
+            counts[name].launches = launches.count - before
+    # The CUDA path ran: every fused stage launched (stubbed), and nothing fell back.
+    assert counts['forward'].launches == FORWARD_LAUNCHES
+    assert counts['training step'].launches == TRAINING_STEP_LAUNCHES
+    assert counts['forward'].issued <= FORWARD_BUDGET, counts['forward']
+    assert counts['training step'].issued <= TRAINING_STEP_BUDGET, counts['training step']
+
+
+def test_the_count_sees_every_call_and_tells_the_package_s_own():
+    """A known call tree: a function of mavit_mm's calling two builtins and
+    one Python function of torch's, called from here."""
+    from mavit_mm.ops.derived_weights import takes_no_gradient
+    weight = torch.nn.Parameter(torch.ones(2))
+    with torch.no_grad():
+        calls = count_python_calls(lambda: takes_no_gradient(weight))
+    # The lambda; takes_no_gradient; is_grad_enabled; recording_graph; and
+    # below it torch's is_compiling (and its is_scripting), is_tracing (its
+    # is_scripting, its _is_tracing).
+    assert calls.total == 9, calls
+    # Issued by mavit_mm: takes_no_gradient itself, its two calls
+    # (is_grad_enabled, recording_graph) and recording_graph's two.
+    assert calls.issued == 5, calls
+
+
+def test_the_stubs_leave_no_trace_behind():
+    """Outside the block the kernels, the device check and the 1x1 product's
+    rule are the package's own again."""
+    from mavit_mm.ops import pointwise_conv, triton_support
+    from mavit_mm.ops.depthwise import dispatch as depthwise_dispatch
+    from mavit_mm.ops.mala import dispatch as mala_dispatch
+    kernels = [d.function().kernels for d in (mala_dispatch.MALA_DISPATCH,
+                                              depthwise_dispatch.DEPTHWISE_DISPATCH)]
+    before = [dict(vars(module)) for module in kernels]
+    rule, check = pointwise_conv.runs_as_matmul, triton_support.triton_interpreter_enabled
+    with cuda_path_on_cpu() as launches:
+        assert launches.stubs and all(getattr(kernels[0], name, None) is stub or
+                                      getattr(kernels[1], name, None) is stub
+                                      for name, stub in launches.stubs.items())
+        assert pointwise_conv.runs_as_matmul is not rule
+    assert [dict(vars(module)) for module in kernels] == before
+    assert pointwise_conv.runs_as_matmul is rule
+    assert triton_support.triton_interpreter_enabled is check
