@@ -8,8 +8,8 @@ autocast: the calls its own code issues (``issued``), which torch's releases
 hardly move. The budgets are the counts of
 ``benchmarks/results/host-calls-cpu-2026-11-27.json`` (7,323 a forward,
 8,137 a training step) with a tenth to spare; the tree before the cheaper
-cache checks measured 9,595 and 9,742
-(``host-calls-cpu-2026-11-27-f73578c.json``), over both.
+cache checks, that file's baseline (f73578c), measured 9,595 and 9,742,
+over both.
 """
 from __future__ import annotations
 
