@@ -35,11 +35,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -92,6 +90,9 @@ def make_pass(model, image, which: str):
 
 
 def measure(run, repeats: int, launches=None) -> dict:
+    import torch
+
+    from benchmarks.timing import median_ms
     from devtools.host_calls import count_python_calls
     from devtools.op_log import OpLog
     run()                                    # fills the caches
@@ -100,14 +101,9 @@ def measure(run, repeats: int, launches=None) -> dict:
     launched = launches.count - before if launches is not None else None
     with OpLog() as log:
         run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - start) * 1e3)
+    cpu_ms = median_ms(run, torch.device('cpu'), cpu_warmup=0, cpu_calls=repeats)
     return dict(python_calls=calls.total, issued_by_mavit_mm=calls.issued,
-                aten_ops=sum(log.ops.values()), launches=launched,
-                cpu_ms=round(statistics.median(times), 3))
+                aten_ops=sum(log.ops.values()), launches=launched, cpu_ms=round(cpu_ms, 3))
 
 
 def measure_baseline(args) -> dict:
@@ -124,8 +120,9 @@ def measure_baseline(args) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     baseline = measure_baseline(args) if args.baseline is not None else None
-    # This tree's instruments (devtools bound first), the package from --package-root.
+    # This tree's instruments (bound first), the package from --package-root.
     sys.path.insert(0, str(REPO_ROOT))
+    import benchmarks.timing  # noqa: F401
     import devtools  # noqa: F401
     sys.path.insert(0, str(args.package_root))
     import torch
