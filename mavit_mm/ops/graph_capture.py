@@ -14,7 +14,7 @@ def recording_graph() -> bool:
     own flag, ``torch.onnx.is_in_onnx_export()``, adds nothing here; it would
     cost more than the other two checks together (two imports a call), and
     the forward asks a few hundred times. A test runs both exporters to hold
-    this (``tests/test_deploy``)."""
+    this (``tests/test_ops/test_graph_capture.py``)."""
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
