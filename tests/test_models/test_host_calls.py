@@ -18,18 +18,21 @@ import torch
 
 from devtools.host_calls import count_python_calls, cuda_path_on_cpu
 from devtools.op_census import mavit_t
+from mavit_mm.ops.fast_paths import DEFAULTS
 
 pytest.importorskip('triton')
 
 # Calls issued by mavit_mm's code (devtools.host_calls.PythonCalls.issued).
 FORWARD_BUDGET = 8_000
 TRAINING_STEP_BUDGET = 9_000
-# MAViT-T's fused launches: 12 blocks' position and gated-LePE stages (the
-# FFN middle is off by default), 4 MALA layers of 3 kernels; a training step
-# adds each depthwise stage's backward (the position stage's norm backward
-# too) and MALA's two backward kernels.
-FORWARD_LAUNCHES = 12 * 2 + 4 * 3
-TRAINING_STEP_LAUNCHES = FORWARD_LAUNCHES + 12 * 3 + 4 * 2
+# MAViT-T's fused launches: in each of its 12 blocks one per depthwise stage
+# fused by default, in each of its 4 MALA layers 3; a training step adds each
+# fused stage's backward (2 launches for the position stage: its norm's and
+# its convolution's, 1 for the others) and MALA's 2 backward kernels.
+_STAGES = {'fused_position_norm': 2, 'fused_lepe_gate': 1, 'fused_ffn_middle': 1}
+_FUSED = [switch for switch in _STAGES if getattr(DEFAULTS, switch)]
+FORWARD_LAUNCHES = 12 * len(_FUSED) + 4 * 3
+TRAINING_STEP_LAUNCHES = FORWARD_LAUNCHES + 12 * sum(_STAGES[s] for s in _FUSED) + 4 * 2
 
 
 def _passes(model, image):
