@@ -35,8 +35,6 @@ from dataclasses import dataclass
 
 import torch
 
-_PACKAGE_DIR = f'{os.sep}mavit_mm{os.sep}'
-
 
 @dataclass
 class PythonCalls:
@@ -46,7 +44,10 @@ class PythonCalls:
 
 
 def count_python_calls(fn: Callable[[], object]) -> PythonCalls:
-    """Call ``fn()`` once, counting its calls (on this thread)."""
+    """Call ``fn()`` once, counting its calls (on this thread). Not under
+    another profiler (cProfile): ``sys.setprofile`` holds one at a time."""
+    import mavit_mm
+    package = os.path.dirname(os.path.abspath(mavit_mm.__file__)) + os.sep
     total = issued = 0
 
     def profile(frame, event, arg):
@@ -54,20 +55,22 @@ def count_python_calls(fn: Callable[[], object]) -> PythonCalls:
         if event == 'call':
             total += 1
             caller = frame.f_back
-            if _PACKAGE_DIR in frame.f_code.co_filename or (
-                    caller is not None and _PACKAGE_DIR in caller.f_code.co_filename):
+            if frame.f_code.co_filename.startswith(package) or (
+                    caller is not None and caller.f_code.co_filename.startswith(package)):
                 issued += 1
         elif event == 'c_call' and arg is not sys.setprofile:   # (the count's own end)
             total += 1
-            if _PACKAGE_DIR in frame.f_code.co_filename:
+            if frame.f_code.co_filename.startswith(package):
                 issued += 1
 
-    previous = sys.getprofile()
+    if sys.getprofile() is not None:
+        raise RuntimeError('count_python_calls needs sys.setprofile to itself: another '
+                           'profiler is running')
     sys.setprofile(profile)
     try:
         fn()
     finally:
-        sys.setprofile(previous)
+        sys.setprofile(None)
     return PythonCalls(total, issued)
 
 

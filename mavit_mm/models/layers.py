@@ -60,8 +60,11 @@ class CachedCastConv2d(nn.Conv2d):
     def weights_for(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(weight, bias)`` in ``x``'s compute dtype; as they are (for autocast
         to cast) where no copy can be kept (a gradient flows, switch off)."""
-        return self.derived.cast('compute', (self.weight, self.bias), compute_dtype(x, self.weight),
-                                 uncast_unless_kept=True)
+        weight, bias = self.weight, self.bias
+        dtype = compute_dtype(x, weight)
+        if dtype == weight.dtype:
+            return weight, bias
+        return self.derived.cast('compute', (weight, bias), dtype, uncast_unless_kept=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(x, *self.weights_for(x))

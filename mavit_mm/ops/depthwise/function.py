@@ -99,6 +99,8 @@ def launch_tile(launch: str, channels: int, ksize: int) -> DepthwiseTile:
 
 @functools.cache   # host work at every launch otherwise
 def _rule_tile(launch: str, channels: int, ksize: int) -> DepthwiseTile:
+    # Reads the rules' constants (BLOCK_W, BLOCK_C, NORM_TILE, ...) once per
+    # key: to change them at run time, call _rule_tile.cache_clear() too.
     block_c = next_power_of_2(channels)
     if LAUNCHES[launch]:    # every channel of the pixels
         return DepthwiseTile(max(1, min(BLOCK_W, NORM_TILE // block_c)), block_c)
