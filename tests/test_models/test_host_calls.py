@@ -6,8 +6,8 @@ measured). The counts here are of MAViT-T's CUDA host path run on CPU
 tensors, its kernels stubbed (``cuda_path_on_cpu``), at 64x64 in bf16
 autocast: the calls its own code issues (``issued``), which torch's releases
 hardly move. The budgets are the counts of
-``benchmarks/results/host-calls-cpu-2026-11-27.json`` (7,323 a forward,
-8,137 a training step) with about a tenth to spare; the tree before the cheaper
+``benchmarks/results/host-calls-cpu-2026-11-27.json`` (7,268 a forward,
+8,082 a training step) with about a tenth to spare; the tree before the cheaper
 cache checks, that file's baseline (f73578c), measured 9,595 and 9,742,
 over both.
 """
