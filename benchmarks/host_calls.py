@@ -70,25 +70,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def make_pass(model, image, which: str):
-    import torch
-
-    if which == 'forward':
-        model.eval()
-
-        def run():
-            with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
-                model(image)
-        return run
-    model.train()
-
-    def run():
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            outputs = model(image)
-        sum(out.float().square().mean() for out in outputs).backward()
-    return run
-
-
 def measure(run, repeats: int, launches=None) -> dict:
     import torch
 
@@ -129,7 +110,7 @@ def main(argv=None) -> dict:
 
     import mavit_mm
     from devtools.checkout import git_commit
-    from devtools.host_calls import cuda_path_on_cpu
+    from devtools.host_calls import cuda_path_on_cpu, eager_pass
     from devtools.op_census import mavit_t, swin_t
     from mavit_mm.tooling.results_file import write_json
     torch.set_num_threads(1)
@@ -137,10 +118,10 @@ def main(argv=None) -> dict:
     results = {}
     with cuda_path_on_cpu() as launches:
         model = mavit_t()
-        results['MAViT-T'] = {which: measure(make_pass(model, image, which), args.repeats,
+        results['MAViT-T'] = {which: measure(eager_pass(model, image, which), args.repeats,
                                              launches) for which in args.passes}
     model = swin_t()
-    results['Swin-T'] = {which: measure(make_pass(model, image, which), args.repeats)
+    results['Swin-T'] = {which: measure(eager_pass(model, image, which), args.repeats)
                          for which in args.passes}
     for name, passes in results.items():
         for which, row in passes.items():

@@ -13,8 +13,9 @@ are uninitialised memory. Where the launches stop, ``--launch``:
   cache key, loading checks) down to the CUDA driver's launcher, which a stub
   driver (``benchmarks/triton_stub_driver.py``) replaces.
 * ``stub-kernels``: the ``@triton.jit`` kernels are replaced by stubs whose
-  ``kernel[grid](*args, **meta)`` only counts the launch: the op's own host
-  code without Triton's launch path.
+  ``kernel[grid](*args, **meta)`` only counts the launch
+  (``devtools.host_calls.cuda_path_on_cpu``): the op's own host code without
+  Triton's launch path.
 
 Not measured either way: what only a GPU does on the host (the
 ``torch.cuda.device`` switch, the CUDA caching allocator, the driver's C
@@ -75,7 +76,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
-from devtools.host_calls import KernelStub  # noqa: E402
+from devtools.host_calls import cuda_path_on_cpu  # noqa: E402
 from devtools.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
@@ -134,21 +135,17 @@ def parse_args(argv=None):
 # --------------------------------------------------------------------------
 # Measuring this tree, in this process
 # --------------------------------------------------------------------------
-def install_stubs(kernels_module) -> dict[str, KernelStub]:
-    """Every compiled-mode ``*_kernel`` of ``kernels_module`` replaced by a
-    :class:`~devtools.host_calls.KernelStub` (the launches look the kernels
-    up there at each call)."""
+def check_compiled_kernels(kernels_module) -> None:
+    """``kernels_module``'s ``*_kernel``s are compiled-mode (TRITON_INTERPRET
+    was off when it was imported), as this script measures them."""
     import triton
-    stubs = {}
-    for name, value in list(vars(kernels_module).items()):
-        if name.endswith('_kernel') and isinstance(value, triton.runtime.jit.JITFunction):
-            stubs[name] = KernelStub(name)
-            setattr(kernels_module, name, stubs[name])
-    interpreted = [name for name, value in vars(kernels_module).items()
-                   if name.endswith('_kernel') and type(value).__name__ == 'InterpretedFunction']
-    if interpreted or not stubs:
+    kernels = {name: value for name, value in vars(kernels_module).items()
+               if name.endswith('_kernel')}
+    interpreted = [name for name, value in kernels.items()
+                   if type(value).__name__ == 'InterpretedFunction']
+    if interpreted or not any(isinstance(value, triton.runtime.jit.JITFunction)
+                              for value in kernels.values()):
         raise SystemExit(f'expected compiled-mode kernels to stub, found {interpreted or "none"}')
-    return stubs
 
 
 def time_per_call(call, calls: int, rounds: int, warmup: int) -> dict:
@@ -214,10 +211,11 @@ def measure(args) -> dict:
 
     with contextlib.ExitStack() as stack:
         if args.launch == 'stub-kernels':
-            stubs = install_stubs(function.kernels)
+            check_compiled_kernels(function.kernels)
+            stubbed = stack.enter_context(cuda_path_on_cpu())
 
             def launch_count():
-                return sum(stub.launches for stub in stubs.values())
+                return stubbed.count
         else:
             from benchmarks.triton_stub_driver import stub_cuda_driver
             print('compiling the kernels for sm_90 on first use (Triton caches them)',

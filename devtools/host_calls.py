@@ -32,6 +32,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from unittest import mock
 
 import torch
 
@@ -110,25 +111,42 @@ def cuda_path_on_cpu() -> Iterator[StubbedLaunches]:
     from mavit_mm.ops.depthwise.dispatch import DEPTHWISE_DISPATCH
     from mavit_mm.ops.mala.dispatch import MALA_DISPATCH
 
-    modules = [dispatch.function().kernels for dispatch in (MALA_DISPATCH, DEPTHWISE_DISPATCH)]
-    originals = [(pointwise_conv, 'runs_as_matmul', pointwise_conv.runs_as_matmul),
-                 (triton_support, 'triton_interpreter_enabled',
-                  triton_support.triton_interpreter_enabled)]
-    stubs = {name: KernelStub(name) for module in modules for name in vars(module)
-             if name.endswith('_kernel')}
-    originals += [(module, name, getattr(module, name)) for module in modules
-                  for name in vars(module) if name in stubs]
-    try:
-        for module, name, _ in originals[2:]:
-            setattr(module, name, stubs[name])
+    stubs = {}
+    with contextlib.ExitStack() as patches:
+        for dispatch in (MALA_DISPATCH, DEPTHWISE_DISPATCH):
+            kernels = dispatch.function().kernels
+            for name in [name for name in vars(kernels) if name.endswith('_kernel')]:
+                stubs[name] = KernelStub(name)
+                patches.enter_context(mock.patch.object(kernels, name, stubs[name]))
         # As on CUDA: the device check lets CPU tensors through, and a
         # channels_last 1x1 convolution is a matrix product.
-        triton_support.triton_interpreter_enabled = lambda: True
-        pointwise_conv.runs_as_matmul = _runs_as_matmul_on_cuda
+        patches.enter_context(mock.patch.object(triton_support, 'triton_interpreter_enabled',
+                                                lambda: True))
+        patches.enter_context(mock.patch.object(pointwise_conv, 'runs_as_matmul',
+                                                _runs_as_matmul_on_cuda))
         yield StubbedLaunches(stubs)
-    finally:
-        for module, name, value in originals:
-            setattr(module, name, value)
+
+
+def eager_pass(model: torch.nn.Module, image: torch.Tensor, which: str) -> Callable[[], None]:
+    """One eager pass of ``model`` on ``image`` in bf16 autocast, the model
+    put in its mode: ``'forward'``, eval under ``no_grad``; ``'train'``,
+    training mode, forward and backward of the outputs' mean squares."""
+    if which == 'forward':
+        model.eval()
+
+        def run():
+            with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+                model(image)
+        return run
+    if which != 'train':
+        raise ValueError(f"a pass is 'forward' or 'train', got {which!r}")
+    model.train()
+
+    def run():
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            outputs = model(image)
+        sum(out.float().square().mean() for out in outputs).backward()
+    return run
 
 
 def _runs_as_matmul_on_cuda(x: torch.Tensor) -> bool:
@@ -136,4 +154,4 @@ def _runs_as_matmul_on_cuda(x: torch.Tensor) -> bool:
 
 
 __all__ = ['KernelStub', 'PythonCalls', 'StubbedLaunches', 'count_python_calls',
-           'cuda_path_on_cpu']
+           'cuda_path_on_cpu', 'eager_pass']

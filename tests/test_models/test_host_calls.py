@@ -18,7 +18,12 @@ import sys
 import pytest
 import torch
 
-from devtools.host_calls import PythonCalls, count_python_calls, cuda_path_on_cpu
+from devtools.host_calls import (
+    PythonCalls,
+    count_python_calls,
+    cuda_path_on_cpu,
+    eager_pass,
+)
 from devtools.op_census import mavit_t
 from mavit_mm.ops.fast_paths import DEFAULTS
 
@@ -37,27 +42,13 @@ FORWARD_LAUNCHES = 12 * len(_FUSED) + 4 * 3
 TRAINING_STEP_LAUNCHES = FORWARD_LAUNCHES + 12 * sum(_STAGES[s] for s in _FUSED) + 4 * 2
 
 
-def _passes(model, image):
-    def forward():
-        with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
-            model(image)
-
-    def training_step():
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            outputs = model(image)
-        sum(out.float().square().mean() for out in outputs).backward()
-    return forward, training_step
-
-
 def test_an_eager_pass_issues_no_more_python_calls_than_its_budget():
     image = torch.randn(1, 3, 64, 64)
     with cuda_path_on_cpu() as launches:
         model = mavit_t()
-        forward, training_step = _passes(model, image)
         counts = {}
-        for name, run, mode in (('forward', forward, model.eval),
-                                ('training step', training_step, model.train)):
-            mode()
+        for name, which in (('forward', 'forward'), ('training step', 'train')):
+            run = eager_pass(model, image, which)
             run()                                   # fills the caches
             before = launches.count
             counts[name] = count_python_calls(run)
