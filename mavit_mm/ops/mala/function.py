@@ -36,8 +36,15 @@ PARTIAL_SUM_TOKENS = 64
 RESIDENT_PROGRAMS_PER_SM = 3
 # The token-parallel kernels (output, key) loop over several tiles per program
 # so the (d, d) stats are read once per program; but keep at least this many
-# programs per SM so that every SM has work.
-TOKEN_PROGRAMS_PER_SM = 4
+# programs per SM so that every SM has work. Per kernel, by timing (the
+# tokens_per_program rows of gpu-h200-2026-11-26/part-a and
+# gpu-h200-2026-11-27/part-6's tune-bh*.json in benchmarks/results, with
+# 64-token tiles): at B*heads 1, N 65,536 the key kernel ran 1.075x and 1.17x
+# slower with the 2 tiles a program that 4 programs per SM give than with its
+# fastest (4 and 8 tiles), and 1.00x and 1.05x with the 4 of 2 per SM; the
+# output kernel's 2 tiles were its fastest and 1.08x. At B*heads 16 both take
+# MAX_TILES_PER_PROGRAM, within 4% of the fastest.
+TOKEN_PROGRAMS_PER_SM = dict(output=4, key=2)
 MAX_TILES_PER_PROGRAM = 16
 # (tokens per tile, warps, software-pipeline stages) per kernel, for heads up
 # to 64 channels and wider ones; 'combine' is (rows of KVc per program, warps,
@@ -167,7 +174,8 @@ def make_launch_plan(num_tokens: int, batch_heads: int, head_dim: int, dtype: to
         if tokens_per_program is not None:
             return cdiv(tokens_per_program, tile_n) * tile_n
         tiles_per_head = cdiv(num_tokens, tile_n)
-        wanted = cdiv(tiles_per_head * batch_heads, TOKEN_PROGRAMS_PER_SM * sm_count(device))
+        wanted = cdiv(tiles_per_head * batch_heads,
+                      TOKEN_PROGRAMS_PER_SM[name] * sm_count(device))
         return tile_n * max(1, min(MAX_TILES_PER_PROGRAM, wanted, tiles_per_head))
 
     return LaunchPlan(block_p=max(16, triton.next_power_of_2(head_dim // 2)),

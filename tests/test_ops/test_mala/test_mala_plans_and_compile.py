@@ -71,6 +71,25 @@ def test_split_n_grid_fills_whole_waves(monkeypatch, sm_count, batch_heads, num_
 
 
 
+@pytest.mark.parametrize('batch_heads,output_tiles,key_tiles', [
+    (1, 2, 4),     # MAViT-T's first stage at 512x2048: key programs take twice the tiles
+    (16, 16, 16),  # many heads: both at MAX_TILES_PER_PROGRAM
+])
+def test_tiles_per_program_are_the_timed_ones(monkeypatch, batch_heads, output_tiles,
+                                              key_tiles):
+    # An H200 (132 SMs), N = 65,536, d = 64: tiles per program within 8% of
+    # the fastest in both H200 tunings (TOKEN_PROGRAMS_PER_SM).
+    monkeypatch.setattr(mala_function, 'sm_count', lambda device: 132)
+    plan = mala_function.make_launch_plan(65536, batch_heads, 64, torch.bfloat16, DEVICE)
+    assert plan.output_tokens_per_program == output_tiles * plan.output.block_n
+    assert plan.key_tokens_per_program == key_tiles * plan.key.block_n
+    # An override sets both kernels alike (what the tuning times).
+    plan = mala_function.make_launch_plan(65536, batch_heads, 64, torch.bfloat16, DEVICE,
+                                          tokens_per_program=256)
+    assert plan.output_tokens_per_program == plan.key_tokens_per_program == 256
+
+
+
 @pytest.mark.parametrize('registers,shared_kib,num_warps,expected', [
     (124, 40, 8, 2),    # 8 warps of 124 registers: 128 x 256 = 32K each, 2 in 64K
     (255, 40, 8, 1),    # 256 x 256 fills the 64K registers
