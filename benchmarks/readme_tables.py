@@ -26,6 +26,7 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
   gpu-model-profile docs/gpu.md        gpu-*/*/model-profile.json gpu_check.py --steps model-profile
   gpu-model         docs/gpu.md        gpu-*/*/sweep.json         gpu_check.py --steps sweep
   gpu-model-graphs  docs/gpu.md        gpu-*/*/sweep-graphs.json  gpu_check.py --steps sweep --cuda-graphs
+  host-calls        docs/speed.md      host-calls-*.json          benchmarks/host_calls.py
 
 The paper's published figures (``PAPER``) are typed here, labelled as the
 paper's; everything else in a block comes from a results file.

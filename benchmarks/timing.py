@@ -15,8 +15,8 @@ runs a forward, through its own code (``benchmarks/`` may import from
 once in a CUDA graph (``capture_cuda_graph``) and replayed; ``compile``
 compiled (``compiled``), its seconds apart.
 
-Used by ``bench_mala.py``, ``tune_mala.py`` and the GPU check's model and op
-steps (``benchmarks/gpu_check_lib/``).
+Used by ``bench_mala.py``, ``tune_mala.py``, ``host_calls.py`` and the GPU
+check's model and op steps (``benchmarks/gpu_check_lib/``).
 """
 from __future__ import annotations
 

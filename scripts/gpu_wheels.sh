@@ -17,6 +17,7 @@
 # setuptools is not pinned.
 #
 #   bash scripts/gpu_wheels.sh [DEST]          # default DEST: .whl (git ignores it)
+#   bash scripts/gpu_wheels.sh --help          # this text
 #
 # Building mmcv needs torch (its setup.py imports it): PYTHON (default
 # .venv/bin/python, as scripts/setup.sh makes it) runs that build, under
@@ -30,6 +31,17 @@
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 # (docs/gpu.md, "Running the GPU check", has the whole commands.)
 set -euo pipefail
+case "${1:-}" in
+    -h|--help)   # the comment above is the help
+        sed -n '2,/^set -euo pipefail/{/^set -euo pipefail/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
+        exit 0 ;;
+    -*) echo "gpu_wheels.sh: unknown option $1 (usage: bash scripts/gpu_wheels.sh [DEST]; --help)" >&2
+        exit 2 ;;
+esac
+if [[ $# -gt 1 ]]; then
+    echo "gpu_wheels.sh: takes one DEST folder, got $# arguments (--help)" >&2
+    exit 2
+fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${1:-.whl}"
 py="${PYTHON:-$root/.venv/bin/python}"

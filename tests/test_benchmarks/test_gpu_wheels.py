@@ -122,3 +122,21 @@ def test_gpu_wheels_script_builds_the_stub_into_mmcv():
     assert 'cp "$root/scripts/mmcv_ext_stub.py" "$build/mmcv-2.1.0/mmcv/_ext.py"' in script
     assert 'MMCV_WITH_OPS=0' in script and 'mmsegmentation==1.2.2' in script
     assert 'requirements/constraints.txt' in script and 'mmdet' not in script.split('set -euo')[1]
+
+
+def test_kit_script_prints_its_help_and_refuses_odd_arguments(tmp_path):
+    # --help prints the header and builds nothing; an option it does not know,
+    # or a second folder, is refused before any download (no "--help" folder).
+    script = REPO_ROOT / 'scripts' / 'gpu_wheels.sh'
+    shown = subprocess.run(['bash', str(script), '--help'], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith('The wheels a bare GPU machine needs')
+    assert 'bash scripts/gpu_wheels.sh [DEST]' in shown.stdout
+    assert 'set -euo' not in shown.stdout
+    for args, reason in ((['--dest', 'x'], 'unknown option --dest'),
+                         (['a', 'b'], 'takes one DEST folder, got 2')):
+        refused = subprocess.run(['bash', str(script), *args], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 2 and reason in refused.stderr, refused.stderr
+    assert list(tmp_path.iterdir()) == []
