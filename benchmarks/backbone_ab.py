@@ -25,8 +25,8 @@ Example:
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -40,6 +40,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
+
+from benchmarks.timing import interleaved_ms, pair_ratios  # noqa: E402
 
 TASKS = ('forward', 'train')
 BASE_PACKAGE = 'mavit_ab_base'
@@ -83,8 +85,7 @@ def import_base(rev: str, scratch: Path):
 
 
 def run_task(task: str, model: torch.nn.Module, image: torch.Tensor, optimizer, autocast):
-    """One call of ``task``; its seconds."""
-    start = time.perf_counter()
+    """One call of ``task``."""
     with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast is not None):
         if task == 'forward':
             with torch.no_grad():
@@ -94,7 +95,6 @@ def run_task(task: str, model: torch.nn.Module, image: torch.Tensor, optimizer, 
     if task == 'train':
         optimizer.step()
         optimizer.zero_grad()
-    return time.perf_counter() - start
 
 
 def main(argv=None) -> dict:
@@ -124,28 +124,24 @@ def main(argv=None) -> dict:
                           for name, model in models.items()}
             for model in models.values():
                 model.train(task == 'train')
-            times = {name: [] for name in models}
-            for name, model in models.items():          # warm-up
-                run_task(task, model, image, optimizers[name], args.autocast)
             started = time.perf_counter()
-            for pair in range(args.pairs):
-                order = list(models) if pair % 2 == 0 else list(models)[::-1]
-                for name in order:
-                    times[name].append(run_task(task, models[name], image, optimizers[name],
-                                                args.autocast))
+
+            def progress(pair, times, task=task, started=started):
                 elapsed = time.perf_counter() - started
                 print(f'[{task} pair {pair + 1}/{args.pairs}] this tree '
-                      f"{1e3 * times['this tree'][-1]:.0f} ms, base {1e3 * times['base'][-1]:.0f} "
+                      f"{times['this tree'][-1]:.0f} ms, base {times['base'][-1]:.0f} "
                       f'ms; {elapsed:.0f} s so far, about '
                       f'{elapsed / (pair + 1) * (args.pairs - pair - 1):.0f} s left', flush=True)
-            ratios = [a / b for a, b in zip(times['this tree'], times['base'])]
+            times = interleaved_ms(
+                {name: functools.partial(run_task, task, model, image, optimizers[name],
+                                         args.autocast) for name, model in models.items()},
+                torch.device('cpu'), args.pairs, warmup=1, progress=progress)
+            ratios = pair_ratios(times, 'this tree', 'base')
             results[task] = dict(
-                times_ms={name: [round(1e3 * t, 2) for t in values]
-                          for name, values in times.items()},
-                median_ms={name: round(1e3 * statistics.median(values), 2)
-                           for name, values in times.items()},
-                ratio_median=round(statistics.median(ratios), 4),
-                ratio_min=round(min(ratios), 4), ratio_max=round(max(ratios), 4))
+                times_ms={name: [round(t, 2) for t in values] for name, values in times.items()},
+                median_ms={name: round(ms, 2) for name, ms in ratios['median_ms'].items()},
+                **{key: round(ratios[key], 4) for key in ('ratio_median', 'ratio_min',
+                                                          'ratio_max')})
             print(f"{task}: this tree / base, per pair: median {results[task]['ratio_median']}"
                   f" (min {results[task]['ratio_min']}, max {results[task]['ratio_max']})")
     report = dict(benchmark='backbone_ab', model="MAViT('tiny', mala_impl='torch')",

@@ -768,26 +768,35 @@ def render_gpu_backbones(report: dict, source: str) -> str:
 
 
 def render_gpu_ablations(report: dict, source: str) -> str:
-    """Each fast-path switch off against all on, per mode (the defaults'
-    evidence: mavit_mm/ops/fast_paths.py)."""
-    modes = list(dict.fromkeys(row['mode'] for row in report['results']))
+    """Each fast-path switch off against all on, per mode and pass (the
+    defaults' evidence: mavit_mm/ops/fast_paths.py), with the same run's
+    compiled rows where they are a file of their own (``ablations-compile``);
+    rows timed in rounds against the all-on model show the rounds' spread."""
+    results, drift = list(report['results']), dict(report.get('drift') or {})
+    compiled = _same_run_file((REPO_ROOT / source).parent, 'ablations-compile.json')
+    if compiled is not None and compiled.name != Path(source).name:
+        other = json.loads(compiled.read_text())
+        results += other['results']
+        drift.update(other.get('drift') or {})
+    columns = list(dict.fromkeys((row['mode'], row['pass_name']) for row in results))
     cells = {}
-    for row in report['results']:
+    for row in results:
         if row['switches_off']:
             value = (f"{row['time_vs_all_on']:.3f}" if row.get('time_vs_all_on')
                      else 'skipped' if row.get('skipped') else 'error')
-            cells.setdefault(row['switches_off'][0], {})[row['mode']] = value
+            if row.get('time_vs_all_on') and 'ratio_min' in row:
+                value += f" ({row['ratio_min']:.2f}-{row['ratio_max']:.2f})"
+            cells.setdefault(row['switches_off'][0], {})[row['mode'], row['pass_name']] = value
     all_on = {}
-    for row in report['results']:
+    for row in results:
         if not row['switches_off'] and row.get('time_ms'):
             all_on.setdefault(f"{row['mode']} {row['pass_name']}", []).append(row['time_ms'])
-    drift = report.get('drift') or {}
     lines = [_gpu_source_line(source, 'Measured', report) + f" {report['height']}x"
              f"{report['width']}; {report['note']}.", '',
-             '| switch off | ' + ' | '.join(modes) + ' |',
-             '| --- |' + ' ---: |' * len(modes)]
-    lines += [f'| `{name}` | ' + ' | '.join(by_mode.get(mode, '') for mode in modes) + ' |'
-              for name, by_mode in cells.items()]
+             '| switch off | ' + ' | '.join(f'{mode} {pass_name}' for mode, pass_name in columns)
+             + ' |', '| --- |' + ' ---: |' * len(columns)]
+    lines += [f'| `{name}` | ' + ' | '.join(by_case.get(case, '') for case in columns) + ' |'
+              for name, by_case in cells.items()]
     lines += ['', 'All on, ms: ' + '; '.join(
         f"{case} {', '.join(f'{t:.2f}' for t in times)}"
         + (f' (drift {drift[case]:.3f})' if case in drift else '')

@@ -15,15 +15,28 @@ runs a forward, through its own code (``benchmarks/`` may import from
 once in a CUDA graph (``capture_cuda_graph``) and replayed; ``compile``
 compiled (``compiled``), its seconds apart.
 
-Used by ``bench_mala.py``, ``tune_mala.py``, ``host_calls.py`` and the GPU
-check's model and op steps (``benchmarks/gpu_check_lib/``).
+``interleaved_ms`` times two or more calls against each other, a round of
+one call each at a time with the order reversed every other round, each call
+timed alone by the host's clock (synchronised around on CUDA: what an eager
+caller waits for, the host's issue and the GPU's work). A drift of the
+machine while it runs (a shared host slowing down, a clock) then falls on
+every call alike, and ``pair_ratios`` gives the median of the rounds' ratios.
+That is the A/B of a host-bound call: the GPU check's eager ablations had
+their all-on forward move from 35 to 19 ms between the first row and the
+last (``gpu-h100-2026-11-27b/part-2/ablations.json``, ``drift``), so rows
+timed one after the other could not be compared.
+
+Used by ``bench_mala.py``, ``tune_mala.py``, ``host_calls.py``,
+``backbone_ab.py`` and the GPU check's model and op steps
+(``benchmarks/gpu_check_lib/``).
 """
 from __future__ import annotations
 
 import contextlib
+import gc
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
@@ -59,6 +72,53 @@ def median_ms(step: Callable, device: torch.device, warmup_ms: float | None = No
         step()
         samples.append((time.perf_counter() - start) * 1e3)
     return statistics.median(samples)
+
+
+def interleaved_ms(steps: Mapping[str, Callable], device: torch.device, rounds: int,
+                   warmup: int = CPU_WARMUP_CALLS,
+                   progress: Callable[[int, dict[str, list[float]]], None] | None = None
+                   ) -> dict[str, list[float]]:
+    """Each step's ms, one call a round for ``rounds`` rounds after ``warmup``
+    untimed calls of each; the steps' order reversed every other round, each
+    call timed alone (module docstring). The garbage collector is held off
+    while the rounds run, as ``timeit`` does. ``progress(round, times)`` after
+    each round."""
+    if rounds < 1 or warmup < 0 or not steps:
+        raise ValueError(f'interleaved timing takes one or more steps and rounds and 0 or '
+                         f'more warm-up calls, got {len(steps)} steps, {rounds} rounds, '
+                         f'{warmup} warm-up calls')
+    sync = torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times = {name: [] for name in steps}
+    names = list(steps)
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for index in range(rounds):
+            for name in (names if index % 2 == 0 else names[::-1]):
+                sync()
+                start = time.perf_counter()
+                steps[name]()
+                sync()
+                times[name].append((time.perf_counter() - start) * 1e3)
+            if progress is not None:
+                progress(index, times)
+    finally:
+        if collecting:
+            gc.enable()
+    return times
+
+
+def pair_ratios(times: Mapping[str, list[float]], name: str, base: str) -> dict:
+    """``name``'s time over ``base``'s, round by round (``interleaved_ms``):
+    the median, least and most of the ratios, and each one's median ms."""
+    ratios = [a / b for a, b in zip(times[name], times[base], strict=True)]
+    return dict(ratio_median=statistics.median(ratios), ratio_min=min(ratios),
+                ratio_max=max(ratios), median_ms={key: statistics.median(times[key])
+                                                  for key in (name, base)})
 
 
 @contextlib.contextmanager

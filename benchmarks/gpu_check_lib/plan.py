@@ -29,13 +29,17 @@ from benchmarks import gpu_targets
 # training steps of seconds each, then 3 compiled forwards and 2 compiled
 # training steps), the UperNet steps (three children each; the first
 # compiles cold, the others find inductor's caches warm).
-# ablations: 38 rows (15 under a CUDA graph and 15 eager at a few seconds each,
-# 8 compiled at a cold compile each; ablation_rows), given the step's limit.
+# ablations: 331 s for 38 rows in gpu-h100-2026-11-27b/part-2/summary.json, 8 of
+# them compiled; now 15 rows under a CUDA graph (2-3 s each), 11 eager
+# forwards (20 rounds of two calls of ~20-35 ms, 3 warm-up calls each) and 10
+# eager training steps (10 rounds of two ~75-200 ms calls): about 2 minutes.
+# ablations-compile: the 8 compiled rows, about 31 s each (the rest of the
+# 331 s), given the step's limit.
 # tune-depthwise: about 69 compiles (tune_depthwise.py --dry-run) at 1-2.5 s each
 # as tune-bh16's, and some 220 timings of tens of ms: about 2 min at 1.5 s a
 # compile; it stops itself at 90%, the norm launches (last) then cut short.
 STEP_BUDGET_MIN = {'env': 0.4, 'kernel-tests': 2.8, 'model-tests': 1.75,
-                   'backbones': 1.25, 'ablations': 5.0,
+                   'backbones': 1.25, 'ablations': 3.0, 'ablations-compile': 5.0,
                    'upernet-fps': 1.85, 'upernet-fps-compile': 3.85,
                    'upernet-fps-1024': 3.75, 'model-profile': 0.25, 'sweep': 1.4,
                    'compiled-profile': 1.0, 'profile': 0.25, 'bench': 0.85, 'sdpa': 0.75,
@@ -50,7 +54,8 @@ PARTS = {1: ['env', 'kernel-tests', 'model-tests'],
          3: ['env', 'upernet-fps', 'upernet-fps-compile'],
          4: ['env', 'upernet-fps-1024', 'model-profile', 'sweep'],
          5: ['env', 'compiled-profile', 'profile', 'bench', 'sdpa'],
-         6: ['env', 'tune-bh16', 'tune-bh1', 'tune-depthwise']}
+         6: ['env', 'tune-bh16', 'tune-bh1', 'tune-depthwise'],
+         7: ['env', 'ablations-compile']}
 # A loan's first commands: whether the kernels compute the right thing, before
 # anything is timed; then what each fast path is worth, which sets the defaults.
 PRIORITY_PARTS = {1: ('correctness', ('kernel-tests', 'model-tests')),
@@ -74,7 +79,9 @@ STEP_FILES = {step: f'{step}.json' for step in STEPS} | {'bench': 'bench_mala.js
 # The child processes' output, all steps in one file.
 LOG_NAME = 'logs.txt'
 # Besides the targets' steps, what the speed work asks the check to measure
-# (where compiled time goes, what each fast path is worth).
+# (where compiled time goes, what each fast path is worth). Not the compiled
+# ablations (part 7, last): gpu-h100-2026-11-27b measured them after the
+# compile fix, where the eager rows were the ones left without a usable figure.
 WANTED_STEPS = ('compiled-profile', 'ablations')
 
 

@@ -17,13 +17,14 @@ Part 1, correctness before any timing: the kernel tests and the model tests
 on CUDA (the MALA and depthwise kernels against their references, the model's
 parity with the published outputs with the fused paths on). Part 2, what each
 fast path is worth: the backbones against Swin-T in the three modes, and each
-switch off in turn (``ablations``). Part 3, UperNet's FPS at 512x2048 in the
+switch off in turn under a CUDA graph and eager (``ablations``). Part 3, UperNet's FPS at 512x2048 in the
 three modes (eager and CUDA graph, then compiled; a median of three runs
 each). Part 4: UperNet at 1024x2048 in every mode, where the eager forward's
 GPU time goes and its kernel count, the training step. Part 5: where the
 compiled forward's GPU time goes, the op at MAViT-T's calls and at the
 bandwidth targets' shapes, SDPA's kernels. Part 6, what no target needs: the
-tuning. ``PRIORITY_PARTS`` fixes the first two parts; ``GPU_TARGETS`` names
+tuning. Part 7, each switch off in turn under compile (``ablations-compile``:
+a cold compile a row). ``PRIORITY_PARTS`` fixes the first two parts; ``GPU_TARGETS`` names
 the step that measures each target (docs/gpu.md, "What measures each
 target", is its table); ``plan_problems`` keeps them in that order.
 ``--budget STEP=MIN`` shortens a step to fit what is left of a loan.
@@ -43,7 +44,11 @@ unless they say otherwise, in benchmark_fps.py's modes (``benchmarks/timing.py``
 ``in_mode``), the median of ``triton.testing.do_bench`` (``median_ms``):
 eager; ``cuda-graph``, captured once by its ``capture_cuda_graph`` and
 replayed; ``compile``, compiled by its ``compiled`` (``torch.compile``,
-``mode='reduce-overhead'``).
+``mode='reduce-overhead'``). Eager, where the host sets the pace and its pace
+drifts, the ``backbones`` and ``ablations`` rows time each model against its
+reference (Swin-T, all switches on) in the same interleaved rounds
+(``benchmarks/timing.py``'s ``interleaved_ms``), each call synchronised
+around, the ratio the median of the rounds'.
 
 The op steps (``bench``, ``tune-*``, ``profile``) build q, k, v with
 ``devtools.mala_inputs`` in ``--layout`` (default ``channels_last``,
@@ -63,10 +68,12 @@ Steps (``--steps`` runs any of them in any order):
                   own kernels are ``inductor``), the top kernels.
 ``ablations``     MAViT-T with each fast-path switch off in turn
                   (``mavit_mm/ops/fast_paths.py``) against all switches on,
-                  one set of weights: under a CUDA graph, eager, then compiled
-                  where a switch acts under compile (``ablation_rows``); a switch
-                  that only changes a training step is timed on one (forward
-                  and backward, train mode).
+                  one set of weights: under a CUDA graph, then eager
+                  (``ablation_rows``); a forward, and a training step (forward
+                  and backward, train mode) with the switches that act there:
+                  eager, every one that acts with gradients; under a CUDA
+                  graph, those that change only a training step.
+``ablations-compile`` the same, compiled, where a switch acts under compile.
 ``kernel-tests``  ``tests/test_ops/test_mala/test_mala_cuda.py``: every dtype,
                   head dims 16-128, both layouts, default and small plans,
                   B*heads 1-64, gradients against fp64; the 512x2048 bf16
@@ -160,6 +167,8 @@ from benchmarks.gpu_check_lib.children import REPO_ROOT, has_module, write_resul
 from benchmarks.gpu_check_lib.correctness import TEST_FILES, step_tests
 from benchmarks.gpu_check_lib.env import step_env
 from benchmarks.gpu_check_lib.model_steps import (
+    ABLATION_MODES,
+    COMPILE_ABLATION_MODES,
     ablation_rows,
     step_ablations,
     step_backbones,
@@ -300,11 +309,14 @@ def dry_run(args) -> int:
     print(f'MALA calls profiled (MAViT-T at {BACKBONE_SIZE[0]}x{BACKBONE_SIZE[1]}): ' + '; '.join(
         f'stage {s["stage"]} batch {s["batch"]} heads {s["heads"]} {s["height"]}x{s["width"]} '
         f'd {s["head_dim"]}' for s in mala_model_shapes()))
-    ablations = {}
-    for row in ablation_rows():
-        ablations.setdefault(f'{row["mode"]} {row["pass_name"]}', []).extend(row['switches_off'])
-    for case, switches in ablations.items():
-        print(f'ablations, {case}: all on, then off in turn: {", ".join(switches)}')
+    for step, modes in (('ablations', ABLATION_MODES),
+                        ('ablations-compile', COMPILE_ABLATION_MODES)):
+        ablations = {}
+        for row in ablation_rows(modes):
+            ablations.setdefault(f'{row["mode"]} {row["pass_name"]}', []).extend(
+                row['switches_off'])
+        for case, switches in ablations.items():
+            print(f'{step}, {case}: all on, then off in turn: {", ".join(switches)}')
     total = sum(args.budgets[s] for s in args.steps)
     print(f'plan: {", ".join(args.steps)} into {args.out}/ (at most {total:.2f} min, '
           f'layout {args.layout})')
@@ -363,8 +375,8 @@ def run_step(name: str, out: Path, args) -> dict:
         return step_model_profile(out, budget_s, compiled=name == 'compiled-profile')
     if name == 'backbones':
         return step_backbones(out, budget_s)
-    if name == 'ablations':
-        return step_ablations(out, budget_s)
+    if name in ('ablations', 'ablations-compile'):
+        return step_ablations(out, budget_s, step_name=name)
     if name in FPS_STEPS:
         return step_upernet_fps(out, budget_s, name)
     return step_tune(name, out, budget_s, args.layout)

@@ -134,6 +134,9 @@ FAST_PATH_MODES = {
 }
 # Switches that change only a training step (a backward), not a forward.
 TRAINING_ONLY = ('channel_split',)
+# Switches that act only where no gradient flows (a forward under no_grad,
+# frozen weights): they change nothing in a training step of trainable weights.
+INFERENCE_ONLY = ('cached_weights', 'dense_rope', 'in_place_residual')
 
 __all__ = ['FastPaths', 'DEFAULTS', 'ALL_ON', 'DEFAULTS_MEASURED_BY', 'FAST_PATHS',
-           'FAST_PATH_MODES', 'TRAINING_ONLY']
+           'FAST_PATH_MODES', 'TRAINING_ONLY', 'INFERENCE_ONLY']

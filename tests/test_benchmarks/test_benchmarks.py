@@ -35,7 +35,7 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     assert 'plan: env, kernel-tests, model-tests' in result.stdout
     assert 'layout channels_last' in result.stdout
     assert 'part 1: env kernel-tests model-tests (at most 4.95 min, 5 files)' in result.stdout
-    assert 'part 2: env backbones ablations (at most 6.65 min, 5 files)' in result.stdout
+    assert 'part 2: env backbones ablations (at most 4.65 min, 5 files)' in result.stdout
     assert ('part 3: env upernet-fps upernet-fps-compile (at most 6.10 min, 5 files)'
             in result.stdout)
     assert ('part 4: env upernet-fps-1024 model-profile sweep (at most 5.80 min, 6 files)'
@@ -44,9 +44,10 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
             in result.stdout)
     assert ('part 6: env tune-bh16 tune-bh1 tune-depthwise (at most 5.00 min, 6 files)'
             in result.stdout)
-    assert 'part 7' not in result.stdout
-    assert ('whole check: 6 parts in priority order, one GPU command of at most 8 min each '
-            '(31.75 min of budgets; the longest part 6.65, planned to at most 7.00)'
+    assert 'part 7: env ablations-compile (at most 5.40 min, 4 files)' in result.stdout
+    assert 'part 8' not in result.stdout
+    assert ('whole check: 7 parts in priority order, one GPU command of at most 8 min each '
+            '(35.15 min of budgets; the longest part 6.10, planned to at most 7.00)'
             ) in result.stdout
     # The op's calls in MAViT-T at 512x2048, from the preset.
     assert ('stage 1 batch 1 heads 1 128x512 d 64; stage 2 batch 1 heads 2 64x256 d 64; '
@@ -55,8 +56,13 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     # The ablations' rows, from the switches' modes (fast_paths.FAST_PATH_MODES).
     assert 'ablations, cuda-graph fwd: all on, then off in turn: cached_weights, ' \
         in result.stdout
-    assert 'ablations, compile fwd+bwd: all on, then off in turn: channel_split' in result.stdout
-    assert 'ablations, eager fwd+bwd: all on, then off in turn: channel_split' in result.stdout
+    assert 'ablations, cuda-graph fwd+bwd: all on, then off in turn: channel_split\n' \
+        in result.stdout
+    assert ('ablations-compile, compile fwd+bwd: all on, then off in turn: channel_split'
+            in result.stdout)
+    assert ('ablations, eager fwd+bwd: all on, then off in turn: folded_residual_conv, '
+            'channel_split, joint_qk_rotation, fused_position_norm, fused_lepe_gate, '
+            'fused_ffn_middle, tap_major_weights, matmul_1x1\n') in result.stdout
     # Each target with the step and file that measure it.
     from benchmarks.readme_tables import target_now
     first = gpu_targets.GPU_TARGETS[0]
@@ -180,14 +186,14 @@ def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
     assert plan.PARTS[6] == ['env', 'tune-bh16', 'tune-bh1', 'tune-depthwise']
     # The check fails a plan that breaks any of these: budgets, parts, files ...
     parts = {part: list(steps) for part, steps in plan.PARTS.items()}
-    monkeypatch.setitem(plan.PARTS, 7, ['env', 'tune-bh16'])
+    monkeypatch.setitem(plan.PARTS, 8, ['env', 'tune-bh16'])
     monkeypatch.setitem(plan.PARTS, 4, parts[4] + ['profile', 'bench', 'compiled-profile'])
     monkeypatch.setitem(plan.PARTS, 6, ['env', 'tune-bh1', 'tune-bh16', 'tune-depthwise'])
     monkeypatch.setitem(plan.STEP_BUDGET_MIN, 'upernet-fps-1024', 6.0)
     assert plan.plan_problems() == [
         'step upernet-fps-1024 has a budget of 6.0 min (limit 5.0)',
         'step compiled-profile is in parts 4, 5', 'step profile is in parts 4, 5',
-        'step bench is in parts 4, 5', 'step tune-bh16 is in parts 6, 7',
+        'step bench is in parts 4, 5', 'step tune-bh16 is in parts 6, 8',
         'part 4 needs 10.15 min (limit 7.0)', 'part 4 writes 9 files (a GPU command returns 8)',
         'part 6 runs tune-bh1 without tune-bh16 before it']
     # ... and against the limits the command line gives.
@@ -196,7 +202,7 @@ def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
                                 '--command-minutes', '5.5']).limits
     assert plan.plan_problems(limits) == [
         'a part is planned to 6 min, more than the 5.5 min a GPU command may take',
-        'part 2 needs 6.65 min (limit 6.0)', 'part 3 needs 6.1 min (limit 6.0)',
+        'part 3 needs 6.1 min (limit 6.0)',
         'part 5 writes 7 files (a GPU command returns 6)']
     # ... and the priority order: correctness, then the switches, the targets before the rest.
     monkeypatch.undo()
@@ -207,7 +213,6 @@ def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
         gpu_targets.Target('MALA op', 'something', '≤', 1, '', '.1f', 'no-such-step',
                            (gpu_targets.Figure('time_ms'),)),))
     assert plan.plan_problems() == [
-        'part 2 needs 8.4 min (limit 7.0)',
         'the target "something" of the MALA op names no step \'no-such-step\'',
         'step model-tests is correctness but is in part 2, not 1',
         'part 1 is correctness but runs sdpa',
@@ -710,6 +715,7 @@ def test_gpu_check_backbones_step_times_each_mode_through_benchmark_fps(tmp_path
     MAViT-T's time over Swin-T's per mode."""
     made = _stand_in_modes(monkeypatch)
     _made_up_times(monkeypatch)
+    rounds = _made_up_rounds(monkeypatch)
     result = model_steps.step_backbones(tmp_path, 600, device='cpu', size=(64, 96))
     report = json.loads((tmp_path / 'backbones.json').read_text())
     assert report['complete'] and result['errors_recorded'] == 0
@@ -719,26 +725,38 @@ def test_gpu_check_backbones_step_times_each_mode_through_benchmark_fps(tmp_path
         for model in (models.MAVIT_T_LABEL, models.SWIN_T_LABEL)]
     assert made == [('cuda-graph', 3)] * 2 + [('compile', 'reduce-overhead')] * 2
     assert report['compile_mode'] == 'reduce-overhead'
-    # Times 10, 11, 12, ... ms in row order: MAViT-T's over Swin-T's per mode.
+    # Eager: both models in the same rounds; their ratio the rounds' median
+    # (1.0 for rounds of 10/10, 30/10, 12/20 ms), not the medians' (1.2).
+    assert rounds == [[models.MAVIT_T_LABEL, models.SWIN_T_LABEL]]
+    eager = report['results'][2]
+    assert (eager['time_ms'], eager['ratio_min'], eager['ratio_max']) == (12.0, 0.6, 3.0)
+    # Else times 10, 11, 12, 13 ms in row order: MAViT-T's over Swin-T's per mode.
     assert report['time_vs_swin'] == result['time_vs_swin'] == {
-        'cuda-graph': round(10 / 11, 4), 'eager': round(12 / 13, 4), 'compile': round(14 / 15, 4)}
+        'cuda-graph': round(10 / 11, 4), 'eager': 1.0, 'compile': round(12 / 13, 4)}
     assert all('time_vs_swin' not in row for row in report['results'][1::2])
     assert [row.get('compile_s') for row in report['results']] == [None] * 4 + [1.2] * 2
     _assert_targets_read('backbones', report)
 
 
 def test_ablation_rows_switch_each_fast_path_off_where_it_acts():
-    """Per mode (CUDA graph, eager, then compile) and pass: the all-on row first, then
-    each switch that acts there off alone; a switch that only changes a
-    training step is timed on one (fwd+bwd), the others on a forward."""
-    from mavit_mm.ops.fast_paths import FAST_PATH_MODES, TRAINING_ONLY
+    """Per mode (CUDA graph, then eager; compiled in a step of its own) and
+    pass: the all-on row first, then each switch that acts there off alone.
+    A forward for every switch but those that only change a training step; a
+    training step (fwd+bwd) eager, how users train, for every switch that
+    acts where gradients flow, and elsewhere for those that change nothing
+    else."""
+    from mavit_mm.ops.fast_paths import FAST_PATH_MODES, INFERENCE_ONLY, TRAINING_ONLY
     rows = model_steps.ablation_rows()
-    assert [row['mode'] for row in rows] == sorted(
-        (row['mode'] for row in rows), key=model_steps.ABLATION_MODES.index)
-    assert all(len(row['switches_off']) <= 1 for row in rows)
-    cases = list(dict.fromkeys((row['mode'], row['pass_name']) for row in rows))
+    compiled = model_steps.ablation_rows(model_steps.COMPILE_ABLATION_MODES)
+    assert {row['mode'] for row in rows} == {'cuda-graph', 'eager'}
+    assert {row['mode'] for row in compiled} == {'compile'}
+    every = rows + compiled
+    assert [row['mode'] for row in every] == sorted(
+        (row['mode'] for row in every), key=('cuda-graph', 'eager', 'compile').index)
+    assert all(len(row['switches_off']) <= 1 for row in every)
+    cases = list(dict.fromkeys((row['mode'], row['pass_name']) for row in every))
     for case in cases:
-        group = [row for row in rows if (row['mode'], row['pass_name']) == case]
+        group = [row for row in every if (row['mode'], row['pass_name']) == case]
         # All on, each off in turn, all on again (the drift) but where that is a compile.
         closes = case[0] != 'compile'
         assert group[0]['switches_off'] == [] and 'repeat' not in group[0]
@@ -746,65 +764,108 @@ def test_ablation_rows_switch_each_fast_path_off_where_it_acts():
         assert (group[-1] == dict(mode=case[0], pass_name=case[1], switches_off=[],
                                   repeat=True)) == closes
     off = {(row['switches_off'][0], row['mode'], row['pass_name'])
-           for row in rows if row['switches_off']}
-    assert off == {(name, mode, 'fwd+bwd' if name in TRAINING_ONLY else 'fwd')
-                   for name, modes in FAST_PATH_MODES.items() for mode in modes}
+           for row in every if row['switches_off']}
+    expected = {(name, mode, 'fwd') for name, modes in FAST_PATH_MODES.items() for mode in modes
+                if name not in TRAINING_ONLY}
+    expected |= {(name, mode, 'fwd+bwd') for name, modes in FAST_PATH_MODES.items()
+                 for mode in modes
+                 if (name not in INFERENCE_ONLY if mode == 'eager' else name in TRAINING_ONLY)}
+    assert off == expected
     assert [mode for mode, _ in cases] == ['cuda-graph'] * 2 + ['eager'] * 2 + ['compile'] * 2
-    assert len(rows) == 38
+    assert (len(rows), len(compiled)) == (37, 8)
     assert ('channel_split', 'cuda-graph', 'fwd+bwd') in off
+    assert ('matmul_1x1', 'eager', 'fwd+bwd') in off
+    assert not any(name in INFERENCE_ONLY for name, mode, pass_name in off
+                   if pass_name == 'fwd+bwd')
     assert not any(name == 'cached_weights' for name, mode, _ in off if mode == 'compile')
 
 
-def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, monkeypatch):
-    """The ablations step on the CPU at a small size, every planned row: each
+def _made_up_rounds(monkeypatch) -> list:
+    """The check's interleaved timer stood in for: each step runs once (its
+    model really runs), and the rounds' times are made up: a step named
+    'off' takes 10, 30, 12 ms against 'all on''s 10, 10, 20 (ratios 1, 3,
+    0.6: their median 1.0, where the medians' ratio would be 1.2); any other
+    step 5, 7, 6 ms (MAViT-T and Swin-T as 'off' and 'all on'). Returns the
+    steps' names of each call."""
+    made_up = {'off': [10.0, 30.0, 12.0], 'all on': [10.0, 10.0, 20.0],
+               models.MAVIT_T_LABEL: [10.0, 30.0, 12.0], models.SWIN_T_LABEL: [10.0, 10.0, 20.0]}
+    asked = []
+
+    def rounds(steps, device, count, warmup, progress=None):
+        asked.append(list(steps))
+        for step in steps.values():
+            step()
+        return {name: list(made_up.get(name, [5.0, 7.0, 6.0])) for name in steps}
+    monkeypatch.setattr(model_steps, 'interleaved_ms', rounds)
+    return asked
+
+
+@pytest.mark.parametrize('step_name', ['ablations', 'ablations-compile'])
+def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, monkeypatch,
+                                                                    step_name):
+    """The ablations steps on the CPU at a small size, every planned row: each
     model built with its switches off and the same weights, run in its mode
     through benchmark_fps.py's code, against the all-on row of its mode and
-    pass; a row whose model fails is recorded and the rest still run."""
+    pass; an eager row in the same rounds as its case's opening all-on model,
+    its ratio the rounds' median; a row whose model fails is recorded and the
+    rest still run."""
     from mavit_mm.models.mavit import MAViT
     from mavit_mm.ops.fast_paths import FAST_PATHS
     made = _stand_in_modes(monkeypatch)
     _made_up_times(monkeypatch)
+    rounds = _made_up_rounds(monkeypatch)
     built = []
 
     def mavit(impl, fast_paths=None):
         # Records the switches asked for; the model is the plain one (the switches'
         # own effects are the model's tests'). One switch fails to build.
-        if fast_paths and fast_paths['dense_rope'] is False:
+        if fast_paths and fast_paths['fused_lepe_gate'] is False:
             raise TypeError("unexpected keyword argument 'fast_paths'")
         built.append((fast_paths, MAViT(arch='tiny', mala_impl=impl)))
         return built[-1][1]
     monkeypatch.setattr(model_steps, 'mavit_t', mavit)
-    plan = model_steps.ablation_rows()
-    result = model_steps.step_ablations(tmp_path, 600, device='cpu', size=(32, 64))
-    report = json.loads((tmp_path / 'ablations.json').read_text())
+    plan = model_steps.ablation_rows(model_steps.ABLATION_MODES if step_name == 'ablations'
+                                     else model_steps.COMPILE_ABLATION_MODES)
+    result = model_steps.step_ablations(tmp_path, 600, device='cpu', size=(32, 64),
+                                        step_name=step_name)
+    report = json.loads((tmp_path / f'{step_name}.json').read_text())
     rows = report['results']
-    failing = sum('dense_rope' in row['switches_off'] for row in plan)
+    failing = sum('fused_lepe_gate' in row['switches_off'] for row in plan)
     assert report['complete'] and result['errors_recorded'] == failing >= 1
     assert [(row['mode'], row['pass_name'], row['switches_off']) for row in rows] == [
         (row['mode'], row['pass_name'], row['switches_off']) for row in plan]
     # The weights' model first, then each row's: every switch on but the row's.
+    ran = [row for row in plan if 'fused_lepe_gate' not in row['switches_off']]
     assert [asked for asked, _ in built] == [None] + [
-        {name: name not in row['switches_off'] for name in FAST_PATHS} for row in plan
-        if 'dense_rope' not in row['switches_off']]
+        {name: name not in row['switches_off'] for name in FAST_PATHS} for row in ran]
     # (Parameters: a training row's step moves the norms' running statistics.)
     weights = dict(built[0][1].named_parameters())
     for _, model in built[1:]:
         assert all(torch.equal(weights[name], value) for name, value in model.named_parameters())
-    # (An eager row runs the step as it is: nothing captured or compiled.)
+    # CUDA graph and compile through benchmark_fps.py's code; an eager row's step
+    # as it is, in rounds: the all-on rows alone, each other one with its all-on model.
     assert made == [(row['mode'], 3 if row['mode'] == 'cuda-graph' else 'reduce-overhead')
-                    for row in plan if 'dense_rope' not in row['switches_off']
-                    and row['mode'] != 'eager']
+                    for row in ran if row['mode'] != 'eager']
+    assert rounds == [['alone'] if not row['switches_off'] else ['off', 'all on']
+                      for row in ran if row['mode'] == 'eager']
     all_on = {}
     for row in rows:
         if not row['switches_off']:
             all_on.setdefault((row['mode'], row['pass_name']), []).append(row['time_ms'])
-    assert len(all_on) == 6   # CUDA graph, eager and compile; forward and training step
+    assert len(all_on) == 2 * len({row['mode'] for row in plan})  # forward and training step
     for row in rows:
-        if 'dense_rope' in row['switches_off']:
+        if 'fused_lepe_gate' in row['switches_off']:
             assert 'fast_paths' in row['error'] and 'time_ms' not in row
-            continue
-        base = sum(all_on[row['mode'], row['pass_name']]) / len(all_on[row['mode'], row['pass_name']])
-        assert row['time_vs_all_on'] == pytest.approx(row['time_ms'] / base)
+        elif row['mode'] == 'eager' and row['switches_off']:
+            assert row['time_vs_all_on'] == 1.0 and (row['ratio_min'], row['ratio_max']) == (
+                0.6, 3.0)
+            assert (row['time_ms'], row['all_on_ms']) == (12.0, 10.0)
+            assert row['timing'] == f"interleaved, {model_steps.EAGER_ROUNDS[row['pass_name']]} " \
+                                    'rounds'
+        else:
+            times = all_on[row['mode'], row['pass_name']]
+            assert row['time_vs_all_on'] == pytest.approx(row['time_ms'] / (sum(times) /
+                                                                           len(times)))
     # The drift of each case its all-on rows close: all but the compiled ones.
     assert report['drift'] == {f'{mode} {pass_name}': pytest.approx(times[-1] / times[0], abs=1e-4)
                                for (mode, pass_name), times in all_on.items() if mode != 'compile'}

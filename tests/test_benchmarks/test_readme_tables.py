@@ -138,6 +138,37 @@ def test_gpu_blocks_read_the_files_of_the_run_s_other_parts(tmp_path):
     assert 'stage 1' not in block   # a row the budget cut has no figures
 
 
+def test_ablations_block_adds_the_run_s_compiled_rows_and_the_rounds_spread(tmp_path,
+                                                                            monkeypatch):
+    """The ablations block: a column per mode and pass; the compiled rows from
+    the same run's ablations-compile.json (another part's folder); an eager
+    row timed in rounds against the all-on model with its rounds' spread."""
+    monkeypatch.setattr(readme_tables, '_gpu_source_line', lambda *args: 'Measured.')
+    run = tmp_path / 'gpu-test-2026-12-01'
+    for part in ('part-2', 'part-7'):
+        (run / part).mkdir(parents=True)
+
+    def row(mode, pass_name, off, ratio, **more):
+        return dict(mode=mode, pass_name=pass_name, switches_off=off, time_ms=2.0,
+                    time_vs_all_on=ratio, **more)
+    report = dict(height=512, width=2048, note='a note', drift={'eager fwd': 0.99}, results=[
+        row('cuda-graph', 'fwd', [], 1.0), row('cuda-graph', 'fwd', ['dense_rope'], 1.006),
+        row('eager', 'fwd', [], 1.0), row('eager', 'fwd', ['dense_rope'], 0.95, all_on_ms=2.1,
+                                          ratio_min=0.91, ratio_max=1.02),
+        row('eager', 'fwd+bwd', [], 1.0),
+        row('eager', 'fwd+bwd', ['channel_split'], 1.04, all_on_ms=2.0, ratio_min=1.01,
+            ratio_max=1.08)])
+    (run / 'part-2' / 'ablations.json').write_text(json.dumps(report))
+    (run / 'part-7' / 'ablations-compile.json').write_text(json.dumps(dict(report, results=[
+        row('compile', 'fwd', [], 1.0), row('compile', 'fwd', ['matmul_1x1'], 1.076)])))
+    block = readme_tables.render_gpu_ablations(report, str(run / 'part-2' / 'ablations.json'))
+    assert '| switch off | cuda-graph fwd | eager fwd | eager fwd+bwd | compile fwd |' in block
+    assert '| `dense_rope` | 1.006 | 0.950 (0.91-1.02) |  |  |' in block
+    assert '| `channel_split` |  |  | 1.040 (1.01-1.08) |  |' in block
+    assert '| `matmul_1x1` |  |  |  | 1.076 |' in block
+    assert 'eager fwd 2.00 (drift 0.990)' in block and 'compile fwd 2.00' in block
+
+
 def test_gpu_blocks_judge_by_the_thresholds_of_gpu_targets(monkeypatch):
     """The GPU blocks judge each figure by benchmarks/gpu_targets.py: a
     threshold changed there changes the verdict on the page."""

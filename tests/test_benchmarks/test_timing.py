@@ -88,3 +88,57 @@ def test_in_mode_makes_the_call_each_mode_times(monkeypatch):
     assert resets == [1]
     with pytest.raises(ValueError, match='unknown mode'), timing.in_mode(step, 'jit', CPU):
         pass
+
+
+def test_interleaved_ms_alternates_the_order_and_times_each_call_alone(monkeypatch):
+    """After the warm-up calls (untimed), a round calls each step once, the
+    order reversed every other round, each call timed by the host's clock on
+    its own; the collector is off while the rounds run and back on after; a
+    progress callback sees each round."""
+    import gc
+    clock = [0.0]
+    calls, collecting = [], []
+    monkeypatch.setattr(timing.time, 'perf_counter', lambda: clock[0])
+
+    def step(name, ms):
+        def call():
+            calls.append(name)
+            collecting.append(gc.isenabled())
+            clock[0] += ms * 1e-3
+        return call
+    seen = []
+    times = timing.interleaved_ms({'a': step('a', 2.0), 'b': step('b', 5.0)}, CPU, rounds=3,
+                                  warmup=1, progress=lambda index, so_far: seen.append(
+                                      (index, {name: len(t) for name, t in so_far.items()})))
+    assert calls == ['a', 'b'] + ['a', 'b', 'b', 'a', 'a', 'b']
+    assert times == {'a': [pytest.approx(2.0)] * 3, 'b': [pytest.approx(5.0)] * 3}
+    assert collecting == [True, True] + [False] * 6 and gc.isenabled()
+    assert seen == [(0, {'a': 1, 'b': 1}), (1, {'a': 2, 'b': 2}), (2, {'a': 3, 'b': 3})]
+
+
+@pytest.mark.parametrize('steps, rounds, warmup', [({}, 3, 1), ({'a': print}, 0, 1),
+                                                   ({'a': print}, 3, -1)])
+def test_interleaved_ms_refuses_what_it_cannot_time(steps, rounds, warmup):
+    with pytest.raises(ValueError, match='interleaved timing takes'):
+        timing.interleaved_ms(steps, CPU, rounds, warmup=warmup)
+
+
+def test_interleaved_ms_waits_for_the_gpu_around_each_call_on_cuda(monkeypatch):
+    """On CUDA each call is timed from a synchronised start to a synchronised
+    end: what an eager caller waits for."""
+    events = []
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda: events.append('sync'))
+    timing.interleaved_ms({'a': lambda: events.append('a')}, torch.device('cuda'), rounds=2,
+                          warmup=0)
+    assert events == ['sync', 'a', 'sync'] * 2
+
+
+def test_pair_ratios_is_the_median_of_the_rounds_ratios():
+    """Rounds of 10/10, 30/10 and 12/20 ms: ratios 1, 3 and 0.6, median 1.0,
+    where the ratio of the medians would be 12/10."""
+    ratios = timing.pair_ratios({'off': [10.0, 30.0, 12.0], 'on': [10.0, 10.0, 20.0]},
+                                'off', 'on')
+    assert ratios == dict(ratio_median=1.0, ratio_min=0.6, ratio_max=3.0,
+                          median_ms={'off': 12.0, 'on': 10.0})
+    with pytest.raises(ValueError):
+        timing.pair_ratios({'off': [1.0], 'on': [1.0, 2.0]}, 'off', 'on')

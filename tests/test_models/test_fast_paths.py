@@ -61,23 +61,32 @@ NO_MEASURABLE_EFFECT = 0.015
 
 
 def test_no_default_contradicts_the_measurement_it_cites():
-    """Each switch's rows in DEFAULTS_MEASURED_BY (its time off over all on,
-    under a CUDA graph and compiled; the eager rows drift): a switch on by
-    default is nowhere measurably slower than its plain formula, a switch
-    off is slower in every mode measured."""
-    report = json.loads((REPO_ROOT / DEFAULTS_MEASURED_BY).read_text())
+    """Each switch's rows in DEFAULTS_MEASURED_BY and its run's compiled
+    ablations where they are a file of their own (ablations-compile.json):
+    its time off over all on, under a CUDA graph, compiled, and eager where
+    the row was timed in the same rounds as the all-on model (``all_on_ms``;
+    eager rows timed apart drifted). A switch on by default is nowhere
+    measurably slower than its plain formula, a switch off is slower in every
+    mode measured."""
+    cited = REPO_ROOT / DEFAULTS_MEASURED_BY
+    rows = json.loads(cited.read_text())['results']
+    for compiled in sorted(cited.parents[1].glob('*/ablations-compile.json')):
+        rows += json.loads(compiled.read_text())['results']
     measured = {}
-    for row in report['results']:
-        if row['mode'] != 'eager' and len(row['switches_off']) == 1:
+    for row in rows:
+        if ((row['mode'] != 'eager' or 'all_on_ms' in row) and len(row['switches_off']) == 1
+                and 'time_vs_all_on' in row):
             measured.setdefault(row['switches_off'][0], []).append(
-                (row['mode'], row['time_vs_all_on']))
+                (row['mode'], row['pass_name'], row['time_vs_all_on']))
     assert set(measured) == set(FAST_PATHS), 'a switch without a row'
     for name, on in DEFAULTS.as_dict().items():
-        for mode, off_over_on in measured[name]:
+        for mode, pass_name, off_over_on in measured[name]:
             if on:
-                assert off_over_on >= 1 - NO_MEASURABLE_EFFECT, (name, mode, off_over_on)
+                assert off_over_on >= 1 - NO_MEASURABLE_EFFECT, (name, mode, pass_name,
+                                                                 off_over_on)
             else:
-                assert off_over_on < 1 - NO_MEASURABLE_EFFECT, (name, mode, off_over_on)
+                assert off_over_on < 1 - NO_MEASURABLE_EFFECT, (name, mode, pass_name,
+                                                                off_over_on)
 
 
 @pytest.mark.parametrize('value, error, match', [
@@ -192,6 +201,33 @@ def _backward_ops(fast_paths) -> OpLog:
     with OpLog() as log:
         loss.backward()
     return log
+
+
+def _training_step_ops(fast_paths, half: bool) -> dict:
+    """The ops of a training step's forward (train mode, with gradients) and
+    backward, after one step (the cached weights' first build out of it)."""
+    model = model_with(fast_paths).train()
+
+    def step():
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=half):
+            outputs = model(image())
+        sum(out.float().square().mean() for out in outputs).backward()
+    step()
+    with OpLog() as log:
+        step()
+    return log.ops
+
+
+@pytest.mark.parametrize('half', [False, True], ids=['fp32', 'bf16-autocast'])
+def test_inference_only_switches_change_nothing_in_a_training_step(half):
+    """INFERENCE_ONLY: what the GPU check ablates on a forward alone (its
+    eager training rows leave them out). The other switches that act here
+    do change a training step, so the op log sees a change where one is."""
+    from mavit_mm.ops.fast_paths import INFERENCE_ONLY
+    on = _training_step_ops(ALL_ON, half)
+    for switch in ACTING_HERE:
+        same = _training_step_ops(ALL_ON.without(switch), half) == on
+        assert same == (switch in INFERENCE_ONLY), (switch, half)
 
 
 def test_cached_weights_drop_every_weight_cast_from_a_steady_forward():
