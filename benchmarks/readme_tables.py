@@ -20,7 +20,8 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
                                                                   target's step's newest file
   gpu-checks        docs/gpu.md        gpu-*/*/kernel-tests.json  gpu_check.py (the test steps, sdpa)
   gpu-backbones     docs/gpu.md        gpu-*/*/backbones.json     gpu_check.py --steps backbones
-  gpu-ablations     docs/gpu.md        gpu-*/*/ablations.json     gpu_check.py --steps ablations
+  gpu-ablations     docs/gpu.md        gpu-*/*/ablations.json     gpu_check.py --steps ablations; the
+                                                                  run's ablations-compile.json beside
   gpu-op-calls      docs/gpu.md        gpu-*/*/profile.json       gpu_check.py --steps profile
   gpu-op            docs/gpu.md        gpu-*/*/bench_mala.json    gpu_check.py --steps bench
   gpu-model-profile docs/gpu.md        gpu-*/*/model-profile.json gpu_check.py --steps model-profile
@@ -791,8 +792,11 @@ def render_gpu_ablations(report: dict, source: str) -> str:
     for row in results:
         if not row['switches_off'] and row.get('time_ms'):
             all_on.setdefault(f"{row['mode']} {row['pass_name']}", []).append(row['time_ms'])
-    lines = [_gpu_source_line(source, 'Measured', report) + f" {report['height']}x"
-             f"{report['width']}; {report['note']}.", '',
+    run = (REPO_ROOT / source).parent.parent
+    lines = [_gpu_source_line(source, 'Measured', report) + (
+                 f' Compiled rows: `{compiled.relative_to(run).as_posix()}` of the same run.'
+                 if len(results) > len(report['results']) else '')
+             + f" {report['height']}x{report['width']}; {report['note']}.", '',
              '| switch off | ' + ' | '.join(f'{mode} {pass_name}' for mode, pass_name in columns)
              + ' |', '| --- |' + ' ---: |' * len(columns)]
     lines += [f'| `{name}` | ' + ' | '.join(by_case.get(case, '') for case in columns) + ' |'

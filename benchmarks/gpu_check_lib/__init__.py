@@ -6,7 +6,7 @@ there says what the check does).
 - ``runner``: the command line, ``--dry-run``, one step after another;
 - ``children``: the child processes killed at their budget, the results files;
 - ``env``, ``correctness`` (the test steps), ``model_steps`` (backbones,
-  ablations, sweep), ``upernet_fps``, ``op_steps`` (bench, tune-*, profile,
+  ablations, ablations-compile, sweep), ``upernet_fps``, ``op_steps`` (bench, tune-*, profile,
   sdpa), ``profiling`` (model-profile, compiled-profile, kernel categories);
 - ``models``: the models the steps build and how a step runs one.
 

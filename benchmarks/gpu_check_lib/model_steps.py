@@ -294,7 +294,8 @@ def step_ablations(out: Path, budget_s: float, device: str = 'cuda', size=BACKBO
                 row.update(time_in_mode(step, row['mode'], device, rep=rep))
             elif row['switches_off'] and case in references:
                 timed, times = time_interleaved({'off': step, 'all on': references[case]},
-                                                device, EAGER_ROUNDS[row['pass_name']])
+                                                device, EAGER_ROUNDS[row['pass_name']],
+                                                memory_of=('off',))
                 row.update(timed['off'], all_on_ms=timed['all on']['time_ms'],
                            **ratio_fields(pair_ratios(times, 'off', 'all on'),
                                           'time_vs_all_on'))
@@ -340,16 +341,19 @@ def _add_ablation_ratios(rows: list[dict]) -> dict:
 
 
 def time_interleaved(steps: dict[str, Callable], device: torch.device, rounds: int,
-                     batch: int = 1) -> tuple[dict[str, dict], dict[str, list[float]]]:
+                     batch: int = 1, memory_of=None) -> tuple[dict[str, dict],
+                                                            dict[str, list[float]]]:
     """The steps timed in the same ``rounds`` (``interleaved_ms``, after
     ``EAGER_WARMUP`` calls of each): per step its row's figures (median ms,
-    throughput, CUDA peak extra memory, the timing), and every call's ms."""
+    throughput, CUDA peak extra memory of the steps named in ``memory_of``,
+    default all, the timing), and every call's ms."""
     from mavit_mm.tooling.device import cuda_peak_extra_bytes
     times = interleaved_ms(steps, device, rounds, warmup=EAGER_WARMUP)
     timed = {}
     for name, step in steps.items():
         ms = statistics.median(times[name])
-        memory = cuda_peak_extra_bytes(step, device) / 2 ** 20 if device.type == 'cuda' else None
+        memory = (cuda_peak_extra_bytes(step, device) / 2 ** 20
+                  if device.type == 'cuda' and (memory_of is None or name in memory_of) else None)
         timed[name] = dict(time_ms=ms, images_per_s=batch / (ms * 1e-3), peak_memory_mib=memory,
                            timing=f'interleaved, {rounds} rounds')
     return timed, times

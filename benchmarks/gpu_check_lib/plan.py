@@ -25,16 +25,17 @@ from benchmarks import gpu_targets
 # there, stops itself at 90% of its budget).
 # Not run yet, so estimated from those: backbones (two cold compiles, the
 # eager and CUDA-graph rows), compiled-profile (two compiles, inductor's
-# Triton kernels cached by backbones), ablations (6 CUDA-graph forwards and 2
-# training steps of seconds each, then 3 compiled forwards and 2 compiled
-# training steps), the UperNet steps (three children each; the first
-# compiles cold, the others find inductor's caches warm).
-# ablations: 331 s for 38 rows in gpu-h100-2026-11-27b/part-2/summary.json, 8 of
-# them compiled; now 15 rows under a CUDA graph (2-3 s each), 11 eager
-# forwards (20 rounds of two calls of ~20-35 ms, 3 warm-up calls each) and 10
-# eager training steps (10 rounds of two ~75-200 ms calls): about 2 minutes.
-# ablations-compile: the 8 compiled rows, about 31 s each (the rest of the
-# 331 s), given the step's limit.
+# Triton kernels cached by backbones), the UperNet steps (three children
+# each; the first compiles cold, the others find inductor's caches warm).
+# ablations: 331 s for 38 rows in gpu-h100-2026-11-27b/part-2/summary.json, of
+# which the 8 compiled rows' compiles alone took 284 s (their compile_s); now
+# 15 rows under a CUDA graph (2-3 s each), 12 eager forwards (20 rounds of
+# two calls of ~20-35 ms, 3 warm-up calls each) and 10 eager training steps
+# (10 rounds of two ~75-200 ms calls): about 2 minutes.
+# ablations-compile: those 8 compiled rows (the forwards' compiles 16-30 s,
+# the training steps' 69 s): about 5 minutes and a half, so the step
+# overruns its budget by its last row (an in-process step stops between
+# rows), which part 7's minutes leave room for.
 # tune-depthwise: about 69 compiles (tune_depthwise.py --dry-run) at 1-2.5 s each
 # as tune-bh16's, and some 220 timings of tens of ms: about 2 min at 1.5 s a
 # compile; it stops itself at 90%, the norm launches (last) then cut short.

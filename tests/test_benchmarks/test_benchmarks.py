@@ -715,7 +715,7 @@ def test_gpu_check_backbones_step_times_each_mode_through_benchmark_fps(tmp_path
     MAViT-T's time over Swin-T's per mode."""
     made = _stand_in_modes(monkeypatch)
     _made_up_times(monkeypatch)
-    rounds = _made_up_rounds(monkeypatch)
+    rounds, _ = _made_up_rounds(monkeypatch)
     result = model_steps.step_backbones(tmp_path, 600, device='cpu', size=(64, 96))
     report = json.loads((tmp_path / 'backbones.json').read_text())
     assert report['complete'] and result['errors_recorded'] == 0
@@ -780,24 +780,26 @@ def test_ablation_rows_switch_each_fast_path_off_where_it_acts():
     assert not any(name == 'cached_weights' for name, mode, _ in off if mode == 'compile')
 
 
-def _made_up_rounds(monkeypatch) -> list:
+def _made_up_rounds(monkeypatch) -> tuple[list, list]:
     """The check's interleaved timer stood in for: each step runs once (its
     model really runs), and the rounds' times are made up: a step named
     'off' takes 10, 30, 12 ms against 'all on''s 10, 10, 20 (ratios 1, 3,
     0.6: their median 1.0, where the medians' ratio would be 1.2); any other
     step 5, 7, 6 ms (MAViT-T and Swin-T as 'off' and 'all on'). Returns the
-    steps' names of each call."""
+    steps' names of each call, and their ids."""
+    identities = []
     made_up = {'off': [10.0, 30.0, 12.0], 'all on': [10.0, 10.0, 20.0],
                models.MAVIT_T_LABEL: [10.0, 30.0, 12.0], models.SWIN_T_LABEL: [10.0, 10.0, 20.0]}
     asked = []
 
     def rounds(steps, device, count, warmup, progress=None):
         asked.append(list(steps))
+        identities.append({name: id(step) for name, step in steps.items()})
         for step in steps.values():
             step()
         return {name: list(made_up.get(name, [5.0, 7.0, 6.0])) for name in steps}
     monkeypatch.setattr(model_steps, 'interleaved_ms', rounds)
-    return asked
+    return asked, identities
 
 
 @pytest.mark.parametrize('step_name', ['ablations', 'ablations-compile'])
@@ -813,7 +815,7 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
     from mavit_mm.ops.fast_paths import FAST_PATHS
     made = _stand_in_modes(monkeypatch)
     _made_up_times(monkeypatch)
-    rounds = _made_up_rounds(monkeypatch)
+    rounds, identities = _made_up_rounds(monkeypatch)
     built = []
 
     def mavit(impl, fast_paths=None):
@@ -848,6 +850,18 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
                     for row in ran if row['mode'] != 'eager']
     assert rounds == [['alone'] if not row['switches_off'] else ['off', 'all on']
                       for row in ran if row['mode'] == 'eager']
+    # Each eager row's reference is the step its case's opening all-on row timed
+    # (a forward's for a forward, a training step's for a training step), kept
+    # alive for the case (so no other step takes its id); the repeat is its own.
+    eager = [row for row in ran if row['mode'] == 'eager']
+    assert {row['pass_name'] for row in eager} == (
+        {'fwd', 'fwd+bwd'} if step_name == 'ablations' else set())
+    for case in {(row['mode'], row['pass_name']) for row in eager}:
+        ids = [call for row, call in zip(eager, identities)
+               if (row['mode'], row['pass_name']) == case]
+        opening, *offs, repeat = ids
+        assert offs and all(call['all on'] == opening['alone'] for call in offs), case
+        assert repeat['alone'] != opening['alone']
     all_on = {}
     for row in rows:
         if not row['switches_off']:

@@ -167,6 +167,7 @@ def test_ablations_block_adds_the_run_s_compiled_rows_and_the_rounds_spread(tmp_
     assert '| `channel_split` |  |  | 1.040 (1.01-1.08) |  |' in block
     assert '| `matmul_1x1` |  |  |  | 1.076 |' in block
     assert 'eager fwd 2.00 (drift 0.990)' in block and 'compile fwd 2.00' in block
+    assert 'Compiled rows: `part-7/ablations-compile.json` of the same run.' in block
 
 
 def test_gpu_blocks_judge_by_the_thresholds_of_gpu_targets(monkeypatch):

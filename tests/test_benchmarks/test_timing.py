@@ -127,10 +127,10 @@ def test_interleaved_ms_waits_for_the_gpu_around_each_call_on_cuda(monkeypatch):
     """On CUDA each call is timed from a synchronised start to a synchronised
     end: what an eager caller waits for."""
     events = []
-    monkeypatch.setattr(torch.cuda, 'synchronize', lambda: events.append('sync'))
-    timing.interleaved_ms({'a': lambda: events.append('a')}, torch.device('cuda'), rounds=2,
-                          warmup=0)
-    assert events == ['sync', 'a', 'sync'] * 2
+    cuda = torch.device('cuda')
+    monkeypatch.setattr(torch.cuda, 'synchronize', lambda device: events.append(device))
+    timing.interleaved_ms({'a': lambda: events.append('a')}, cuda, rounds=2, warmup=0)
+    assert events == [cuda, 'a', cuda] * 2
 
 
 def test_pair_ratios_is_the_median_of_the_rounds_ratios():

@@ -70,7 +70,9 @@ def test_no_default_contradicts_the_measurement_it_cites():
     mode measured."""
     cited = REPO_ROOT / DEFAULTS_MEASURED_BY
     rows = json.loads(cited.read_text())['results']
-    for compiled in sorted(cited.parents[1].glob('*/ablations-compile.json')):
+    run = cited.parents[1]
+    for compiled in sorted([*run.glob('ablations-compile.json'),
+                            *run.glob('*/ablations-compile.json')]):
         rows += json.loads(compiled.read_text())['results']
     measured = {}
     for row in rows:
@@ -222,7 +224,9 @@ def _training_step_ops(fast_paths, half: bool) -> dict:
 def test_inference_only_switches_change_nothing_in_a_training_step(half):
     """INFERENCE_ONLY: what the GPU check ablates on a forward alone (its
     eager training rows leave them out). The other switches that act here
-    do change a training step, so the op log sees a change where one is."""
+    do change a training step, so the op log sees a change where one is.
+    (The switches that act only where the depthwise kernels run or under
+    compile are not compared here; each of them acts with gradients too.)"""
     from mavit_mm.ops.fast_paths import INFERENCE_ONLY
     on = _training_step_ops(ALL_ON, half)
     for switch in ACTING_HERE:
