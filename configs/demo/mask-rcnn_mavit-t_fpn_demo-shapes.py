@@ -50,3 +50,4 @@ optim_wrapper = _base_.demo_optim_wrapper
 auto_scale_lr = dict(enable=False, base_batch_size=2)
 default_hooks = _base_.demo_default_hooks
 log_processor = _base_.demo_log_processor
+randomness = _base_.demo_randomness
