@@ -775,7 +775,7 @@ def render_gpu_ablations(report: dict, source: str) -> str:
     rows timed in rounds against the all-on model show the rounds' spread."""
     results, drift = list(report['results']), dict(report.get('drift') or {})
     compiled = _same_run_file((REPO_ROOT / source).parent, 'ablations-compile.json')
-    if compiled is not None and compiled.name != Path(source).name:
+    if compiled is not None:
         other = json.loads(compiled.read_text())
         results += other['results']
         drift.update(other.get('drift') or {})
@@ -795,7 +795,7 @@ def render_gpu_ablations(report: dict, source: str) -> str:
     run = (REPO_ROOT / source).parent.parent
     lines = [_gpu_source_line(source, 'Measured', report) + (
                  f' Compiled rows: `{compiled.relative_to(run).as_posix()}` of the same run.'
-                 if len(results) > len(report['results']) else '')
+                 if compiled is not None else '')
              + f" {report['height']}x{report['width']}; {report['note']}.", '',
              '| switch off | ' + ' | '.join(f'{mode} {pass_name}' for mode, pass_name in columns)
              + ' |', '| --- |' + ' ---: |' * len(columns)]

@@ -87,6 +87,7 @@ def interleaved_ms(steps: Mapping[str, Callable], device: torch.device, rounds: 
         raise ValueError(f'interleaved timing takes one or more steps and rounds and 0 or '
                          f'more warm-up calls, got {len(steps)} steps, {rounds} rounds, '
                          f'{warmup} warm-up calls')
+
     def sync():
         if device.type == 'cuda':
             torch.cuda.synchronize(device)

@@ -33,11 +33,12 @@ TRAIN_SIZE, TRAIN_BATCH = BACKBONE_SIZE, 2
 BACKBONE_MODES = ('cuda-graph', 'eager', 'compile')
 # The ablations steps' modes, in order: under a CUDA graph the GPU work shows
 # (an eager forward at batch 1 is the host's launches, docs/gpu.md); eager is
-# how users train. Compiled, a cold compile a row (31 s on average in
-# gpu-h100-2026-11-27b/part-2: 331 s for 38 rows, 8 of them compiled), they
-# are a step of their own, ablations-compile.
+# how users train. Compiled, a cold compile a row (284 s of the 331 s that 38
+# rows took in gpu-h100-2026-11-27b/part-2, 8 of them compiled), they are a
+# step of their own, ablations-compile. Each step's modes by its name.
 ABLATION_MODES = ('cuda-graph', 'eager')
 COMPILE_ABLATION_MODES = ('compile',)
+ABLATION_STEP_MODES = {'ablations': ABLATION_MODES, 'ablations-compile': COMPILE_ABLATION_MODES}
 # Modes where a training step is ablated switch by switch: eager, how users
 # train. Elsewhere only the switches that change nothing but a training step.
 TRAINING_ABLATION_MODES = ('eager',)
@@ -150,6 +151,7 @@ def step_backbones(out: Path, budget_s: float, device: str = 'cuda', size=BACKBO
     torch.manual_seed(0)
     models = [(MAVIT_T_LABEL, mavit_t('auto').to(device)), (SWIN_T_LABEL, swin_t().to(device))]
     images = torch.randn(1, 3, *size, device=device)
+
     def record(new_rows):
         rows.extend(new_rows)
         _add_ratios(rows)
@@ -254,8 +256,7 @@ def step_ablations(out: Path, budget_s: float, device: str = 'cuda', size=BACKBO
     device = torch.device(device)
     path = out / STEP_FILES[step_name]
     if rows is None:
-        rows = ablation_rows({'ablations': ABLATION_MODES,
-                              'ablations-compile': COMPILE_ABLATION_MODES}[step_name])
+        rows = ablation_rows(ABLATION_STEP_MODES[step_name])
     results = []
     report = dict(note='MAViT-T backbone, batch 1, torch.autocast bf16; fwd: eval mode under '
                        'no_grad; fwd+bwd: train mode, loss = sum of the outputs\' means, '
@@ -317,7 +318,6 @@ def step_ablations(out: Path, budget_s: float, device: str = 'cuda', size=BACKBO
                                                 if 'time_vs_all_on' in row else '')
                  if 'time_ms' in row else row['error']), flush=True)
         empty_cache(device)
-    references.clear()
     report['complete'] = not any('skipped' in row for row in results)
     write_results(path, report)
     return {'rows': len(results), 'complete': report['complete'],

@@ -167,8 +167,7 @@ from benchmarks.gpu_check_lib.children import REPO_ROOT, has_module, write_resul
 from benchmarks.gpu_check_lib.correctness import TEST_FILES, step_tests
 from benchmarks.gpu_check_lib.env import step_env
 from benchmarks.gpu_check_lib.model_steps import (
-    ABLATION_MODES,
-    COMPILE_ABLATION_MODES,
+    ABLATION_STEP_MODES,
     ablation_rows,
     step_ablations,
     step_backbones,
@@ -309,8 +308,7 @@ def dry_run(args) -> int:
     print(f'MALA calls profiled (MAViT-T at {BACKBONE_SIZE[0]}x{BACKBONE_SIZE[1]}): ' + '; '.join(
         f'stage {s["stage"]} batch {s["batch"]} heads {s["heads"]} {s["height"]}x{s["width"]} '
         f'd {s["head_dim"]}' for s in mala_model_shapes()))
-    for step, modes in (('ablations', ABLATION_MODES),
-                        ('ablations-compile', COMPILE_ABLATION_MODES)):
+    for step, modes in ABLATION_STEP_MODES.items():
         ablations = {}
         for row in ablation_rows(modes):
             ablations.setdefault(f'{row["mode"]} {row["pass_name"]}', []).extend(
@@ -375,7 +373,7 @@ def run_step(name: str, out: Path, args) -> dict:
         return step_model_profile(out, budget_s, compiled=name == 'compiled-profile')
     if name == 'backbones':
         return step_backbones(out, budget_s)
-    if name in ('ablations', 'ablations-compile'):
+    if name in ABLATION_STEP_MODES:
         return step_ablations(out, budget_s, step_name=name)
     if name in FPS_STEPS:
         return step_upernet_fps(out, budget_s, name)

@@ -4,8 +4,8 @@
 one computes exactly the plain formula beside it (up to the rounding of the
 compute dtype), so any combination gives the same model: the switches exist so
 that one GPU run can measure what each feature is worth
-(``benchmarks/gpu_check.py``, steps ``ablations`` and ``ablations-compile``), and so that a suspected
-feature can be ruled out in a user's own run.
+(``benchmarks/gpu_check.py``, steps ``ablations`` and ``ablations-compile``),
+and so that a suspected feature can be ruled out in a user's own run.
 
 =========================  ======================================================================
 switch                     what it does (plain formula when off)
