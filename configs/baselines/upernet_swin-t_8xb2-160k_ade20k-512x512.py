@@ -1,8 +1,10 @@
 # Baseline: UperNet + Swin-T (mmseg's SwinTransformer) in MAViT-T's UperNet
 # recipe, for side-by-side speed and memory (tools/analysis_tools/benchmark_fps.py). Swin-T as
 # in mmseg's swin-tiny UperNet config: 96 channels, depths 2/2/6/2, heads
-# 3/6/12/24, 7x7 windows, drop path 0.3. For accuracy runs, point init_cfg at
-# the Swin-T ImageNet-1K weights (mmseg's configs/swin README).
+# 3/6/12/24, 7x7 windows, drop path 0.3. The recipe is mmseg's Swin-T one (the
+# same optimizer, no-decay keys and schedule) but for mixed precision, kept so
+# that speed and memory compare like for like. For accuracy runs, point
+# init_cfg at the Swin-T ImageNet-1K weights (mmseg's configs/swin README).
 _base_ = ['../upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py']
 
 model = dict(

@@ -7,4 +7,4 @@ _base_ = '../_base_/recipes/retinanet_mavit_fpn_1x_coco.py'
 
 model = dict(
     backbone=dict(arch='base', init_cfg=dict(checkpoint='pretrained/mavit_b_in1k.pth')),
-    neck=dict(in_channels=[192, 384, 512]))  # stages 1-3
+    neck=dict(in_channels=[96, 192, 384, 512]))

@@ -7,4 +7,4 @@ _base_ = '../_base_/recipes/retinanet_mavit_fpn_1x_coco.py'
 
 model = dict(
     backbone=dict(arch='small', init_cfg=dict(checkpoint='pretrained/mavit_s_in1k.pth')),
-    neck=dict(in_channels=[128, 320, 512]))  # stages 1-3
+    neck=dict(in_channels=[64, 128, 320, 512]))

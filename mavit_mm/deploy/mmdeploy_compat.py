@@ -9,7 +9,8 @@ once by :func:`activate`:
 * :func:`exact_adaptive_avg_pool2d` replaces its ``adaptive_avg_pool2d`` rewrite,
   which is adaptive pooling only where the size divides;
 * the RPN, one-stage and R-CNN post-processing rewrites keep mmdet's candidates
-  and class-aware NMS (each says what mmdeploy's own does instead).
+  and class-aware NMS, and the cascade's refinement takes class-specific
+  regression (each says what mmdeploy's own does instead).
 
 MAViT's own ops need no rewrite: an export takes their plain formulas
 (:mod:`mavit_mm.ops.triton_support`'s export policy).
@@ -268,7 +269,7 @@ def _register_rcnn_rewriter() -> None:
     box regression (Mask R-CNN's) every (RoI, class) pair keeps its own box, with
     one score column per class, so ONNX's per-class NMS is mmdet's class-aware NMS.
     mmdeploy's gives every class the box of the RoI's best class and adds a pre-NMS
-    top-k. Class-agnostic heads (Cascade's) share one box per RoI, as in mmdet."""
+    top-k. Class-agnostic heads share one box per RoI, as in mmdet."""
     from mmdeploy.core import FUNCTION_REWRITER
     from mmdeploy.utils import IR
     from mmdet.structures.bbox import get_box_tensor
@@ -299,6 +300,54 @@ def _register_rcnn_rewriter() -> None:
         return _class_aware_nms(boxes, scores, rcnn_test_cfg, rcnn_test_cfg.score_thr)
 
 
+def _register_cascade_rewriter() -> None:
+    """mmdet's Cascade R-CNN box refinement in the ONNX graph, for class-specific
+    regression too (the published cascade heads'): between stages each RoI moves
+    by the deltas of its best class (``argmax`` over the stage's scores without
+    background, as mmdet's ``regress_by_class``); the stages' scores are averaged
+    and the last stage's head predicts, as in mmdet. mmdeploy's asserts
+    class-agnostic heads."""
+    from mmdeploy.core import FUNCTION_REWRITER
+    from mmdeploy.utils import IR
+    from mmdet.structures.bbox import get_box_tensor
+
+    @FUNCTION_REWRITER.register_rewriter(
+        func_name='mmdet.models.roi_heads.cascade_roi_head.CascadeRoIHead.predict_bbox',
+        ir=IR.ONNX)
+    def cascade_roi_head__predict_bbox__by_class(self, x, batch_img_metas, rpn_results_list,
+                                                 rcnn_test_cfg, rescale=False, **kwargs):
+        proposals = rpn_results_list[0]                     # (B, N, 5): boxes, score
+        batch, num = proposals.shape[:2]
+        image_index = torch.arange(batch, device=proposals.device, dtype=proposals.dtype)
+        image_index = image_index.view(-1, 1, 1).expand(batch, num, 1)
+        boxes = proposals[..., :4]
+        max_shape = batch_img_metas[0]['img_shape']
+        stage_scores = []
+        for stage in range(self.num_stages):
+            rois = torch.cat([image_index, boxes], dim=-1).reshape(-1, 5)
+            results = self._bbox_forward(stage, x, rois, **kwargs)
+            cls_score = results['cls_score'].reshape(batch, num, -1)
+            bbox_pred = results['bbox_pred'].reshape(batch, num, -1)
+            stage_scores.append(cls_score)
+            if stage == self.num_stages - 1:
+                break
+            head = self.bbox_head[stage]
+            if not head.reg_class_agnostic:
+                if head.custom_activation:
+                    cls_score = head.loss_cls.get_activation(cls_score)
+                label = cls_score[..., :-1].argmax(dim=-1)               # (B, N)
+                size = head.bbox_coder.encode_size
+                index = label[..., None, None].expand(batch, num, 1, size)
+                bbox_pred = bbox_pred.reshape(batch, num, -1, size).gather(2, index)
+                bbox_pred = bbox_pred.squeeze(2)
+            boxes = get_box_tensor(head.bbox_coder.decode(boxes, bbox_pred,
+                                                          max_shape=max_shape))
+        rois = torch.cat([image_index, boxes], dim=-1)
+        return self.bbox_head[-1].predict_by_feat(
+            rois=rois, cls_scores=sum(stage_scores) / len(stage_scores), bbox_preds=bbox_pred,
+            batch_img_metas=batch_img_metas, rcnn_test_cfg=rcnn_test_cfg, rescale=rescale)
+
+
 def activate() -> None:
     """Apply the fixes above (once); needs mmdeploy importable."""
     global _ACTIVE
@@ -314,6 +363,7 @@ def activate() -> None:
     _register_rpn_rewriter()
     _register_dense_head_rewriter()
     _register_rcnn_rewriter()
+    _register_cascade_rewriter()
     _ACTIVE = True
 
 

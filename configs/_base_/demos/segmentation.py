@@ -13,8 +13,7 @@ demo_param_scheduler = [
          by_epoch=False)
 ]
 # AdamW as published, a higher lr for from-scratch training (2 images per
-# iteration). The published optimizer wrapper trains in fp32 on a CPU (AMP on
-# a GPU).
+# iteration), in the published config's optimizer wrapper (fp32 on a CPU).
 demo_optimizer = dict(lr=0.0003)
 demo_default_hooks = dict(logger=dict(interval=10), checkpoint=dict(interval=demo_max_iters))
 demo_log_processor = dict(by_epoch=False, window_size=10)

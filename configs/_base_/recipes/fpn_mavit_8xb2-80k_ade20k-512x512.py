@@ -1,5 +1,5 @@
 # MALA's Semantic FPN + MAViT recipe: 80k iterations on ADE20K (512x512 crops,
-# 8 GPUs x 2 images), AdamW lr 1e-4, weight decay 1e-4, poly, AMP.
+# 8 GPUs x 2 images), AdamW lr 1e-4, weight decay 1e-4, poly to 1e-6, fp32.
 _base_ = [
     '../models/fpn_mavit.py',
     '../datasets/ade20k.py',
