@@ -72,6 +72,8 @@ def stage_settings(arch: str | None, *, layerscales, attn_types, **given) -> dic
         layerscales=per_stage('layerscales', True if layerscales is None else layerscales, bool),
         attn_types=per_stage('attn_types', attn_types, str),
         drop_path_rate=float(settings['drop_path_rate']))
+    if not 0 <= stages['drop_path_rate'] < 1:
+        raise ValueError(f"drop_path_rate must lie in [0, 1), got {stages['drop_path_rate']}")
     for i, (dim, heads) in enumerate(zip(stages['embed_dims'], stages['num_heads'])):
         if heads <= 0 or dim % heads != 0:
             raise ValueError(f'stage {i}: embed_dims {dim} is not divisible by '

@@ -66,8 +66,10 @@ def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: str | No
     """
     from mmengine.runner.checkpoint import CheckpointLoader
 
-    if '://' not in checkpoint and not os.path.isfile(checkpoint):
-        raise FileNotFoundError(f'MAViT pretrained checkpoint not found: {checkpoint}')
+    if '://' not in checkpoint:
+        checkpoint = os.path.expanduser(checkpoint)     # as mmengine's own loader
+        if not os.path.isfile(checkpoint):
+            raise FileNotFoundError(f'MAViT pretrained checkpoint not found: {checkpoint}')
     loaded = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
     state_dict = backbone_state_dict(extract_state_dict(loaded), prefix)
     own = model.state_dict()

@@ -51,7 +51,12 @@ def split_heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:
 class CachedCastConv2d(nn.Conv2d):
     """``nn.Conv2d`` (same parameters, keys and result) whose weight and bias
     meet the input in the compute dtype as copies kept per weight value
-    (:class:`~mavit_mm.ops.derived_weights.DerivedWeights`, switch ``cached_weights``)."""
+    (:class:`~mavit_mm.ops.derived_weights.DerivedWeights`, switch ``cached_weights``).
+
+    Its subclasses name ``nn.Conv2d`` again among their direct bases: an
+    ``init_cfg`` with ``layer='Conv2d'`` (mmengine's Kaiming, Constant, ...)
+    matches a module by the names of its class and of its direct bases only,
+    and would pass them over."""
 
     def __init__(self, *args, cached_weights: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
@@ -78,7 +83,7 @@ class CachedCastConv2d(nn.Conv2d):
                                 lambda: tap_major(self.weight))
 
 
-class PointwiseConv2d(CachedCastConv2d):
+class PointwiseConv2d(CachedCastConv2d, nn.Conv2d):
     """A 1x1 :class:`CachedCastConv2d` (same parameters and keys) that runs as
     a matrix product over the pixels of a channels_last map (switch
     ``matmul_1x1``: :func:`~mavit_mm.ops.pointwise_conv.pointwise_conv`)."""
@@ -97,7 +102,7 @@ class PointwiseConv2d(CachedCastConv2d):
         return pointwise_conv(x, weight, bias) if self.as_matmul else F.conv2d(x, weight, bias)
 
 
-class DepthwiseResidualConv(CachedCastConv2d):
+class DepthwiseResidualConv(CachedCastConv2d, nn.Conv2d):
     """``x + conv(x)`` of a depthwise 'same' convolution, as one convolution whose
     kernel has the identity folded into its centre tap (switch
     ``folded_residual_conv``), built in the compute dtype and kept per weight
@@ -192,7 +197,7 @@ class DropPath(nn.Module):
         return f'drop_prob={self.drop_prob}'
 
 
-class QKVOProjection(PointwiseConv2d):
+class QKVOProjection(PointwiseConv2d, nn.Conv2d):
     """The gated attention's input projection: one 1x1 convolution (key
     ``qkvo.*``) whose output is q, k, v and the gate o.
 

@@ -11,6 +11,7 @@ so its checkpoints load with ``strict=True``. Depends on torch and mmengine only
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -275,6 +276,18 @@ class ConvFFN(nn.Module):
         return self.dwconv(self.act(h))
 
 
+def _pretrained_entry(init_cfg) -> dict | None:
+    """The ``type='Pretrained'`` entry of an ``init_cfg`` (a dict or a list of
+    them), checked: at most one, with a ``checkpoint``."""
+    entries = init_cfg if isinstance(init_cfg, list) else [init_cfg]
+    found = [cfg for cfg in entries if cfg is not None and cfg.get('type') == 'Pretrained']
+    if len(found) > 1:
+        raise ValueError(f'init_cfg names {len(found)} Pretrained checkpoints; give one')
+    if found and not found[0].get('checkpoint'):
+        raise ValueError("init_cfg=dict(type='Pretrained') needs a checkpoint (a path or URL)")
+    return found[0] if found else None
+
+
 class MAViT(BaseModule):
     """MAViT backbone for mmdet / mmseg.
 
@@ -328,16 +341,25 @@ class MAViT(BaseModule):
                  pretrained: str | None = None,
                  init_cfg=None):
         if pretrained is not None:
+            if not isinstance(pretrained, str):
+                raise TypeError(f'pretrained must be a checkpoint path or URL, got '
+                                f'{type(pretrained).__name__}')
             if init_cfg is not None:
                 raise ValueError('give the checkpoint as pretrained or init_cfg, not both')
+            warnings.warn('MAViT: pretrained is deprecated, use init_cfg=dict('
+                          "type='Pretrained', checkpoint=...)", DeprecationWarning, stacklevel=2)
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
         super().__init__(init_cfg=init_cfg)
+        self._pretrained_cfg = _pretrained_entry(self.init_cfg)
         settings = stage_settings(
             arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
             mlp_ratios=mlp_ratios, drop_path_rate=drop_path_rate, layerscales=layerscales,
             layer_init_values=layer_init_values, attn_types=attn_types)
         for name, value in settings.items():      # self.embed_dims, self.depths, ...
             setattr(self, name, value)
+        if isinstance(out_indices, (int, str)) or not out_indices:
+            raise TypeError(f'out_indices must be a non-empty sequence of stage indices, '
+                            f'e.g. (0, 1, 2, 3), got {out_indices!r}')
         self.out_indices = tuple(sorted(set(int(i) for i in out_indices)))
         self.options = MAViTOptions(kernel_function=kernel_function,
                                     inline_residual=inline_residual, mala_impl=mala_impl,
@@ -404,13 +426,29 @@ class MAViT(BaseModule):
         return self
 
     def init_weights(self) -> None:
-        if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
+        """The published initialisation, then ``init_cfg``'s: mmengine's
+        initialisers, and a ``Pretrained`` checkpoint (alone or in a list)
+        loaded last, through MAViT's loader (:mod:`.checkpoint`)."""
+        init_cfg, pretrained = self.init_cfg, self._pretrained_cfg
+        entries = init_cfg if isinstance(init_cfg, list) else [init_cfg]
+        others = [cfg for cfg in entries if cfg is not None and cfg is not pretrained]
+        if pretrained is None or others:
+            # mmengine's BaseModule.init_weights applies self.init_cfg: the
+            # entries it has initialisers for, without the checkpoint.
+            self.init_cfg = others if isinstance(init_cfg, list) else (others or [None])[0]
+            try:
+                self._published_init()
+                super().init_weights()
+            finally:
+                self.init_cfg = init_cfg
+        if pretrained is not None:
             from .checkpoint import load_pretrained_backbone
-            load_pretrained_backbone(self, self.init_cfg['checkpoint'],
-                                     prefix=self.init_cfg.get('prefix'),
+            load_pretrained_backbone(self, pretrained['checkpoint'],
+                                     prefix=pretrained.get('prefix'),
                                      logger=MMLogger.get_current_instance())
             self._is_init = True
-            return
+
+    def _published_init(self) -> None:
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
                 trunc_normal_(module.weight, std=0.02)
@@ -420,7 +458,6 @@ class MAViT(BaseModule):
                 if module.weight is not None:
                     nn.init.ones_(module.weight)
                     nn.init.zeros_(module.bias)
-        super().init_weights()
 
     # -- forward ------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:

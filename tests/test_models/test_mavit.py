@@ -361,6 +361,76 @@ def test_missing_pretrained_checkpoint_names_the_path(tmp_path):
 
 # -- bad input ---------------------------------------------------------------------
 
+def test_pretrained_checkpoint_path_may_start_with_home(tmp_path, monkeypatch):
+    """'~/...' as mmengine's own loader takes it."""
+    monkeypatch.setenv('HOME', str(tmp_path))
+    source = MAViT('t', depths=[1, 1, 1, 1])
+    torch.save({'model': source.state_dict()}, tmp_path / 'mavit_t.pth')
+    model = MAViT('t', depths=[1, 1, 1, 1],
+                  init_cfg=dict(type='Pretrained', checkpoint='~/mavit_t.pth'))
+    model.init_weights()
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
+
+
+def test_init_cfg_layer_conv2d_reaches_every_convolution():
+    """mmengine matches ``layer='Conv2d'`` against a module's class and its
+    direct bases by name: MAViT's convolution classes must answer to it."""
+    model = MAViT('t', depths=[1, 1, 1, 1],
+                  init_cfg=dict(type='Constant', layer='Conv2d', val=0.5, bias=0.25))
+    model.init_weights()
+    convs = {name: m for name, m in model.named_modules() if isinstance(m, nn.Conv2d)}
+    assert {'layers.0.blocks.0.attn.qkvo', 'layers.0.blocks.0.attn.lepe',
+            'layers.0.blocks.0.ffn.fc1', 'layers.0.blocks.0.pos'} <= set(convs)
+    for name, conv in convs.items():
+        assert bool((conv.weight == 0.5).all()), name
+        assert conv.bias is None or bool((conv.bias == 0.25).all()), name
+
+
+def test_init_cfg_list_loads_its_checkpoint_over_the_other_initialisers(tmp_path):
+    source = MAViT('t', depths=[1, 1, 1, 1])
+    classification = {k: v for k, v in source.state_dict().items()
+                      if not k.startswith('extra_norms')}
+    path = tmp_path / 'mavit_t_in1k.pth'
+    torch.save({'model': classification}, path)
+    model = MAViT('t', depths=[1, 1, 1, 1], init_cfg=[
+        dict(type='Constant', layer='LayerNorm', val=2.0, bias=0.0),
+        dict(type='Pretrained', checkpoint=str(path))])
+    model.init_weights()
+    state = model.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in classification.items())
+    # What the checkpoint lacks keeps the list's other initialiser.
+    assert bool((state['extra_norms.0.norm.weight'] == 2.0).all())
+
+
+@pytest.mark.parametrize('init_cfg,match', [
+    (dict(type='Pretrained'), 'needs a checkpoint'),
+    ([dict(type='Pretrained', checkpoint='a.pth'), dict(type='Pretrained', checkpoint='b.pth')],
+     '2 Pretrained checkpoints'),
+])
+def test_pretrained_init_cfg_is_checked_when_built(init_cfg, match):
+    with pytest.raises(ValueError, match=match):
+        MAViT('t', init_cfg=init_cfg)
+
+
+def test_pretrained_argument_is_deprecated_and_checked(tmp_path):
+    with pytest.warns(DeprecationWarning, match='init_cfg'):
+        MAViT('t', depths=[1, 1, 1, 1], pretrained=str(tmp_path / 'x.pth'))
+    with pytest.raises(TypeError, match='pretrained must be a checkpoint path'):
+        MAViT('t', pretrained=123)
+
+
+@pytest.mark.parametrize('rate', [-0.1, 1.0])
+def test_drop_path_rate_outside_0_1_is_an_error(rate):
+    with pytest.raises(ValueError, match=r'drop_path_rate must lie in \[0, 1\)'):
+        MAViT('t', drop_path_rate=rate)
+
+
+@pytest.mark.parametrize('out_indices', [3, ()])
+def test_out_indices_must_be_a_sequence_of_stages(out_indices):
+    with pytest.raises(TypeError, match='out_indices must be a non-empty sequence'):
+        MAViT('t', out_indices=out_indices)
+
+
 def test_input_must_be_4d():
     with pytest.raises(ValueError, match='4-D'):
         MAViT('t', depths=[1, 1, 1, 1])(torch.randn(3, 64, 64))
