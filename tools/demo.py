@@ -194,15 +194,14 @@ def _run_segmentor(inferencer, images, args, out_dir: str) -> list:
 
 def main(argv=None) -> list:
     args = parse_args(argv)
-    import torch
-
     import mavit_mm  # noqa: F401  (registers MAViT; allow-lists mmengine's checkpoints)
+    from mavit_mm.tooling.cli import resolve_device
     from mavit_mm.tooling.config import load_config
 
     images = list_images(args.inputs)
     if not Path(args.checkpoint).is_file():
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
-    device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    device = str(resolve_device(args.device))
     cfg = load_config(args.config, args.cfg_options)
     inferencer, classes_from = build_inferencer(cfg, args.checkpoint, device)
     if classes_from == 'config':
@@ -221,4 +220,5 @@ def main(argv=None) -> list:
 
 
 if __name__ == '__main__':
-    main()
+    from mavit_mm.tooling.cli import run_tool
+    run_tool(main, 'demo.py')

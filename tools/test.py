@@ -2,11 +2,12 @@
 """Evaluate a trained detector (mmdet config) or segmentor (mmseg config).
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out PATH]
-                         [--show-dir DIR] [--cfg-options k=v ...]
+                         [--show-dir DIR] [--tta] [--cfg-options k=v ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [same options]
 
-The metrics (COCO bbox/segm AP, mIoU, ...) are logged and written to
-``<work-dir>/<timestamp>/<timestamp>.json``.
+The checkpoint must hold exactly the config's model (a checkpoint of another
+config is refused, naming the keys). The metrics (COCO bbox/segm AP, mIoU, ...)
+are logged and written to ``<work-dir>/<timestamp>/<timestamp>.json``.
 """
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--show-dir', metavar='DIR',
                         help='draw predictions on the images and save them: detection - '
                              'under <work-dir>/<timestamp>/DIR; segmentation - under DIR')
+    parser.add_argument('--tta', action='store_true',
+                        help="test-time augmentation: the config's tta_model and tta_pipeline "
+                             "(mmseg's ADE20K: flips at six scales; mmdet: image and flip, "
+                             'boxes only)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         metavar='KEY=VALUE', help=runner_setup.CFG_OPTIONS_HELP)
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
@@ -58,6 +63,8 @@ def prepare_config(args: argparse.Namespace):
     runner_setup.configure_dist_backend(cfg)
     cfg.load_from = args.checkpoint
     cfg.resume = False
+    if args.tta:
+        runner_setup.configure_tta(cfg)
     if args.show_dir:
         runner_setup.configure_visualization(cfg, args.show_dir)
     if args.out:

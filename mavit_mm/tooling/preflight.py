@@ -2,7 +2,9 @@
 fails at once with a message naming it, not after the model and datasets are
 built or deep inside a registry traceback: data roots, annotation files, image /
 label folders, MAViT backbone sizes, and every checkpoint the run will read.
-Remote paths (``s3://``, ``http://`` ...) are left to the file backends.
+Remote paths (``s3://``, ``http://`` ...) are left to the file backends. A
+checkpoint that replaces every weight (a test's, a resumed run's) is checked
+against the config's model (:func:`check_checkpoint_fits`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,13 @@ _DATASET_DIR_KEYS = ('img', 'img_path', 'seg_map_path', 'seg', 'ann')
 
 def is_remote(path: str) -> bool:
     return '://' in str(path)
+
+
+def is_local_file_path(checkpoint: str) -> bool:
+    """Whether mmengine reads ``checkpoint`` from the local disk (not a URL or
+    one of its model-zoo schemes)."""
+    return not (is_remote(checkpoint)
+                or str(checkpoint).startswith(('open-mmlab:', 'torchvision:', 'mmcls:')))
 
 
 def _join(data_root: str | None, path: str) -> str:
@@ -148,7 +157,7 @@ def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
 
 
 def check_checkpoint(checkpoint: str, what: str, hint: str = '') -> None:
-    if is_remote(checkpoint) or str(checkpoint).startswith(('open-mmlab:', 'torchvision:', 'mmcls:')):
+    if not is_local_file_path(checkpoint):
         return
     if not osp.exists(checkpoint):
         raise ConfigCheckError(f'{what}: checkpoint not found: {checkpoint}'
@@ -157,21 +166,65 @@ def check_checkpoint(checkpoint: str, what: str, hint: str = '') -> None:
         raise ConfigCheckError(f'{what}: checkpoint is not a file: {checkpoint}')
 
 
-def check_resume(cfg) -> None:
-    """``resume=True`` with ``load_from`` (an explicit file) or the work dir's latest."""
-    load_from = cfg.get('load_from')
-    if load_from:
-        check_checkpoint(load_from, 'resume')
-        return
-    # Auto-resume: mmengine reads <work_dir>/last_checkpoint; a stale pointer
-    # would otherwise fail only after everything is built.
+def resume_checkpoint(cfg) -> str | None:
+    """The checkpoint ``resume=True`` reads: ``load_from`` (an explicit file)
+    or the work dir's latest, as mmengine finds it (``None``: none yet, the
+    run starts afresh)."""
+    if cfg.get('load_from'):
+        return cfg.load_from
     pointer = osp.join(cfg.work_dir, 'last_checkpoint')
     if osp.isfile(pointer):
         with open(pointer) as f:
-            latest = f.read().strip()
-        if latest and not is_remote(latest) and not osp.isfile(latest):
-            raise ConfigCheckError(f'resume: {pointer} points to a checkpoint that does not '
-                                   f'exist: {latest}')
+            return f.read().strip() or None
+    return None
+
+
+def check_resume(cfg) -> None:
+    """``resume=True`` with ``load_from`` (an explicit file) or the work dir's latest."""
+    if cfg.get('load_from'):
+        check_checkpoint(cfg.load_from, 'resume')
+        return
+    # Auto-resume: mmengine reads <work_dir>/last_checkpoint; a stale pointer
+    # would otherwise fail only after everything is built.
+    latest = resume_checkpoint(cfg)
+    if latest and not is_remote(latest) and not osp.isfile(latest):
+        pointer = osp.join(cfg.work_dir, 'last_checkpoint')
+        raise ConfigCheckError(f'resume: {pointer} points to a checkpoint that does not '
+                               f'exist: {latest}')
+
+
+def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
+    """A checkpoint that replaces every weight of the config's model (a test,
+    a resumed run) holds exactly its tensors (the policy of ``tools/demo.py``
+    and the converter: :func:`~mavit_mm.models.checkpoint.fit_whole_model`).
+    mmengine alone loads what fits, logs the rest and goes on with a
+    part-random model. The model is built here, on the CPU, before the
+    Runner. Remote checkpoints are left to mmengine."""
+    if not is_local_file_path(checkpoint):
+        return
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    from ..models.checkpoint import extract_state_dict, fit_whole_model
+    from .model_builder import build_model
+
+    # The model the checkpoint's keys name: inside --tta's wrapper, as
+    # mmengine's own loader unwraps it.
+    model_cfg = cfg.model
+    while model_cfg.get('module') is not None:
+        model_cfg = model_cfg.module
+    model = build_model(cfg, model_cfg)
+    try:
+        loaded = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+        fit_whole_model(model.state_dict(), extract_state_dict(loaded), source=checkpoint)
+    except ValueError as error:
+        raise ConfigCheckError(
+            f'{what}: {error} (a checkpoint of another config? an mmdet 2.x / mmseg 0.x '
+            'one converts with tools/model_converters/convert_checkpoint.py --config)'
+        ) from None
+    except Exception as error:  # what torch.load raises for a file that is no checkpoint
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ''
+        raise ConfigCheckError(f'{what}: cannot read {checkpoint} as a checkpoint '
+                               f'({type(error).__name__}: {first_line})') from None
 
 
 def check_for_training(cfg) -> None:
@@ -182,6 +235,11 @@ def check_for_training(cfg) -> None:
     elif cfg.get('load_from'):
         check_checkpoint(cfg.load_from, 'load_from')
     check_datasets(cfg, 'train')
+    # Last: it builds the model. (load_from may fit in part: fine-tuning with
+    # other heads is what it is for.)
+    resumed = resume_checkpoint(cfg) if cfg.get('resume') else None
+    if resumed:
+        check_checkpoint_fits(cfg, resumed, 'resume')
 
 
 def check_for_testing(cfg, checkpoint: str) -> None:
@@ -190,4 +248,5 @@ def check_for_testing(cfg, checkpoint: str) -> None:
     # The test checkpoint replaces all weights: a missing pretrained file is fine.
     check_mavit_backbones(cfg, check_pretrained=False)
     check_datasets(cfg, 'test')
+    check_checkpoint_fits(cfg, checkpoint, 'test checkpoint')     # last: it builds the model
 

@@ -125,6 +125,44 @@ def configure_visualization(cfg: Config, show_dir: str) -> None:
         cfg.visualizer['save_dir'] = show_dir
 
 
+# mmdet's default test-time augmentation where a config names none (as its own
+# tools/test.py --tta): the image and its horizontal flip, boxes merged by NMS.
+DET_TTA_MODEL = dict(type='DetTTAModel',
+                     tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5), max_per_img=100))
+DET_TTA_META_KEYS = ('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor', 'flip',
+                     'flip_direction')
+
+
+def configure_tta(cfg: Config) -> None:
+    """Test-time augmentation, as mmdet's and mmseg's ``tools/test.py --tta``:
+    the config's ``tta_model`` wraps its model and ``tta_pipeline`` replaces the
+    test pipeline. mmseg's ADE20K base names both (flips at six scales); an
+    mmdet config without them gets mmdet's flip default. mmdet 3.3's
+    DetTTAModel merges boxes only, so a model with masks is refused."""
+    dataset = cfg.test_dataloader.dataset
+    if cfg.default_scope == 'mmdet':
+        roi_head = cfg.model.get('roi_head') or {}
+        if roi_head.get('mask_head') is not None:
+            raise ConfigCheckError(
+                '--tta: mmdet 3.3 has no test-time augmentation for instance segmentation '
+                "(DetTTAModel merges boxes only); this config's model predicts masks")
+        cfg.setdefault('tta_model', DET_TTA_MODEL)
+        if 'tta_pipeline' not in cfg:
+            while 'dataset' in dataset:     # wrapped datasets (ConcatDataset ...)
+                dataset = dataset.dataset
+            pipeline = list(dataset.pipeline)
+            pipeline[-1] = dict(type='TestTimeAug', transforms=[
+                [dict(type='RandomFlip', prob=1.), dict(type='RandomFlip', prob=0.)],
+                [dict(type='PackDetInputs', meta_keys=DET_TTA_META_KEYS)]])
+            cfg.tta_pipeline = pipeline
+    missing = [key for key in ('tta_model', 'tta_pipeline') if key not in cfg]
+    if missing:
+        raise ConfigCheckError(f'--tta: the config names no {" or ".join(missing)}')
+    cfg.model = dict(cfg.tta_model, module=cfg.model)
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+    log(f'--tta: {cfg.tta_model["type"]} over the config\'s tta_pipeline')
+
+
 def configure_prediction_output(cfg: Config, out: str) -> None:
     """mmseg: --out is a folder for the predicted label maps (set on the evaluator).
 

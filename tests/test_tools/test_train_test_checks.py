@@ -6,7 +6,13 @@ import time
 
 import pytest
 from helpers.paths import REPO_ROOT
-from helpers.tools import load_tool, make_tiny_data, run_tool, write_tiny_config
+from helpers.tools import (
+    load_tool,
+    make_tiny_data,
+    run_tool,
+    save_initialised_checkpoint,
+    write_tiny_config,
+)
 from mmengine.config import Config
 
 from mavit_mm.tooling import runner_setup
@@ -120,6 +126,62 @@ def test_missing_resume_and_load_from_checkpoints(tiny, train_tool, tmp_path):
     message = _train_error(train_tool, tiny['seg'], '--cfg-options', f'load_from={missing}',
                            work_dir=tmp_path / 'work')
     assert str(missing) in message and 'load_from' in message
+
+
+@pytest.fixture(scope='module')
+def segmentor_checkpoint(tiny, tmp_path_factory):
+    """A checkpoint of the tiny UperNet: another model for the Mask R-CNN config."""
+    return save_initialised_checkpoint(tiny['seg'], tmp_path_factory.mktemp('ckpt') / 'seg.pth')
+
+
+def test_test_checkpoint_of_another_model_is_refused(tiny, test_tool, segmentor_checkpoint,
+                                                     tmp_path):
+    """mmengine alone loads what fits, logs the rest and scores a part-random model."""
+    with pytest.raises(ConfigCheckError, match=r'test checkpoint: .*seg\.pth does not fit the '
+                                               r'model: .*keys of the model missing from it'):
+        test_tool.main([str(tiny['det']), str(segmentor_checkpoint),
+                        '--work-dir', str(tmp_path / 'work')])
+    assert not (tmp_path / 'work').exists()   # refused before the Runner
+
+
+def test_resume_from_a_checkpoint_of_another_model_is_refused(tiny, train_tool,
+                                                              segmentor_checkpoint, tmp_path):
+    with pytest.raises(ConfigCheckError, match=r'resume: .*seg\.pth does not fit the model'):
+        train_tool.main([str(tiny['det']), '--work-dir', str(tmp_path / 'work'),
+                         '--resume', str(segmentor_checkpoint)])
+    assert not (tmp_path / 'work').exists()   # refused before the Runner
+
+
+def test_a_file_that_is_no_checkpoint_is_refused(tiny, test_tool, tmp_path):
+    garbage = tmp_path / 'garbage.pth'
+    garbage.write_bytes(b'not a checkpoint')
+    with pytest.raises(ConfigCheckError, match=r'cannot read .*garbage\.pth as a checkpoint'):
+        test_tool.main([str(tiny['seg']), str(garbage), '--work-dir', str(tmp_path / 'work')])
+    assert not (tmp_path / 'work').exists()   # refused before the Runner
+
+
+def test_tta_runs_the_configs_test_time_augmentation(tiny, test_tool, tmp_path):
+    """mmseg's ADE20K flips at six scales (SegTTAModel), through the real runner."""
+    checkpoint = save_initialised_checkpoint(tiny['seg'], tmp_path / 'seg.pth')
+    argv = [str(tiny['seg']), str(checkpoint), '--tta', '--work-dir', str(tmp_path / 'work')]
+    cfg = test_tool.prepare_config(test_tool.parse_args(argv))
+    assert cfg.model.type == 'SegTTAModel' and cfg.model.module.type == 'EncoderDecoder'
+    assert cfg.test_dataloader.dataset.pipeline[1]['type'] == 'TestTimeAug'
+    metrics = test_tool.main(argv)
+    assert 0 <= metrics['mIoU'] <= 100
+
+
+def test_tta_of_detectors(tiny):
+    """mmdet's flip default where a config names none; refused for masks,
+    which mmdet 3.3's DetTTAModel cannot merge."""
+    retinanet = load_config(REPO_ROOT / 'configs' / 'demo' / 'retinanet_mavit-t_fpn_demo-shapes.py')
+    test_pipeline = list(retinanet.test_dataloader.dataset.pipeline)
+    runner_setup.configure_tta(retinanet)
+    assert retinanet.model.type == 'DetTTAModel' and retinanet.model.module.type == 'RetinaNet'
+    pipeline = retinanet.test_dataloader.dataset.pipeline
+    assert pipeline[:-1] == test_pipeline[:-1] and pipeline[-1]['type'] == 'TestTimeAug'
+    with pytest.raises(ConfigCheckError, match='no test-time augmentation for instance'):
+        runner_setup.configure_tta(load_config(tiny['det']))
 
 
 def test_stale_auto_resume_pointer(tiny, train_tool, tmp_path):

@@ -65,6 +65,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from mmengine.config import DictAction  # noqa: E402
 
+from mavit_mm.tooling.cli import image_side, image_size, int_at_least  # noqa: E402
+
 DTYPES = {'fp32': 'float32', 'fp16': 'float16', 'bf16': 'bfloat16'}
 MODES = ('eager', 'cuda-graph', 'compile')
 CAPTURE_WARMUP = 3  # side-stream runs before a capture, at least (the CUDA-graph recipe)
@@ -73,29 +75,20 @@ COMPILE_MODE = 'reduce-overhead'   # inductor's kernels, replayed as CUDA graphs
 COMPILE_MODES = ('reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs', 'default')
 
 
-def parse_size(text: str):
-    try:
-        height, width = (int(part) for part in text.lower().split('x'))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f'sizes are HEIGHTxWIDTH, e.g. 512x2048; got {text!r}') from None
-    if height < 32 or width < 32:
-        raise argparse.ArgumentTypeError(f'{text}: both sides must be at least 32 pixels')
-    return height, width
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('configs', nargs='+', metavar='CONFIG',
                         help='model configs (detection or segmentation), timed side by side')
-    parser.add_argument('--shape', type=int, nargs=2, metavar=('HEIGHT', 'WIDTH'),
+    parser.add_argument('--shape', type=image_side, nargs=2, metavar=('HEIGHT', 'WIDTH'),
                         default=[512, 2048], help='input size (default: 512 2048)')
-    parser.add_argument('--shapes', type=parse_size, nargs='+', metavar='HxW',
+    parser.add_argument('--shapes', type=image_size, nargs='+', metavar='HxW',
                         help='sweep these input sizes instead of --shape, and plot them')
-    parser.add_argument('--batch-size', type=int, default=1, help='images per run (default: 1)')
-    parser.add_argument('--iters', type=int, default=50, help='timed runs (default: 50)')
-    parser.add_argument('--warmup', type=int, default=10,
+    parser.add_argument('--batch-size', type=int_at_least(1), default=1,
+                        help='images per run (default: 1)')
+    parser.add_argument('--iters', type=int_at_least(1), default=50,
+                        help='timed runs (default: 50)')
+    parser.add_argument('--warmup', type=int_at_least(0), default=10,
                         help='untimed runs first, for autotuning and caches (default: 10)')
     parser.add_argument('--device', default=None,
                         help='cuda or cpu (default: cuda when available)')
@@ -338,7 +331,11 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     import torch
 
-    device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+    from mavit_mm.tooling.cli import resolve_device
+    try:
+        device = resolve_device(args.device)
+    except ValueError as error:
+        raise SystemExit(f'benchmark_fps.py: error: {error}') from None
     if 'cuda-graph' in args.modes and device.type != 'cuda':
         raise SystemExit(f'--modes cuda-graph needs a CUDA device (got {device}): a CUDA graph '
                          'replays CUDA kernels; time eager or compile here')

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mmengine.config import DictAction  # noqa: E402
 
+from mavit_mm.tooling.cli import image_side  # noqa: E402
 from mavit_mm.tooling.complexity import count_complexity  # noqa: E402
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
@@ -30,7 +31,7 @@ def parse_args(argv=None):
     parser.add_argument('config', nargs='?',
                         help='model config; omit and give --arch to count the backbone alone')
     parser.add_argument('--arch', help='backbone size t|s|b|l when no config is given')
-    parser.add_argument('--shape', type=int, nargs=2, metavar=('HEIGHT', 'WIDTH'),
+    parser.add_argument('--shape', type=image_side, nargs=2, metavar=('HEIGHT', 'WIDTH'),
                         default=[800, 1280],
                         help='input height and width (default: 800 1280, the detection '
                              'convention; segmentation papers use 512 2048)')
@@ -92,4 +93,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == '__main__':
-    main()
+    from mavit_mm.tooling.cli import run_tool
+    run_tool(main, 'get_flops.py')

@@ -44,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mmengine.config import DictAction  # noqa: E402
 
+from mavit_mm.tooling.cli import image_side  # noqa: E402
+
 FIG2_TYPES = ('softmax', 'linear', 'mala')
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
@@ -68,7 +70,7 @@ def parse_args(argv=None):
                         help="phi of the linear variants (default: the config's, else 'elu')")
     parser.add_argument('--head', type=int, default=None,
                         help='one attention head (default: the mean over heads)')
-    parser.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'),
+    parser.add_argument('--size', type=image_side, nargs=2, metavar=('H', 'W'),
                         help='resize the image to H x W first (default: as it is)')
     parser.add_argument('--seed', type=int, default=0,
                         help='seed of the random weights / synthetic data (default 0)')
@@ -367,4 +369,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == '__main__':
-    main()
+    from mavit_mm.tooling.cli import run_tool
+    run_tool(main, 'visualize_attention.py')

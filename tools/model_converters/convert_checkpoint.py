@@ -131,4 +131,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == '__main__':
-    main()
+    from mavit_mm.tooling.cli import run_tool
+    run_tool(main, 'convert_checkpoint.py')

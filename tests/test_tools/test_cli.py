@@ -1,0 +1,52 @@
+"""The tools' shared command-line parts (mavit_mm/tooling/cli.py): numbers and
+sizes that cannot run are refused by argparse, naming the option; a CUDA
+device that is not there, and a user's mistake, end as ``prog: error: ...``."""
+import argparse
+
+import pytest
+import torch
+from helpers.tools import load_tool, run_tool
+
+from mavit_mm.tooling import cli
+
+
+def test_int_at_least_and_image_sizes():
+    assert cli.int_at_least(1)('3') == 3
+    with pytest.raises(argparse.ArgumentTypeError, match='must be at least 1, got 0'):
+        cli.int_at_least(1)('0')
+    with pytest.raises(argparse.ArgumentTypeError, match="expected an integer, got 'x'"):
+        cli.int_at_least(0)('x')
+    assert cli.image_size('512x2048') == (512, 2048)
+    for text in ('16x16', '512', '512x-4'):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cli.image_size(text)
+
+
+@pytest.mark.parametrize('tool,argv,option', [
+    ('analysis_tools/get_flops', ['--arch', 't', '--shape', '0', '0'], '--shape'),
+    ('analysis_tools/benchmark_fps', ['CONFIG', '--shape', '-5', '100'], '--shape'),
+    ('analysis_tools/benchmark_fps', ['CONFIG', '--iters', '0'], '--iters'),
+    ('analysis_tools/benchmark_fps', ['CONFIG', '--warmup', '-1'], '--warmup'),
+    ('analysis_tools/benchmark_fps', ['CONFIG', '--batch-size', '0'], '--batch-size'),
+    ('analysis_tools/visualize_attention', ['IMAGE', '--size', '8', '8'], '--size'),
+])
+def test_options_that_cannot_run_are_refused(tool, argv, option, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        load_tool(tool).parse_args(argv)
+    assert exit_info.value.code == 2
+    assert option in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='checks a machine without CUDA')
+def test_a_cuda_device_that_is_not_there():
+    assert cli.resolve_device(None).type == 'cpu'
+    with pytest.raises(ValueError, match='this machine has no CUDA device'):
+        cli.resolve_device('cuda')
+
+
+def test_a_users_mistake_ends_without_a_traceback(tmp_path):
+    """demo.py on a folder without images, through the real command line."""
+    result = run_tool('demo.py', tmp_path, 'CONFIG', 'CHECKPOINT')
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith('demo.py: error: no images')
+    assert 'Traceback' not in result.stderr
