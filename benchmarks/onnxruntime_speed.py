@@ -25,7 +25,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tools.analysis_tools.benchmark_fps import parse_size  # noqa: E402  (HEIGHTxWIDTH, checked)
+from mavit_mm.tooling.cli import image_size  # noqa: E402  (HEIGHTxWIDTH, checked)
 
 CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
 
@@ -33,8 +33,8 @@ CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--sizes', nargs='+', type=parse_size,
-                        default=[parse_size('512x512'), parse_size('512x2048')],
+    parser.add_argument('--sizes', nargs='+', type=image_size,
+                        default=[image_size('512x512'), image_size('512x2048')],
                         help='input sizes HEIGHTxWIDTH (default 512x512 512x2048)')
     parser.add_argument('--repeats', type=int, default=3, help='timed runs per side and size')
     parser.add_argument('--warmup', type=int, default=1, help='untimed runs per side and size')

@@ -38,7 +38,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 # HEIGHTxWIDTH sizes, checked; one timed call, synchronised around on CUDA
-from tools.analysis_tools.benchmark_fps import parse_size, timed  # noqa: E402
+from mavit_mm.tooling.cli import image_size  # noqa: E402  (HEIGHTxWIDTH, checked)
+from tools.analysis_tools.benchmark_fps import timed  # noqa: E402
 
 MAVIT_CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
 SWIN_CONFIG = 'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py'
@@ -55,8 +56,8 @@ TASK_COST = {'backbone-forward': 1.0, 'backbone-train': 3.0, 'upernet-forward': 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--sizes', type=parse_size, nargs='+',
-                        default=[parse_size(s) for s in DEFAULT_SIZES], metavar='HxW',
+    parser.add_argument('--sizes', type=image_size, nargs='+',
+                        default=[image_size(s) for s in DEFAULT_SIZES], metavar='HxW',
                         help=f'input sizes (default: {" ".join(DEFAULT_SIZES)})')
     parser.add_argument('--tasks', nargs='+', choices=TASKS, default=list(TASKS),
                         help='what to time (default: all three)')

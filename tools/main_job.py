@@ -73,8 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     'bundled synthetic data with tools/train.py, evaluate them with '
                     'tools/test.py, and compare with the untrained models.')
     parser.add_argument('--work-dir', type=Path, default=Path('work_dirs/main_job'),
-                        help='folder for logs, checkpoints and summary.json '
-                             '(default: work_dirs/main_job, relative to the repo root)')
+                        help='folder for logs, checkpoints and summary.json (default: '
+                             'work_dirs/main_job); a relative path is taken from the repo '
+                             'root, where the job runs')
     parser.add_argument('--only', choices=JOBS, action='append',
                         help='run only this model (repeatable; default: all)')
     parser.add_argument('--max-iters', type=int, default=None,
@@ -82,7 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              'the lr schedule is stretched to match')
     parser.add_argument('--record', type=Path, default=None, metavar='JSON',
                         help='also write the summary with the machine, versions and commit '
-                             'to JSON (benchmarks/results/main-job-cpu-DATE.json is what '
+                             'to JSON, a relative path taken from the repo root '
+                             '(benchmarks/results/main-job-cpu-DATE.json is what '
                              'benchmarks/readme_tables.py puts into the README)')
     parser.add_argument('--regenerate-data', action='store_true',
                         help='write the synthetic datasets again even if present')

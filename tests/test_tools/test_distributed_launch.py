@@ -256,6 +256,10 @@ PUBLISHED = ('mask_rcnn', 'retinanet', 'cascade_rcnn', 'sem_fpn', 'upernet')
 TABLE_COLUMNS = (('mask_rcnn', 'retinanet', 'cascade_rcnn'), ('sem_fpn',), ('upernet',))
 
 
+LARGE_3X_CONFIGS = ('mask-rcnn_mavit-l_fpn_ms-3x_coco.py',
+                    'cascade-mask-rcnn_mavit-l_fpn_ms-3x_coco.py')
+
+
 def documented_scaled_lr() -> dict[str, dict[int, float]]:
     """Starting learning rate after --auto-scale-lr, by family and number of
     GPUs (2 images each), as docs/training.md's table lists it; its factor
@@ -288,9 +292,14 @@ def test_auto_scale_lr_of_the_published_configs():
     documented = documented_scaled_lr()
     for path in configs:
         cfg = load_config(path)
-        assert cfg.train_dataloader.batch_size == 2, path.name
-        assert cfg.auto_scale_lr == dict(enable=False, base_batch_size=16), path.name
+        # The MAViT-L 3x detectors: 1 image per GPU at lr 2e-4 for 8 images, so
+        # half the table's rate at each number of GPUs (docs/training.md).
+        large_3x = path.name in LARGE_3X_CONFIGS
+        assert cfg.train_dataloader.batch_size == (1 if large_3x else 2), path.name
+        assert cfg.auto_scale_lr == dict(enable=False,
+                                         base_batch_size=8 if large_3x else 16), path.name
         for gpus, expected in documented[path.parent.name].items():
+            expected = expected / 2 if large_3x else expected
             optimizer = torch.optim.AdamW([nn.Parameter(torch.zeros(1))],
                                           lr=cfg.optim_wrapper.optimizer.lr)
             runner = SimpleNamespace(_train_dataloader=cfg.train_dataloader, world_size=gpus,
@@ -394,7 +403,10 @@ def _train_and_evaluate(config: Path, work: Path, max_iters: int, metric: str):
     # Said once (by rank 0), not once per process.
     assert output.count('distributed backend nccl replaced by gloo') == 1, output[-3000:]
     assert output.count('replaced by CPUSyncBatchNorm') == 1, output[-3000:]
-    assert sum('mixed precision' in line for line in output.splitlines()) == 1
+    # The recipe's AMP wrapper, where it has one (Semantic FPN's is fp32), says
+    # it trains in fp32 here: once too.
+    amp = load_config(config).optim_wrapper.type == 'AmpWhereAvailableOptimWrapper'
+    assert sum('mixed precision' in line for line in output.splitlines()) == int(amp)
     assert 'Distributed training: True' in output
     checkpoint = train_dir / f'iter_{max_iters}.pth'
     assert checkpoint.is_file(), sorted(p.name for p in train_dir.iterdir())
