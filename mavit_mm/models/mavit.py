@@ -279,7 +279,7 @@ class ConvFFN(nn.Module):
 def _pretrained_entry(init_cfg) -> dict | None:
     """The ``type='Pretrained'`` entry of an ``init_cfg`` (a dict or a list of
     them), checked: at most one, with a ``checkpoint``."""
-    entries = init_cfg if isinstance(init_cfg, list) else [init_cfg]
+    entries = init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]
     found = [cfg for cfg in entries if cfg is not None and cfg.get('type') == 'Pretrained']
     if len(found) > 1:
         raise ValueError(f'init_cfg names {len(found)} Pretrained checkpoints; give one')
@@ -350,7 +350,7 @@ class MAViT(BaseModule):
                           "type='Pretrained', checkpoint=...)", DeprecationWarning, stacklevel=2)
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
         super().__init__(init_cfg=init_cfg)
-        self._pretrained_cfg = _pretrained_entry(self.init_cfg)
+        _pretrained_entry(self.init_cfg)     # checked when built, read when initialised
         settings = stage_settings(
             arch, embed_dims=embed_dims, depths=depths, num_heads=num_heads,
             mlp_ratios=mlp_ratios, drop_path_rate=drop_path_rate, layerscales=layerscales,
@@ -429,13 +429,17 @@ class MAViT(BaseModule):
         """The published initialisation, then ``init_cfg``'s: mmengine's
         initialisers, and a ``Pretrained`` checkpoint (alone or in a list)
         loaded last, through MAViT's loader (:mod:`.checkpoint`)."""
-        init_cfg, pretrained = self.init_cfg, self._pretrained_cfg
-        entries = init_cfg if isinstance(init_cfg, list) else [init_cfg]
+        if self._is_init:
+            super().init_weights()      # mmengine's warning: initialised already, nothing done
+            return
+        init_cfg = self.init_cfg
+        pretrained = _pretrained_entry(init_cfg)
+        entries = list(init_cfg) if isinstance(init_cfg, (list, tuple)) else [init_cfg]
         others = [cfg for cfg in entries if cfg is not None and cfg is not pretrained]
         if pretrained is None or others:
             # mmengine's BaseModule.init_weights applies self.init_cfg: the
             # entries it has initialisers for, without the checkpoint.
-            self.init_cfg = others if isinstance(init_cfg, list) else (others or [None])[0]
+            self.init_cfg = others if isinstance(init_cfg, (list, tuple)) else (others or [None])[0]
             try:
                 self._published_init()
                 super().init_weights()

@@ -60,10 +60,14 @@ USER_ERRORS = (FileNotFoundError, NotADirectoryError, ValueError)
 def run_tool(main, prog: str, argv=None):
     """``main(argv)``; a user's mistake (:data:`USER_ERRORS`) ends the process
     as argparse ends it, ``prog: error: ...`` (status 2), not with a traceback
-    through the libraries."""
+    through the libraries. The line names where the error was raised, so that
+    one raised by a bug can still be found."""
     import sys
+    import traceback
     try:
         return main(argv)
     except USER_ERRORS as error:
-        print(f'{prog}: error: {error}', file=sys.stderr)
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        print(f'{prog}: error: {error} (raised at {frame.filename}:{frame.lineno})',
+              file=sys.stderr)
         raise SystemExit(2) from None

@@ -148,8 +148,9 @@ def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
                 raise ConfigCheckError(f'{path}.arch: {error}') from None
         init_cfg = node.get('init_cfg')
         checkpoint = node.get('pretrained')
-        if isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained':
-            checkpoint = init_cfg.get('checkpoint')
+        for entry in init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]:
+            if isinstance(entry, dict) and entry.get('type') == 'Pretrained':
+                checkpoint = entry.get('checkpoint')
         if check_pretrained and checkpoint:
             check_checkpoint(checkpoint, f'{path}.init_cfg.checkpoint (pretrained backbone)',
                              hint=f'set {path}.init_cfg=None to train from scratch, '
@@ -159,6 +160,7 @@ def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
 def check_checkpoint(checkpoint: str, what: str, hint: str = '') -> None:
     if not is_local_file_path(checkpoint):
         return
+    checkpoint = osp.expanduser(checkpoint)     # '~/...', as mmengine's loader takes it
     if not osp.exists(checkpoint):
         raise ConfigCheckError(f'{what}: checkpoint not found: {checkpoint}'
                                + (f' ({hint})' if hint else ''))
@@ -193,6 +195,18 @@ def check_resume(cfg) -> None:
                                f'exist: {latest}')
 
 
+def _load_mapped(torch, path: str):
+    """The checkpoint memory-mapped where its format allows (torch's zip format,
+    since torch 1.6): the check reads shapes, in every process of a
+    data-parallel run, of a file that may hold the optimizer too."""
+    try:
+        return torch.load(path, map_location='cpu', mmap=True, weights_only=True)
+    except RuntimeError as error:
+        if 'mmap' not in str(error):
+            raise
+        return torch.load(path, map_location='cpu', weights_only=True)   # the legacy format
+
+
 def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
     """A checkpoint that replaces every weight of the config's model (a test,
     a resumed run) holds exactly its tensors (the policy of ``tools/demo.py``
@@ -202,7 +216,7 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
     Runner. Remote checkpoints are left to mmengine."""
     if not is_local_file_path(checkpoint):
         return
-    from mmengine.runner.checkpoint import CheckpointLoader
+    import torch
 
     from ..models.checkpoint import extract_state_dict, fit_whole_model
     from .model_builder import build_model
@@ -214,7 +228,7 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
         model_cfg = model_cfg.module
     model = build_model(cfg, model_cfg)
     try:
-        loaded = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+        loaded = _load_mapped(torch, osp.expanduser(checkpoint))
         fit_whole_model(model.state_dict(), extract_state_dict(loaded), source=checkpoint)
     except ValueError as error:
         raise ConfigCheckError(

@@ -139,7 +139,13 @@ def configure_tta(cfg: Config) -> None:
     test pipeline. mmseg's ADE20K base names both (flips at six scales); an
     mmdet config without them gets mmdet's flip default. mmdet 3.3's
     DetTTAModel merges boxes only, so a model with masks is refused."""
+    # The dataset that runs the pipeline, inside wrappers (RepeatDataset ...).
     dataset = cfg.test_dataloader.dataset
+    while 'dataset' in dataset:
+        dataset = dataset.dataset
+    if 'pipeline' not in dataset:
+        raise ConfigCheckError('--tta: the test dataset has no pipeline of its own to replace '
+                               '(a ConcatDataset of several?)')
     if cfg.default_scope == 'mmdet':
         roi_head = cfg.model.get('roi_head') or {}
         if roi_head.get('mask_head') is not None:
@@ -148,8 +154,6 @@ def configure_tta(cfg: Config) -> None:
                 "(DetTTAModel merges boxes only); this config's model predicts masks")
         cfg.setdefault('tta_model', DET_TTA_MODEL)
         if 'tta_pipeline' not in cfg:
-            while 'dataset' in dataset:     # wrapped datasets (ConcatDataset ...)
-                dataset = dataset.dataset
             pipeline = list(dataset.pipeline)
             pipeline[-1] = dict(type='TestTimeAug', transforms=[
                 [dict(type='RandomFlip', prob=1.), dict(type='RandomFlip', prob=0.)],
@@ -159,7 +163,7 @@ def configure_tta(cfg: Config) -> None:
     if missing:
         raise ConfigCheckError(f'--tta: the config names no {" or ".join(missing)}')
     cfg.model = dict(cfg.tta_model, module=cfg.model)
-    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+    dataset.pipeline = cfg.tta_pipeline
     log(f'--tta: {cfg.tta_model["type"]} over the config\'s tta_pipeline')
 
 

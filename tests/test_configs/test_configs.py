@@ -67,11 +67,12 @@ PARAMS_M = {
     'upernet_160k': (dict(t=44, s=55, b=77, l=125), 0.6),
 }
 
-# The published recipes (reference README; the published configs). no_decay:
+# The published recipes (reference README; the published configs). amp: the
+# loss scale of mixed precision ('dynamic' or static), None for fp32. no_decay:
 # the published paramwise_cfg, 'keys' (Swin's custom_keys: parameters named
 # '*norm*'), 'keys+norms' (those and norm_decay_mult=0), None (no paramwise_cfg).
 _DET = dict(scope='mmdet', batch=2, train_loop='EpochBasedTrainLoop', warmup_end=500,
-            warmup_start=0.001, betas=(0.9, 0.999), amp=True, no_decay='keys')
+            warmup_start=0.001, betas=(0.9, 0.999), amp='dynamic', no_decay='keys')
 RECIPES = {
     'mask_rcnn_1x': dict(_DET, model='MaskRCNN', lr=4e-4, wd=0.05, max_epochs=12,
                          milestones=[8, 11], multiscale=False, metric=['bbox', 'segm']),
@@ -79,18 +80,18 @@ RECIPES = {
                          milestones=[27, 33], multiscale=True, metric=['bbox', 'segm']),
     'retinanet_1x': dict(_DET, model='RetinaNet', lr=4e-4, wd=1e-4, max_epochs=12,
                          milestones=[8, 11], multiscale=False, metric=['bbox'],
-                         no_decay=None),
+                         no_decay=None, amp=512.),
     'cascade_3x': dict(_DET, model='CascadeRCNN', lr=4e-4, wd=0.05, max_epochs=36,
                        no_decay='keys+norms',
                        milestones=[27, 33], multiscale=True, metric=['bbox', 'segm']),
     'sem_fpn_80k': dict(scope='mmseg', batch=2, train_loop='IterBasedTrainLoop',
                         model='EncoderDecoder', head='FPNHead', lr=1e-4, wd=1e-4,
                         betas=(0.9, 0.999), max_iters=80000, warmup_end=None, poly_power=0.9,
-                        eta_min=1e-6, amp=False, no_decay=None),
+                        eta_min=1e-6, amp=None, no_decay=None),
     'upernet_160k': dict(scope='mmseg', batch=2, train_loop='IterBasedTrainLoop',
                          model='EncoderDecoder', head='UPerHead', lr=6e-5, wd=0.01,
                          betas=(0.9, 0.999), max_iters=160000, warmup_end=1500,
-                         poly_power=1.0, eta_min=0.0, amp=True, no_decay='keys'),
+                         poly_power=1.0, eta_min=0.0, amp=512., no_decay='keys'),
 }
 # The published MAViT-L 3x detectors: 1 image per GPU, half the lr (8 GPUs).
 LARGE_3X = {('mask_rcnn_3x', 'l'), ('cascade_3x', 'l')}
@@ -196,8 +197,9 @@ def test_config_keeps_published_recipe(pipe, size):
     # scale wherever it can run, through engine.amp's AmpWhereAvailableOptimWrapper).
     large_3x = (pipe, size) in LARGE_3X
     optim = cfg.optim_wrapper
-    if recipe['amp']:
-        assert optim.type == 'AmpWhereAvailableOptimWrapper' and optim.loss_scale == 'dynamic'
+    if recipe['amp'] is not None:
+        assert optim.type == 'AmpWhereAvailableOptimWrapper'
+        assert optim.loss_scale == recipe['amp']
     else:
         assert optim.type == 'OptimWrapper'
     assert optim.optimizer.type == 'AdamW'

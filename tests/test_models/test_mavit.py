@@ -402,6 +402,21 @@ def test_init_cfg_list_loads_its_checkpoint_over_the_other_initialisers(tmp_path
     assert bool((state['extra_norms.0.norm.weight'] == 2.0).all())
 
 
+def test_init_weights_reads_init_cfg_when_called_and_runs_once(tmp_path):
+    """init_cfg as it is at init_weights (a runner or a user may set it after
+    the build); a second call changes nothing, as mmengine's BaseModule."""
+    source = MAViT('t', depths=[1, 1, 1, 1])
+    torch.save({'model': source.state_dict()}, tmp_path / 'mavit_t.pth')
+    model = MAViT('t', depths=[1, 1, 1, 1],
+                  init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'nowhere.pth')))
+    model.init_cfg = (dict(type='Pretrained', checkpoint=str(tmp_path / 'mavit_t.pth')),)
+    model.init_weights()
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
+    model.init_cfg = dict(type='Constant', layer='Conv2d', val=0.5)
+    model.init_weights()
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
+
+
 @pytest.mark.parametrize('init_cfg,match', [
     (dict(type='Pretrained'), 'needs a checkpoint'),
     ([dict(type='Pretrained', checkpoint='a.pth'), dict(type='Pretrained', checkpoint='b.pth')],

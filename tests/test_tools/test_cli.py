@@ -49,4 +49,5 @@ def test_a_users_mistake_ends_without_a_traceback(tmp_path):
     result = run_tool('demo.py', tmp_path, 'CONFIG', 'CHECKPOINT')
     assert result.returncode == 2
     assert result.stderr.strip().startswith('demo.py: error: no images')
+    assert 'tools/demo.py:' in result.stderr    # where it was raised
     assert 'Traceback' not in result.stderr

@@ -182,6 +182,27 @@ def test_tta_of_detectors(tiny):
     assert pipeline[:-1] == test_pipeline[:-1] and pipeline[-1]['type'] == 'TestTimeAug'
     with pytest.raises(ConfigCheckError, match='no test-time augmentation for instance'):
         runner_setup.configure_tta(load_config(tiny['det']))
+    # A wrapped test set: the pipeline of the dataset inside is replaced.
+    wrapped = load_config(REPO_ROOT / 'configs' / 'demo' / 'retinanet_mavit-t_fpn_demo-shapes.py')
+    inner = wrapped.test_dataloader.dataset
+    wrapped.test_dataloader.dataset = dict(type='RepeatDataset', times=1, dataset=inner)
+    runner_setup.configure_tta(wrapped)
+    assert 'pipeline' not in wrapped.test_dataloader.dataset
+    assert wrapped.test_dataloader.dataset.dataset.pipeline[-1]['type'] == 'TestTimeAug'
+
+
+def test_pretrained_backbone_path_checks_take_home_and_lists(tiny, tmp_path, monkeypatch):
+    """'~/...' and a list init_cfg, as the backbone itself takes them."""
+    from mavit_mm.tooling import preflight
+    monkeypatch.setenv('HOME', str(tmp_path))
+    (tmp_path / 'mavit_t.pth').write_bytes(b'')
+    cfg = load_config(tiny['det'])
+    cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint='~/mavit_t.pth')
+    preflight.check_mavit_backbones(cfg, check_pretrained=True)
+    cfg.model.backbone.init_cfg = [dict(type='Constant', layer='Conv2d', val=1.0),
+                                   dict(type='Pretrained', checkpoint='~/missing.pth')]
+    with pytest.raises(ConfigCheckError, match='missing.pth'):
+        preflight.check_mavit_backbones(cfg, check_pretrained=True)
 
 
 def test_stale_auto_resume_pointer(tiny, train_tool, tmp_path):

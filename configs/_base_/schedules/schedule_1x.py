@@ -10,9 +10,9 @@ max_epochs = 12
 
 # AMP where a GPU is (mmengine's AmpOptimWrapper), fp32 on a CPU:
 # AmpWhereAvailableOptimWrapper (mavit_mm/engine/amp.py) picks at build time.
-# The published configs use a static loss scale of 512 (mmdet 2.x's fp16
-# default); the dynamic one starts there and backs off where 512 overflows, as
-# mmdet 3.x's own AMP configs do (`optim_wrapper.loss_scale=512.` restores it).
+# A dynamic loss scale, as the published Mask R-CNN and Cascade runs (their
+# runtime's fp16=dict(loss_scale='dynamic')); RetinaNet's recipe sets its
+# static 512.
 optim_wrapper = dict(
     _delete_=True,  # replaces mmdet's SGD wrapper
     type='AmpWhereAvailableOptimWrapper',
