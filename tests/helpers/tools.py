@@ -146,9 +146,11 @@ def keep_all_predictions(cfg) -> None:
             stage.score_thr = 0.0
 
 
-def run_tool(tool: str, *args, cwd=None, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run ``tools/<tool>`` in a subprocess, as a user would; output captured."""
-    return run_script(TOOLS / tool, *args, cwd=cwd, timeout=timeout)
+def run_tool(tool: str, *args, cwd=None, timeout: int = 600,
+             environ=None) -> subprocess.CompletedProcess:
+    """Run ``tools/<tool>`` in a subprocess, as a user would; output captured.
+    ``environ``: its environment (default: this process's)."""
+    return run_script(TOOLS / tool, *args, cwd=cwd, timeout=timeout, environ=environ)
 
 
 def explain(result: subprocess.CompletedProcess) -> str:

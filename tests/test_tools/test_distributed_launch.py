@@ -426,8 +426,12 @@ def _train_and_evaluate(config: Path, work: Path, max_iters: int, metric: str):
     # Segmentation --out: one predicted label PNG per image, written by the
     # process that evaluated it.
     one_per_batch = ('--cfg-options', 'test_dataloader.batch_size=1')
+    # One thread, as each process of the launch below: oneDNN's convolutions
+    # sum in an order that follows the thread count, and a pixel whose two
+    # best classes tie to float rounding would flip between 2 threads and 1.
     single = run_tool('test.py', config, checkpoint, '--work-dir', work / 'test1',
-                      '--out', work / 'pred1', *one_per_batch, cwd=REPO_ROOT)
+                      '--out', work / 'pred1', *one_per_batch, cwd=REPO_ROOT,
+                      environ=dict(os.environ, OMP_NUM_THREADS='1'))
     assert single.returncode == 0, explain(single)
     metrics = latest_test_metrics(work / 'test1')
     assert metrics and metric in metrics, metrics
