@@ -38,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 # HEIGHTxWIDTH sizes, checked; one timed call, synchronised around on CUDA
-from mavit_mm.tooling.cli import image_size  # noqa: E402  (HEIGHTxWIDTH, checked)
+from mavit_mm.tooling.cli import image_size, resolve_device  # noqa: E402  (HEIGHTxWIDTH, checked)
 from tools.analysis_tools.benchmark_fps import timed  # noqa: E402
 
 MAVIT_CONFIG = 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py'
@@ -127,7 +127,7 @@ def measure(args) -> dict:
     from devtools.checkout import git_commit
     from mavit_mm.tooling.device import device_name, library_versions
 
-    device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+    device = resolve_device(args.device)
     if args.dtype != 'fp32' and device.type != 'cuda':
         raise SystemExit(f'--dtype {args.dtype} needs a CUDA device (got {device})')
     autocast = torch.autocast(device.type, dtype=getattr(torch, DTYPES[args.dtype]),

@@ -181,11 +181,12 @@ def resume_checkpoint(cfg) -> str | None:
     return None
 
 
-def check_resume(cfg) -> None:
-    """``resume=True`` with ``load_from`` (an explicit file) or the work dir's latest."""
+def check_resume(cfg) -> str | None:
+    """``resume=True`` with ``load_from`` (an explicit file) or the work dir's
+    latest; returns the checkpoint it will read (:func:`resume_checkpoint`)."""
     if cfg.get('load_from'):
         check_checkpoint(cfg.load_from, 'resume')
-        return
+        return cfg.load_from
     # Auto-resume: mmengine reads <work_dir>/last_checkpoint; a stale pointer
     # would otherwise fail only after everything is built.
     latest = resume_checkpoint(cfg)
@@ -193,12 +194,14 @@ def check_resume(cfg) -> None:
         pointer = osp.join(cfg.work_dir, 'last_checkpoint')
         raise ConfigCheckError(f'resume: {pointer} points to a checkpoint that does not '
                                f'exist: {latest}')
+    return latest
 
 
-def _load_mapped(torch, path: str):
+def _load_mapped(path: str):
     """The checkpoint memory-mapped where its format allows (torch's zip format,
     since torch 1.6): the check reads shapes, in every process of a
     data-parallel run, of a file that may hold the optimizer too."""
+    import torch
     try:
         return torch.load(path, map_location='cpu', mmap=True, weights_only=True)
     except RuntimeError as error:
@@ -216,8 +219,6 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
     Runner. Remote checkpoints are left to mmengine."""
     if not is_local_file_path(checkpoint):
         return
-    import torch
-
     from ..models.checkpoint import extract_state_dict, fit_whole_model
     from .model_builder import build_model
 
@@ -228,7 +229,7 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
         model_cfg = model_cfg.module
     model = build_model(cfg, model_cfg)
     try:
-        loaded = _load_mapped(torch, osp.expanduser(checkpoint))
+        loaded = _load_mapped(osp.expanduser(checkpoint))
         fit_whole_model(model.state_dict(), extract_state_dict(loaded), source=checkpoint)
     except ValueError as error:
         raise ConfigCheckError(
@@ -244,14 +245,14 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
 def check_for_training(cfg) -> None:
     """Everything ``tools/train.py`` reads, checked before the Runner is built."""
     check_mavit_backbones(cfg, check_pretrained=True)
+    resumed = None
     if cfg.get('resume'):
-        check_resume(cfg)
+        resumed = check_resume(cfg)
     elif cfg.get('load_from'):
         check_checkpoint(cfg.load_from, 'load_from')
     check_datasets(cfg, 'train')
     # Last: it builds the model. (load_from may fit in part: fine-tuning with
     # other heads is what it is for.)
-    resumed = resume_checkpoint(cfg) if cfg.get('resume') else None
     if resumed:
         check_checkpoint_fits(cfg, resumed, 'resume')
 
