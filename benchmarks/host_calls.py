@@ -20,6 +20,10 @@ the dispatcher), ``launches`` (MAViT-T's stubbed Triton kernels) and
 ``cpu_ms`` (median time of the pass on this CPU: host work plus the CPU's
 own compute at this size, so a rough guide; compare within one run).
 
+``--ablate`` adds MAViT-T's host work with every switch on
+(``fast_paths.ALL_ON``) and with each switch that acts in eager mode off in
+turn (``ablations``), the host side of the GPU check's eager ablations.
+
 ``--package-root DIR`` imports ``mavit_mm`` from another checkout (e.g. a
 ``git worktree`` of an older commit) to measure it with this tree's
 instrument; ``--baseline DIR`` measures that checkout as well, in a
@@ -60,6 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--baseline', type=Path, default=None, metavar='DIR',
                         help='also measure the checkout at DIR (in a subprocess), recorded '
                              'as the baseline')
+    parser.add_argument('--ablate', action='store_true',
+                        help="also count MAViT-T with every switch on and each eager one off "
+                             'in turn (ablations)')
     parser.add_argument('--out', type=Path, help='JSON to write (default: print only)')
     args = parser.parse_args(argv)
     for option, root in (('--package-root', args.package_root), ('--baseline', args.baseline)):
@@ -85,6 +92,26 @@ def measure(run, repeats: int, launches=None) -> dict:
     cpu_ms = median_ms(run, torch.device('cpu'), cpu_warmup=0, cpu_calls=repeats)
     return dict(python_calls=calls.total, issued_by_mavit_mm=calls.issued,
                 aten_ops=sum(log.ops.values()), launches=launched, cpu_ms=round(cpu_ms, 3))
+
+
+def measure_ablations(image, args) -> dict:
+    """MAViT-T's counts with every switch on, then each switch that acts in
+    eager mode off in turn (``fast_paths.FAST_PATH_MODES``), keyed ``'none'``
+    or by the switch off."""
+    from devtools.host_calls import cuda_path_on_cpu, eager_pass
+    from devtools.op_census import mavit_t
+    from mavit_mm.ops.fast_paths import ALL_ON, FAST_PATH_MODES, FAST_PATHS
+    rows = {}
+    with cuda_path_on_cpu() as launches:
+        for off in ('none', *[name for name in FAST_PATHS if 'eager' in FAST_PATH_MODES[name]]):
+            switches = ALL_ON if off == 'none' else ALL_ON.without(off)
+            model = mavit_t(switches)
+            rows[off] = {which: measure(eager_pass(model, image, which), args.repeats, launches)
+                         for which in args.passes}
+            print(f'off: {off:22}', '; '.join(
+                f"{which} {row['python_calls']} Python calls, {row['aten_ops']} aten ops, "
+                f"{row['launches']} launches" for which, row in rows[off].items()), flush=True)
+    return rows
 
 
 def measure_baseline(args) -> dict:
@@ -120,6 +147,7 @@ def main(argv=None) -> dict:
         model = mavit_t()
         results['MAViT-T'] = {which: measure(eager_pass(model, image, which), args.repeats,
                                              launches) for which in args.passes}
+    ablations = measure_ablations(image, args) if args.ablate else None
     model = swin_t()
     results['Swin-T'] = {which: measure(eager_pass(model, image, which), args.repeats)
                          for which in args.passes}
@@ -144,6 +172,8 @@ def main(argv=None) -> dict:
                                            / results['Swin-T'][which]['python_calls'], 3)
                               for which in args.passes},
         results=results, baseline=baseline)
+    if ablations is not None:
+        report['ablations'] = ablations
     if args.out:
         write_json(args.out, report)
         print(f'wrote {args.out}')

@@ -741,6 +741,11 @@ def render_gpu_checks(report: dict, source: str) -> str:
                          + ''.join(f"; failed: `{failure.split(': ')[0].split('::')[-1]}`"
                                    for failure in tests['failures']) + '.')
     sdpa = _same_run_file(folder, 'sdpa.json')
+    if sdpa is None:   # a run that checked only the tests: SDPA's from the newest that did
+        sdpa = _newest_gpu_file('sdpa.json')
+        if sdpa is not None:
+            lines += ['', 'This run did not check SDPA. '
+                      + _gpu_source_line(repo_path(sdpa), 'Checked'), '']
     for row in json.loads(sdpa.read_text())['results'] if sdpa else []:
         ops = ', '.join(f'`{op.split("::")[-1]}`' for op in row.get('sdpa_ops', [])
                         if not op.endswith('::scaled_dot_product_attention'))
@@ -806,6 +811,15 @@ def render_gpu_ablations(report: dict, source: str) -> str:
         + (f' (drift {drift[case]:.3f})' if case in drift else '')
         for case, times in all_on.items()) + '.']
     return '\n'.join(lines)
+
+
+def _newest_gpu_file(name: str, results_dir: Path | None = None) -> Path | None:
+    """The newest (by ``_report_date``) file ``name`` of any committed GPU run."""
+    found = [(_report_date(path, report), path)
+             for path in (results_dir or RESULTS_DIR).glob(f'{GPU_RUN_PREFIX}*/**/{name}')
+             for report in [json.loads(path.read_text())]
+             if not is_uncommitted(recorded_commit(path, report))]
+    return max(found)[1] if found else None
 
 
 def _same_run_file(folder: Path, name: str) -> Path | None:

@@ -392,13 +392,15 @@ def first_and_steady(model: torch.nn.Module, inputs: torch.Tensor,
     return first, forward_census(model, inputs, autocast_dtype)
 
 
-def mavit_t() -> torch.nn.Module:
+def mavit_t(fast_paths=None) -> torch.nn.Module:
     """The censuses' MAViT-T, in eval mode, seeded: the fused MALA op and the
     fused depthwise stages (``mala_impl='triton'``, ``depthwise_impl='triton'``;
-    in Triton's interpreter on a CPU), as CUDA runs them with ``'auto'``."""
+    in Triton's interpreter on a CPU), as CUDA runs them with ``'auto'``;
+    ``fast_paths`` as ``MAViT`` takes it (default: the defaults)."""
     from mavit_mm.models import MAViT
     torch.manual_seed(0)
-    return MAViT('tiny', mala_impl='triton', depthwise_impl='triton').eval()
+    return MAViT('tiny', mala_impl='triton', depthwise_impl='triton',
+                 fast_paths=fast_paths).eval()
 
 
 def swin_t() -> torch.nn.Module:

@@ -7,7 +7,7 @@ import torch
 
 from ..ops.attention_variants import LINEAR_ATTN_TYPES, check_kernel_function
 from ..ops.depthwise import check_depthwise_impl, kernels_run
-from ..ops.fast_paths import DEFAULTS, FastPaths
+from ..ops.fast_paths import DEFAULTS, FastPaths, on_in
 from ..ops.mala import check_mala_impl
 
 
@@ -36,8 +36,9 @@ class MAViTOptions:
       ``dict(dense_rope=False)`` or a ``FastPaths`` (:mod:`mavit_mm.ops.fast_paths`).
 
     A fused depthwise stage (``position_norm``, ``lepe_gate``, ``ffn_middle``)
-    runs where its switch ``fused_<stage>`` is on **and** ``depthwise_impl``
-    lets the kernels run on the tensors at hand (:meth:`fuses`).
+    runs where its switch ``fused_<stage>`` is on (``'inference'``: where no
+    gradient flows to the stage's tensors) **and** ``depthwise_impl`` lets the
+    kernels run on the tensors at hand (:meth:`fuses`).
     """
 
     kernel_function: str = 'elu'
@@ -72,7 +73,9 @@ class MAViTOptions:
     def fuses(self, stage: str, x: torch.Tensor, *others: torch.Tensor, weight: torch.Tensor,
               norm_channels: int | None = None) -> bool:
         """Whether the fused depthwise ``stage`` runs on these tensors (class docstring)."""
-        return (getattr(self.fast_paths, f'fused_{stage}')
+        training = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (x, *others, weight))
+        return (on_in(getattr(self.fast_paths, f'fused_{stage}'), training)
                 and kernels_run(self.depthwise_impl, x, *others, weight=weight,
                                 norm_channels=norm_channels))
 

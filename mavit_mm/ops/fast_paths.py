@@ -48,27 +48,47 @@ TorchScript tracing, ONNX export) Python-side caches and in-place shortcuts
 stand aside by design (:func:`~.graph_capture.recording_graph`), and inductor
 fuses the plain formula itself.
 
-The defaults follow the ablations of ``DEFAULTS_MEASURED_BY`` (rendered in
-docs/gpu.md's ``gpu-ablations`` block; its eager rows drifted, so no default
-rests on them): a feature is on where it measured faster than its plain
-formula. Inference runs under CUDA graphs and compiled; training runs eager.
-Beyond that:
+Besides ``True`` and ``False``, a fused depthwise stage takes ``'inference'``
+(``INFERENCE``): on where no gradient flows, off in a training step
+(:meth:`~mavit_mm.models.options.MAViTOptions.fuses`).
 
-- ``fused_ffn_middle`` is off: measured slower; its kernel recomputes the GELU
-  for each of the nine taps.
+The defaults follow the ablations of ``DEFAULTS_MEASURED_BY`` (rendered in
+docs/gpu.md's ``gpu-ablations`` block) by the modes users run: inference is
+judged by its forwards under a CUDA graph and compiled, training by its
+steps, eager (and under a CUDA graph). A feature is on where it measured
+faster than its plain formula and off where it measured slower; within
+``NO_MEASURABLE_EFFECT`` it makes no measurable difference. The eager forwards
+at batch 1 are the host's pace, not the GPU's (23-37 ms a forward against
+3.4 ms replayed from a CUDA graph, the rounds' ratios spread over 0.64-1.54),
+so they inform but do not bind. Beyond that:
+
+- ``fused_position_norm`` and ``fused_lepe_gate`` are ``'inference'``: 7.5% and
+  6% faster forwards under a CUDA graph, but 6% and 3% slower eager training
+  steps, which at this size go at the host's pace: a training step of MAViT-T
+  issues 2,040 and 2,688 more Python calls with them than with the plain
+  formulas (the autograd functions, the backward's launches;
+  ``benchmarks/results/host-calls-cpu-2026-11-28.json``, its ``ablations``).
+- ``fused_ffn_middle`` is off: slower in every mode measured (its kernel
+  recomputes the GELU for each of the nine taps).
+- ``channel_split`` is off: no measurable difference under a CUDA graph, 6%
+  slower in the eager training step.
+- ``dense_rope`` is off: no measurable difference under a CUDA graph, and
+  more host work (480 Python calls and 152 aten ops a forward, the same file).
 - ``folded_residual_conv`` and ``in_place_residual`` make no measurable
-  difference under a CUDA graph; they are on for eager mode, where each saves
-  a launch a block and the host sets the pace.
+  difference under a CUDA graph; the folded convolution saves the eager
+  training step 2%, and the in-place sums a new map a residual.
 - ``folded_residual_conv`` and ``joint_qk_rotation`` stand aside under
   compile, where ``gpu-h100-2026-11-27/part-2/ablations.json`` measured them
-  slower (the later run ablates neither there).
-- ``channel_split`` makes no measurable difference under a CUDA graph or
-  compiled; it is on for eager training.
+  slower.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+
+# A fused stage's third setting: on where no gradient flows, off in training.
+INFERENCE = 'inference'
+FUSED_STAGES = ('fused_position_norm', 'fused_lepe_gate', 'fused_ffn_middle')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,13 +97,13 @@ class FastPaths:
 
     cached_weights: bool = True
     folded_residual_conv: bool = True
-    channel_split: bool = True
+    channel_split: bool = False        # measured slower (module docstring)
     joint_qk_rotation: bool = True
-    dense_rope: bool = True
+    dense_rope: bool = False           # no measurable gain, more host work
     in_place_residual: bool = True
-    fused_position_norm: bool = True
-    fused_lepe_gate: bool = True
-    fused_ffn_middle: bool = False     # measured slower (module docstring)
+    fused_position_norm: bool | str = 'inference'   # slower eager training steps
+    fused_lepe_gate: bool | str = 'inference'
+    fused_ffn_middle: bool | str = False            # measured slower
     tap_major_weights: bool = True
     matmul_1x1: bool = True
 
@@ -100,9 +120,11 @@ class FastPaths:
         if unknown:
             raise ValueError(f'unknown fast_paths switch(es) {unknown}; the switches are '
                              f'{list(FAST_PATHS)}')
-        not_bool = {name: flag for name, flag in value.items() if not isinstance(flag, bool)}
-        if not_bool:
-            raise ValueError(f'fast_paths switches take True or False, got {not_bool}')
+        wrong = {name: flag for name, flag in value.items() if not isinstance(flag, bool)
+                 and not (flag == INFERENCE and name in FUSED_STAGES)}
+        if wrong:
+            raise ValueError(f'fast_paths switches take True or False, and the fused stages '
+                             f'{list(FUSED_STAGES)} {INFERENCE!r} too; got {wrong}')
         return cls(**value)
 
     def without(self, *names: str) -> FastPaths:
@@ -113,11 +135,20 @@ class FastPaths:
         return dataclasses.asdict(self)
 
 
+def on_in(setting: bool | str, training: bool) -> bool:
+    """Whether a switch set to ``setting`` is on in a training step
+    (``training``: gradients flow) or a forward without gradients."""
+    return setting is True or (setting == INFERENCE and not training)
+
+
 FAST_PATHS = tuple(field.name for field in dataclasses.fields(FastPaths))
 DEFAULTS = FastPaths()   # frozen, so one instance serves every module
 ALL_ON = FastPaths(**dict.fromkeys(FAST_PATHS, True))
 # The GPU run whose ablations set the defaults (module docstring).
-DEFAULTS_MEASURED_BY = 'benchmarks/results/gpu-h100-2026-11-27b/part-2/ablations.json'
+DEFAULTS_MEASURED_BY = 'benchmarks/results/gpu-h200-2026-11-28/part-12/ablations.json'
+# Within this of its plain formula a switch makes no measurable difference
+# (off over on, in the cited ablations).
+NO_MEASURABLE_EFFECT = 0.015
 # Where each switch can change what runs.
 FAST_PATH_MODES = {
     'cached_weights': ('eager', 'cuda-graph'),
@@ -138,5 +169,6 @@ TRAINING_ONLY = ('channel_split',)
 # frozen weights): they change nothing in a training step of trainable weights.
 INFERENCE_ONLY = ('cached_weights', 'dense_rope', 'in_place_residual')
 
-__all__ = ['FastPaths', 'DEFAULTS', 'ALL_ON', 'DEFAULTS_MEASURED_BY', 'FAST_PATHS',
+__all__ = ['FastPaths', 'DEFAULTS', 'ALL_ON', 'DEFAULTS_MEASURED_BY', 'FAST_PATHS', 'INFERENCE',
+           'FUSED_STAGES', 'NO_MEASURABLE_EFFECT', 'on_in',
            'FAST_PATH_MODES', 'TRAINING_ONLY', 'INFERENCE_ONLY']

@@ -19,7 +19,7 @@ from helpers.paths import REPO_ROOT, child_environment
 from devtools.op_census import fused_launches_skipped
 from devtools.op_log import OpLog
 from mavit_mm.models import MAViT
-from mavit_mm.ops.fast_paths import ALL_ON, FAST_PATHS
+from mavit_mm.ops.fast_paths import ALL_ON, FAST_PATHS, INFERENCE
 from mavit_mm.ops.pointwise_conv import pointwise_conv
 
 pytest.importorskip('triton')
@@ -103,14 +103,31 @@ def test_each_fused_switch_replaces_its_modules_with_one_op(switch):
     assert counts['off']['convolution'] - counts['on']['convolution'] == blocks
 
 
+@pytest.mark.parametrize('switch', list(FUSED_OPS))
+def test_a_fused_stage_set_to_inference_runs_only_where_no_gradient_flows(switch):
+    """``'inference'``: the fused op in a forward without gradients (eval under
+    no_grad, and with frozen weights), the modules in a training forward."""
+    def ops(fast_paths, grad: bool, frozen: bool = False):
+        model = small_model('triton', fast_paths={switch: fast_paths})
+        model.requires_grad_(not frozen)
+        with torch.set_grad_enabled(grad), fused_launches_skipped(), OpLog() as log:
+            model.train(grad)(image())
+        return log.ops[FUSED_OPS[switch]]
+    blocks = sum(SMALL['depths'])
+    assert ops(INFERENCE, grad=False) == blocks
+    assert ops(INFERENCE, grad=True, frozen=True) == blocks
+    assert ops(INFERENCE, grad=True) == 0
+    assert ops(True, grad=True) == blocks and ops(False, grad=False) == 0
+
+
 def test_tap_major_weights_off_reads_the_parameters_in_place(one_torch_thread):
     """Switch ``tap_major_weights`` off: the kernels read each depthwise kernel
     as a view of its parameter (a channel stride of k * k), no copy; the same
     outputs and gradients as tap-major."""
     runs = []
     for tap_major_layout in (True, False):
-        model = small_model('triton', fast_paths=dict(fused_ffn_middle=True,
-                                                      tap_major_weights=tap_major_layout))
+        model = small_model('triton', fast_paths=ALL_ON.without('tap_major_weights')
+                            if not tap_major_layout else ALL_ON)
         outputs = model.train()(image())
         sum(out.square().mean() for out in outputs).backward()
         runs.append((outputs, {name: p.grad for name, p in model.named_parameters()}))

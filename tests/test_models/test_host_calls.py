@@ -25,7 +25,7 @@ from devtools.host_calls import (
     eager_pass,
 )
 from devtools.op_census import mavit_t
-from mavit_mm.ops.fast_paths import DEFAULTS
+from mavit_mm.ops.fast_paths import DEFAULTS, on_in
 
 pytest.importorskip('triton')
 
@@ -37,9 +37,12 @@ TRAINING_STEP_BUDGET = 9_000
 # fused stage's backward (2 launches for the position stage: its norm's and
 # its convolution's, 1 for the others) and MALA's 2 backward kernels.
 _STAGES = {'fused_position_norm': 2, 'fused_lepe_gate': 1, 'fused_ffn_middle': 1}
-_FUSED = [switch for switch in _STAGES if getattr(DEFAULTS, switch)]
-FORWARD_LAUNCHES = 12 * len(_FUSED) + 4 * 3
-TRAINING_STEP_LAUNCHES = FORWARD_LAUNCHES + 12 * sum(_STAGES[s] for s in _FUSED) + 4 * 2
+# A stage set to 'inference' fuses the forward without gradients only.
+_FUSED = {training: [switch for switch in _STAGES if on_in(getattr(DEFAULTS, switch), training)]
+          for training in (False, True)}
+FORWARD_LAUNCHES = 12 * len(_FUSED[False]) + 4 * 3
+TRAINING_STEP_LAUNCHES = (12 * len(_FUSED[True]) + 4 * 3
+                          + 12 * sum(_STAGES[s] for s in _FUSED[True]) + 4 * 2)
 
 
 def test_an_eager_pass_issues_no_more_python_calls_than_its_budget():
@@ -53,7 +56,8 @@ def test_an_eager_pass_issues_no_more_python_calls_than_its_budget():
             before = launches.count
             counts[name] = count_python_calls(run)
             counts[name].launches = launches.count - before
-    # The CUDA path ran: every fused stage launched (stubbed), and nothing fell back.
+    # The CUDA path ran: every stage fused by default launched (stubbed), and
+    # nothing fell back.
     assert counts['forward'].launches == FORWARD_LAUNCHES
     assert counts['training step'].launches == TRAINING_STEP_LAUNCHES
     assert counts['forward'].issued <= FORWARD_BUDGET, counts['forward']
