@@ -292,6 +292,21 @@ def render_host_calls(report: dict, source: str) -> str:
                          f"{mavit['issued_by_mavit_mm']} | {swin['python_calls']} | "
                          f"{mavit['python_calls'] / swin['python_calls']:.2f} | "
                          f"{mavit['aten_ops']} | {swin['aten_ops']} |")
+    if report.get('ablations'):
+        lines += ['', 'MAViT-T with every fast-path switch on (`fast_paths.ALL_ON`), then each '
+                  'switch that acts in eager mode off in turn (`--ablate`): Python calls and '
+                  'aten ops with the switch off, less with every one on.', '',
+                  '| switch off | forward: Python calls | forward: aten ops '
+                  '| training step: Python calls | training step: aten ops |',
+                  '| --- | ---: | ---: | ---: | ---: |']
+        all_on = report['ablations']['none']
+        for switch, row in report['ablations'].items():
+            cells = [f"{row[which][count]:d}" if switch == 'none'
+                     else f"{row[which][count] - all_on[which][count]:+d}"
+                     for which in ('forward', 'train') if which in row
+                     for count in ('python_calls', 'aten_ops')]
+            lines.append(f"| {'none (counts)' if switch == 'none' else f'`{switch}`'} | "
+                         + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
