@@ -107,7 +107,7 @@ def cuda_path_on_cpu() -> Iterator[StubbedLaunches]:
     kernels stubbed (module docstring). Needs triton (the fused ops' modules
     import it)."""
     import mavit_mm.ops.pointwise_conv as pointwise_conv
-    from mavit_mm.ops import triton_support
+    from mavit_mm.ops import fast_paths, triton_support
     from mavit_mm.ops.depthwise.dispatch import DEPTHWISE_DISPATCH
     from mavit_mm.ops.mala.dispatch import MALA_DISPATCH
 
@@ -118,10 +118,12 @@ def cuda_path_on_cpu() -> Iterator[StubbedLaunches]:
             for name in [name for name in vars(kernels) if name.endswith('_kernel')]:
                 stubs[name] = KernelStub(name)
                 patches.enter_context(mock.patch.object(kernels, name, stubs[name]))
-        # As on CUDA: the device check lets CPU tensors through, and a
-        # channels_last 1x1 convolution is a matrix product.
+        # As on CUDA: the device check lets CPU tensors through, a
+        # channels_last 1x1 convolution is a matrix product, and a switch
+        # set to 'cpu' is off.
         patches.enter_context(mock.patch.object(triton_support, 'triton_interpreter_enabled',
                                                 lambda: True))
+        patches.enter_context(mock.patch.object(fast_paths, 'CPU_DEVICE_TYPE', 'cuda'))
         patches.enter_context(mock.patch.object(pointwise_conv, 'runs_as_matmul',
                                                 _runs_as_matmul_on_cuda))
         yield StubbedLaunches(stubs)

@@ -13,7 +13,7 @@ from ..ops.amp import autocast_disabled
 from ..ops.channel_split import channel_split
 from ..ops.depthwise import tap_major, tap_view
 from ..ops.derived_weights import DerivedWeights, compute_dtype, takes_no_gradient
-from ..ops.fast_paths import DEFAULTS, FastPaths
+from ..ops.fast_paths import DEFAULTS, FastPaths, on_in
 from ..ops.pointwise_conv import pointwise_conv
 from ..ops.residual import scaled_residual
 from ..ops.rope2d import RotaryTables, rotary_pair_weights, rotated_bias_table, rotated_projection
@@ -232,14 +232,19 @@ class QKVOProjection(PointwiseConv2d, nn.Conv2d):
         if self.rotates_qk and self._takes_dense_rope(x):
             weight, bias = self.weights_for(x)
             v, o = channel_split(self.product(x, weight[2 * dim:], bias[2 * dim:]),
-                                 (dim, dim), self.split)
+                                 (dim, dim), self.one_gradient_write(x))
             qk = split_heads(self._rotated_qk(x, rope), self.head_dim)
         else:
-            qk, v, o = channel_split(self(x), (2 * dim, dim, dim), self.split)
+            qk, v, o = channel_split(self(x), (2 * dim, dim, dim), self.one_gradient_write(x))
             qk = split_heads(qk, self.head_dim)            # q's heads, then k's
             if self.rotates_qk:
                 qk = rope.rotate(qk)                       # one rotation of both
         return qk[:, :self.num_heads], qk[:, self.num_heads:], v, o
+
+    def one_gradient_write(self, x: torch.Tensor) -> bool:
+        """Whether the split of ``x``'s projection writes one gradient (switch
+        ``channel_split``, a condition of the device)."""
+        return on_in(self.split, training=True, device_type=x.device.type)
 
     def _takes_dense_rope(self, x: torch.Tensor) -> bool:
         """Dense RoPE in half precision, where the plain rotation flips pairs,

@@ -75,7 +75,7 @@ class MAViTOptions:
         """Whether the fused depthwise ``stage`` runs on these tensors (class docstring)."""
         training = torch.is_grad_enabled() and any(
             t.requires_grad for t in (x, *others, weight))
-        return (on_in(getattr(self.fast_paths, f'fused_{stage}'), training)
+        return (on_in(getattr(self.fast_paths, f'fused_{stage}'), training, x.device.type)
                 and kernels_run(self.depthwise_impl, x, *others, weight=weight,
                                 norm_channels=norm_channels))
 

@@ -48,9 +48,11 @@ TorchScript tracing, ONNX export) Python-side caches and in-place shortcuts
 stand aside by design (:func:`~.graph_capture.recording_graph`), and inductor
 fuses the plain formula itself.
 
-Besides ``True`` and ``False``, a fused depthwise stage takes ``'inference'``
-(``INFERENCE``): on where no gradient flows, off in a training step
-(:meth:`~mavit_mm.models.options.MAViTOptions.fuses`).
+Besides ``True`` and ``False``, some switches take a condition
+(``CONDITIONS``, :func:`on_in`): a fused depthwise stage ``'inference'``
+(``INFERENCE``), on where no gradient flows and off in a training step
+(:meth:`~mavit_mm.models.options.MAViTOptions.fuses`); ``channel_split``
+``'cpu'`` (``CPU``), on for tensors on the CPU and off elsewhere.
 
 The defaults follow the ablations of ``DEFAULTS_MEASURED_BY`` (rendered in
 docs/gpu.md's ``gpu-ablations`` block) by the modes users run: inference is
@@ -70,8 +72,11 @@ so they inform but do not bind. Beyond that:
   ``benchmarks/results/host-calls-cpu-2026-11-28.json``, its ``ablations``).
 - ``fused_ffn_middle`` is off: slower in every mode measured (its kernel
   recomputes the GELU for each of the nine taps).
-- ``channel_split`` is off: no measurable difference under a CUDA graph, 6%
-  slower in the eager training step.
+- ``channel_split`` is ``'cpu'``: on a GPU no measurable difference under a
+  CUDA graph and a 6% slower eager training step (384 more Python calls a
+  step, the same file), but on the CPU, where a step is the kernels' pace, a
+  training step at 512x512 was 5.7% slower without it
+  (``benchmarks/results/backbone-ab-cpu-2026-11-28-08f71e3-vs-6a1cf71-train.json``).
 - ``dense_rope`` is off: no measurable difference under a CUDA graph, and
   more host work (480 Python calls and 152 aten ops a forward, the same file).
 - ``folded_residual_conv`` and ``in_place_residual`` make no measurable
@@ -86,9 +91,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-# A fused stage's third setting: on where no gradient flows, off in training.
+# Conditions a switch may take besides True and False (on_in): on where no
+# gradient flows (off in training), on for CPU tensors (off on a GPU).
 INFERENCE = 'inference'
+CPU = 'cpu'
 FUSED_STAGES = ('fused_position_norm', 'fused_lepe_gate', 'fused_ffn_middle')
+CONDITIONS = {name: (INFERENCE,) for name in FUSED_STAGES} | {'channel_split': (CPU,)}
+# The device type that condition CPU is on for (devtools' host-call counts run
+# CUDA's host path on CPU tensors, and set it to 'cuda' meanwhile).
+CPU_DEVICE_TYPE = 'cpu'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +108,7 @@ class FastPaths:
 
     cached_weights: bool = True
     folded_residual_conv: bool = True
-    channel_split: bool = False        # measured slower (module docstring)
+    channel_split: bool | str = 'cpu'   # faster on the CPU only (module docstring)
     joint_qk_rotation: bool = True
     dense_rope: bool = False           # no measurable gain, more host work
     in_place_residual: bool = True
@@ -121,10 +132,12 @@ class FastPaths:
             raise ValueError(f'unknown fast_paths switch(es) {unknown}; the switches are '
                              f'{list(FAST_PATHS)}')
         wrong = {name: flag for name, flag in value.items() if not isinstance(flag, bool)
-                 and not (flag == INFERENCE and name in FUSED_STAGES)}
+                 and flag not in CONDITIONS.get(name, ())}
         if wrong:
-            raise ValueError(f'fast_paths switches take True or False, and the fused stages '
-                             f'{list(FUSED_STAGES)} {INFERENCE!r} too; got {wrong}')
+            raise ValueError('fast_paths switches take True or False, and '
+                             + ', '.join(f'{name} {conditions[0]!r}'
+                                         for name, conditions in CONDITIONS.items())
+                             + f' too; got {wrong}')
         return cls(**value)
 
     def without(self, *names: str) -> FastPaths:
@@ -135,10 +148,12 @@ class FastPaths:
         return dataclasses.asdict(self)
 
 
-def on_in(setting: bool | str, training: bool) -> bool:
+def on_in(setting: bool | str, training: bool, device_type: str) -> bool:
     """Whether a switch set to ``setting`` is on in a training step
-    (``training``: gradients flow) or a forward without gradients."""
-    return setting is True or (setting == INFERENCE and not training)
+    (``training``: gradients flow) or a forward without gradients, on tensors
+    of ``device_type`` (``'cuda'``, ``'cpu'``)."""
+    return (setting is True or (setting == INFERENCE and not training)
+            or (setting == CPU and device_type == CPU_DEVICE_TYPE))
 
 
 FAST_PATHS = tuple(field.name for field in dataclasses.fields(FastPaths))
@@ -170,5 +185,5 @@ TRAINING_ONLY = ('channel_split',)
 INFERENCE_ONLY = ('cached_weights', 'dense_rope', 'in_place_residual')
 
 __all__ = ['FastPaths', 'DEFAULTS', 'ALL_ON', 'DEFAULTS_MEASURED_BY', 'FAST_PATHS', 'INFERENCE',
-           'FUSED_STAGES', 'NO_MEASURABLE_EFFECT', 'on_in',
+           'CPU', 'CONDITIONS', 'FUSED_STAGES', 'NO_MEASURABLE_EFFECT', 'on_in',
            'FAST_PATH_MODES', 'TRAINING_ONLY', 'INFERENCE_ONLY']

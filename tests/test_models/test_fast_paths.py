@@ -20,6 +20,7 @@ from devtools.op_log import OpLog
 from mavit_mm.models import MAViT
 from mavit_mm.ops.fast_paths import (
     ALL_ON,
+    CPU,
     DEFAULTS,
     DEFAULTS_MEASURED_BY,
     FAST_PATHS,
@@ -52,11 +53,12 @@ def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
 
 def test_fast_paths_default_to_what_was_measured_faster_and_take_a_dict():
     """The defaults of DEFAULTS_MEASURED_BY (fast_paths.py's docstring): the
-    fused FFN middle, the one-write channel split and the dense RoPE off, the
-    fused position norm and LePE gate on where no gradient flows."""
+    fused FFN middle and the dense RoPE off, the fused position norm and LePE
+    gate on where no gradient flows, the one-write channel split on the CPU."""
     assert MAViT('tiny').options.fast_paths == FastPaths() == DEFAULTS
     assert [name for name, on in DEFAULTS.as_dict().items() if on is False] == [
-        'channel_split', 'dense_rope', 'fused_ffn_middle']
+        'dense_rope', 'fused_ffn_middle']
+    assert DEFAULTS.channel_split == CPU
     assert [name for name, on in DEFAULTS.as_dict().items() if on == INFERENCE] == [
         'fused_position_norm', 'fused_lepe_gate']
     assert all(on is True for on in ALL_ON.as_dict().values())
@@ -68,8 +70,10 @@ def test_fast_paths_default_to_what_was_measured_faster_and_take_a_dict():
     assert model.options.fast_paths.fused_ffn_middle == INFERENCE
     assert FastPaths().without('matmul_1x1', 'fused_lepe_gate') == FastPaths(
         matmul_1x1=False, fused_lepe_gate=False)
-    assert [on_in(setting, training) for setting in (True, INFERENCE, False)
-            for training in (False, True)] == [True, True, True, False, False, False]
+    assert [on_in(setting, training, device) for setting in (True, INFERENCE, CPU, False)
+            for training in (False, True) for device in ('cpu', 'cuda')] == [
+        True, True, True, True, True, True, False, False, True, False, True, False,
+        False, False, False, False]
 
 
 def _binding_rows(run_file) -> list[tuple[str, str, str, float]]:
@@ -98,7 +102,7 @@ def test_no_default_contradicts_the_measurement_it_cites():
     rows = _binding_rows(REPO_ROOT / DEFAULTS_MEASURED_BY)
     assert {name for name, *_ in rows} == set(FAST_PATHS), 'a switch without a row'
     for name, mode, pass_name, off_over_on in rows:
-        if on_in(getattr(DEFAULTS, name), training=pass_name == 'fwd+bwd'):
+        if on_in(getattr(DEFAULTS, name), training=pass_name == 'fwd+bwd', device_type='cuda'):
             assert off_over_on >= 1 - NO_MEASURABLE_EFFECT, (name, mode, pass_name, off_over_on)
         else:
             assert off_over_on <= 1 + NO_MEASURABLE_EFFECT, (name, mode, pass_name, off_over_on)
@@ -124,13 +128,15 @@ def test_the_defaults_test_reads_the_rows_that_bind(tmp_path):
     assert rows == [('a', 'cuda-graph', 'fwd', 1.07), ('a', 'eager', 'fwd+bwd', 0.94),
                     ('b', 'compile', 'fwd', 1.2)]
     # 'a' wins forwards and loses training steps: INFERENCE fits, True and False do not.
-    assert on_in(INFERENCE, False) and not on_in(INFERENCE, True)
+    assert on_in(INFERENCE, False, 'cuda') and not on_in(INFERENCE, True, 'cuda')
 
 
 @pytest.mark.parametrize('value, error, match', [
     (dict(dense_rop=False), ValueError, r"unknown fast_paths switch\(es\) \['dense_rop'\]"),
     (dict(dense_rope=0), ValueError, 'take True or False'),
-    (dict(dense_rope=INFERENCE), ValueError, r"fused stages \[.*\] 'inference' too; got \{'dense_rope'"),
+    (dict(dense_rope=INFERENCE), ValueError, r"fused_lepe_gate 'inference', .*channel_split 'cpu' too; "
+                                             r"got \{'dense_rope'"),
+    (dict(channel_split=INFERENCE), ValueError, "got {'channel_split': 'inference'}"),
     (dict(fused_lepe_gate='training'), ValueError, "got {'fused_lepe_gate': 'training'}"),
     (['dense_rope'], TypeError, 'must be a dict'),
 ])
@@ -296,7 +302,9 @@ def test_folded_residual_conv_saves_an_add_per_depthwise_residual():
 
 
 def test_channel_split_writes_one_gradient_instead_of_a_concatenation():
+    """On, and by default on the CPU ('cpu')."""
     on, off = _backward_ops(dict(channel_split=True)), _backward_ops(dict(channel_split=False))
+    assert _backward_ops(None).ops == on.ops
     blocks = sum(model_with().depths)
     assert on.ops['cat'] + blocks <= off.ops['cat'], (on.ops['cat'], off.ops['cat'])
 

@@ -38,7 +38,8 @@ TRAINING_STEP_BUDGET = 9_000
 # its convolution's, 1 for the others) and MALA's 2 backward kernels.
 _STAGES = {'fused_position_norm': 2, 'fused_lepe_gate': 1, 'fused_ffn_middle': 1}
 # A stage set to 'inference' fuses the forward without gradients only.
-_FUSED = {training: [switch for switch in _STAGES if on_in(getattr(DEFAULTS, switch), training)]
+_FUSED = {training: [switch for switch in _STAGES
+                     if on_in(getattr(DEFAULTS, switch), training, 'cuda')]
           for training in (False, True)}
 FORWARD_LAUNCHES = 12 * len(_FUSED[False]) + 4 * 3
 TRAINING_STEP_LAUNCHES = (12 * len(_FUSED[True]) + 4 * 3
