@@ -293,18 +293,19 @@ def render_host_calls(report: dict, source: str) -> str:
                          f"{mavit['python_calls'] / swin['python_calls']:.2f} | "
                          f"{mavit['aten_ops']} | {swin['aten_ops']} |")
     if report.get('ablations'):
+        passes = [which for which in PASS_NAMES if which in report['ablations']['none']]
         lines += ['', 'MAViT-T with every fast-path switch on (`fast_paths.ALL_ON`), then each '
                   'switch that acts in eager mode off in turn (`--ablate`): Python calls and '
                   'aten ops with the switch off, less with every one on.', '',
-                  '| switch off | forward: Python calls | forward: aten ops '
-                  '| training step: Python calls | training step: aten ops |',
-                  '| --- | ---: | ---: | ---: | ---: |']
+                  '| switch off | '
+                  + ' | '.join(f'{PASS_NAMES[which]}: {what}' for which in passes
+                               for what in ('Python calls', 'aten ops')) + ' |',
+                  '| --- |' + ' ---: |' * (2 * len(passes))]
         all_on = report['ablations']['none']
         for switch, row in report['ablations'].items():
             cells = [f"{row[which][count]:d}" if switch == 'none'
                      else f"{row[which][count] - all_on[which][count]:+d}"
-                     for which in ('forward', 'train') if which in row
-                     for count in ('python_calls', 'aten_ops')]
+                     for which in passes for count in ('python_calls', 'aten_ops')]
             lines.append(f"| {'none (counts)' if switch == 'none' else f'`{switch}`'} | "
                          + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
@@ -830,7 +831,7 @@ def render_gpu_ablations(report: dict, source: str) -> str:
 
 def _newest_gpu_file(name: str, results_dir: Path | None = None) -> Path | None:
     """The newest (by ``_report_date``) file ``name`` of any committed GPU run."""
-    found = [(_report_date(path, report), path)
+    found = [(_report_date(path, report) or '', path)
              for path in (results_dir or RESULTS_DIR).glob(f'{GPU_RUN_PREFIX}*/**/{name}')
              for report in [json.loads(path.read_text())]
              if not is_uncommitted(recorded_commit(path, report))]

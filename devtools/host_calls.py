@@ -123,7 +123,9 @@ def cuda_path_on_cpu() -> Iterator[StubbedLaunches]:
         # set to 'cpu' is off.
         patches.enter_context(mock.patch.object(triton_support, 'triton_interpreter_enabled',
                                                 lambda: True))
-        patches.enter_context(mock.patch.object(fast_paths, 'CPU_DEVICE_TYPE', 'cuda'))
+        # (create: a --package-root checkout may be older than the condition)
+        patches.enter_context(mock.patch.object(fast_paths, 'CPU_DEVICE_TYPE', 'cuda',
+                                                create=True))
         patches.enter_context(mock.patch.object(pointwise_conv, 'runs_as_matmul',
                                                 _runs_as_matmul_on_cuda))
         yield StubbedLaunches(stubs)

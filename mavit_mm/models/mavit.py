@@ -146,7 +146,8 @@ class MAViTBlock(nn.Module):
         """``x + pos(x)`` and its ``norm1``: one fused pass where the options
         let it run (:meth:`MAViTOptions.fuses`)."""
         if self.options.fuses('position_norm', x, weight=self.pos.weight,
-                              norm_channels=x.shape[1]):
+                              norm_channels=x.shape[1],
+                              parameters=lambda: (self.pos.bias, *self.norm1.parameters())):
             norm = self.norm1.norm
             taps = self.pos.depthwise_taps(self.options.fast_paths.tap_major_weights)
             return fused_position_norm(x, taps, self.pos.bias, norm.weight, norm.bias, norm.eps)
@@ -214,7 +215,8 @@ class GatedAttention(nn.Module):
     def gated_lepe(self, out: torch.Tensor, v: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         """``o * (out + lepe(v))``: one fused pass where the options let it run
         (:meth:`MAViTOptions.fuses`)."""
-        if self.options.fuses('lepe_gate', v, out, o, weight=self.lepe.weight):
+        if self.options.fuses('lepe_gate', v, out, o, weight=self.lepe.weight,
+                              parameters=lambda: (self.lepe.bias,)):
             taps = self.lepe.depthwise_taps(self.options.fast_paths.tap_major_weights)
             return fused_gated_lepe(v, taps, self.lepe.bias, out, o)
         return o * (out + self.lepe(v))
@@ -270,7 +272,8 @@ class ConvFFN(nn.Module):
     def middle(self, h: torch.Tensor) -> torch.Tensor:
         """``GELU(h) + dwconv(GELU(h))``: one fused pass where the options let
         it run (:meth:`MAViTOptions.fuses`)."""
-        if self.options.fuses('ffn_middle', h, weight=self.dwconv.weight):
+        if self.options.fuses('ffn_middle', h, weight=self.dwconv.weight,
+                              parameters=lambda: (self.dwconv.bias,)):
             taps = self.dwconv.depthwise_taps(self.options.fast_paths.tap_major_weights)
             return fused_ffn_middle(h, taps, self.dwconv.bias)
         return self.dwconv(self.act(h))
@@ -305,7 +308,7 @@ class MAViT(BaseModule):
             :mod:`mavit_mm.ops.attention_variants`), each with the published keys.
         kernel_function, inline_residual, mala_impl, depthwise_impl, fast_paths:
             The options every block reads, e.g. ``mala_impl='torch'`` or
-            ``fast_paths=dict(dense_rope=False)``: what each does is in
+            ``fast_paths=dict(cached_weights=False)``: what each does is in
             :class:`~mavit_mm.models.options.MAViTOptions`.
         norm_cfg: Norm of the stem and downsampling layers (``BN``/``SyncBN``).
         frozen_stages: Freeze the stem (0) and stages ``< frozen_stages``; -1: none, 4: all.

@@ -33,7 +33,7 @@ class MAViTOptions:
       ``'torch'``, on CUDA under ``'auto'``, always under ``'triton'`` (or an
       error saying why not);
     - ``fast_paths``: the speed features, a dict of switches such as
-      ``dict(dense_rope=False)`` or a ``FastPaths`` (:mod:`mavit_mm.ops.fast_paths`).
+      ``dict(cached_weights=False)`` or a ``FastPaths`` (:mod:`mavit_mm.ops.fast_paths`).
 
     A fused depthwise stage (``position_norm``, ``lepe_gate``, ``ffn_middle``)
     runs where its switch ``fused_<stage>`` is on (``'inference'``: where no
@@ -71,13 +71,31 @@ class MAViTOptions:
                              "mala_impl='auto' or 'torch'")
 
     def fuses(self, stage: str, x: torch.Tensor, *others: torch.Tensor, weight: torch.Tensor,
-              norm_channels: int | None = None) -> bool:
-        """Whether the fused depthwise ``stage`` runs on these tensors (class docstring)."""
-        training = torch.is_grad_enabled() and any(
-            t.requires_grad for t in (x, *others, weight))
-        return (on_in(getattr(self.fast_paths, f'fused_{stage}'), training, x.device.type)
-                and kernels_run(self.depthwise_impl, x, *others, weight=weight,
-                                norm_channels=norm_channels))
+              norm_channels: int | None = None, parameters=tuple) -> bool:
+        """Whether the fused depthwise ``stage`` runs on these tensors (class
+        docstring); ``parameters()``: the stage's other parameters (biases,
+        norm weights), which decide with ``x``, ``others`` and ``weight``
+        whether gradients flow (called only where that is still open)."""
+        setting = getattr(self.fast_paths, f'fused_{stage}')
+        if setting is False:
+            return False
+        if setting is not True and not on_in(
+                setting, _gradients_flow((x, *others, weight), parameters), x.device.type):
+            return False   # (so 'triton' checks the tensors where the stage is on)
+        return kernels_run(self.depthwise_impl, x, *others, weight=weight,
+                           norm_channels=norm_channels)
+
+
+def _gradients_flow(tensors, parameters) -> bool:
+    """Whether a gradient flows to any of ``tensors`` or ``parameters()`` (a
+    training step). Cheap where it is clear: no grad mode, or an input that
+    needs a gradient."""
+    if not torch.is_grad_enabled():
+        return False
+    for tensor in tensors:
+        if tensor.requires_grad:
+            return True
+    return any(tensor is not None and tensor.requires_grad for tensor in parameters())
 
 
 DEFAULT_OPTIONS = MAViTOptions()   # frozen, so one instance serves every module

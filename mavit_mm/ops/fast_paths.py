@@ -56,8 +56,9 @@ Besides ``True`` and ``False``, some switches take a condition
 
 The defaults follow the ablations of ``DEFAULTS_MEASURED_BY`` (rendered in
 docs/gpu.md's ``gpu-ablations`` block) by the modes users run: inference is
-judged by its forwards under a CUDA graph and compiled, training by its
-steps, eager (and under a CUDA graph). A feature is on where it measured
+judged by its forwards under a CUDA graph and compiled, training by its eager
+training steps (the ablations' training steps under a CUDA graph and
+compiled, of ``channel_split`` alone, inform). A feature is on where it measured
 faster than its plain formula and off where it measured slower; within
 ``NO_MEASURABLE_EFFECT`` it makes no measurable difference. The eager forwards
 at batch 1 are the host's pace, not the GPU's (23-37 ms a forward against
@@ -81,7 +82,7 @@ so they inform but do not bind. Beyond that:
   more host work (480 Python calls and 152 aten ops a forward, the same file).
 - ``folded_residual_conv`` and ``in_place_residual`` make no measurable
   difference under a CUDA graph; the folded convolution saves the eager
-  training step 2%, and the in-place sums a new map a residual.
+  training step 2%, and the in-place sums save allocating a map a residual.
 - ``folded_residual_conv`` and ``joint_qk_rotation`` stand aside under
   compile, where ``gpu-h100-2026-11-27/part-2/ablations.json`` measured them
   slower.
@@ -118,8 +119,17 @@ class FastPaths:
     tap_major_weights: bool = True
     matmul_1x1: bool = True
 
+    def __post_init__(self):
+        wrong = {name: flag for name, flag in self.as_dict().items()
+                 if not isinstance(flag, bool) and flag not in CONDITIONS.get(name, ())}
+        if wrong:
+            raise ValueError('fast_paths switches take True or False, and '
+                             + ', '.join(f'{name} {conditions[0]!r}'
+                                         for name, conditions in CONDITIONS.items())
+                             + f' too; got {wrong}')
+
     @classmethod
-    def resolve(cls, value: FastPaths | Mapping[str, bool] | None) -> FastPaths:
+    def resolve(cls, value: FastPaths | Mapping[str, bool | str] | None) -> FastPaths:
         """``None`` (the defaults), a ``FastPaths``, or a dict of switches to change."""
         if value is None:
             return cls()
@@ -131,20 +141,13 @@ class FastPaths:
         if unknown:
             raise ValueError(f'unknown fast_paths switch(es) {unknown}; the switches are '
                              f'{list(FAST_PATHS)}')
-        wrong = {name: flag for name, flag in value.items() if not isinstance(flag, bool)
-                 and flag not in CONDITIONS.get(name, ())}
-        if wrong:
-            raise ValueError('fast_paths switches take True or False, and '
-                             + ', '.join(f'{name} {conditions[0]!r}'
-                                         for name, conditions in CONDITIONS.items())
-                             + f' too; got {wrong}')
-        return cls(**value)
+        return cls(**value)   # __post_init__ checks the settings
 
     def without(self, *names: str) -> FastPaths:
         """These switches off, the others as they are."""
         return FastPaths.resolve({**self.as_dict(), **{name: False for name in names}})
 
-    def as_dict(self) -> dict[str, bool]:
+    def as_dict(self) -> dict[str, bool | str]:
         return dataclasses.asdict(self)
 
 

@@ -106,17 +106,23 @@ def test_each_fused_switch_replaces_its_modules_with_one_op(switch):
 @pytest.mark.parametrize('switch', list(FUSED_OPS))
 def test_a_fused_stage_set_to_inference_runs_only_where_no_gradient_flows(switch):
     """``'inference'``: the fused op in a forward without gradients (eval under
-    no_grad, and with frozen weights), the modules in a training forward."""
-    def ops(fast_paths, grad: bool, frozen: bool = False):
+    no_grad, and with frozen weights), the modules in a training forward, also
+    where only the stage's bias trains."""
+    def ops(fast_paths, grad: bool, trainable=lambda name: True):
         model = small_model('triton', fast_paths={switch: fast_paths})
-        model.requires_grad_(not frozen)
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(trainable(name))
         with torch.set_grad_enabled(grad), fused_launches_skipped(), OpLog() as log:
             model.train(grad)(image())
         return log.ops[FUSED_OPS[switch]]
     blocks = sum(SMALL['depths'])
     assert ops(INFERENCE, grad=False) == blocks
-    assert ops(INFERENCE, grad=True, frozen=True) == blocks
+    assert ops(INFERENCE, grad=True, trainable=lambda name: False) == blocks
     assert ops(INFERENCE, grad=True) == 0
+    # Only the stage's own bias trains: the first block's inputs need no gradient.
+    bias = {'fused_position_norm': '.pos.bias', 'fused_lepe_gate': '.lepe.bias',
+            'fused_ffn_middle': '.dwconv.bias'}[switch]
+    assert ops(INFERENCE, grad=True, trainable=lambda name: name.endswith(bias)) == 0
     assert ops(True, grad=True) == blocks and ops(False, grad=False) == 0
 
 
@@ -303,13 +309,15 @@ def test_mavit_t_with_every_fused_path_is_the_plain_model_on_cuda():
 
 
 @cuda_only
-def test_fp16_training_with_mmengines_dynamic_loss_scale_on_cuda():
+@pytest.mark.parametrize('fast_paths', [None, ALL_ON], ids=['defaults', 'all-on'])
+def test_fp16_training_with_mmengines_dynamic_loss_scale_on_cuda(fast_paths):
     """What the configs run (AmpWhereAvailableOptimWrapper is mmengine's
     AmpOptimWrapper on CUDA): fp16 autocast and a dynamic loss scale. The
     forward stays finite, a step is taken within the scaler's first halvings,
-    and the unscaled gradients of that step are the fp32 ones."""
+    and the unscaled gradients of that step are the fp32 ones. With the
+    defaults, and with every fast path on (the fused stages' backward too)."""
     from mmengine.optim import AmpOptimWrapper
-    model = mavit_t().train()
+    model = mavit_t(fast_paths=fast_paths).train()
     x = torch.randn(*CUDA_INPUT, generator=torch.Generator().manual_seed(1)).to(DEVICE)
     parameters = [p for p in model.parameters() if p.requires_grad]
     loss32 = projected_loss(model(x))
