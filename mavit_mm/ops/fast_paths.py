@@ -78,8 +78,11 @@ so they inform but do not bind. Beyond that:
   step, the same file), but on the CPU, where a step is the kernels' pace, a
   training step at 512x512 was 5.7% slower without it
   (``benchmarks/results/backbone-ab-cpu-2026-11-28-08f71e3-vs-6a1cf71-train.json``).
-- ``dense_rope`` is off: no measurable difference under a CUDA graph, and
-  more host work (480 Python calls and 152 aten ops a forward, the same file).
+- ``dense_rope`` stays on: no measurable difference under a CUDA graph (and
+  480 more Python calls a forward on the host, the same file), but without
+  it the half-precision softmax stages rotate q and k with flips and
+  multiplies on strided maps, which the layout contract refuses
+  (``tests/test_models/test_op_census.py``).
 - ``folded_residual_conv`` and ``in_place_residual`` make no measurable
   difference under a CUDA graph; the folded convolution saves the eager
   training step 2%, and the in-place sums save allocating a map a residual.
@@ -111,7 +114,7 @@ class FastPaths:
     folded_residual_conv: bool = True
     channel_split: bool | str = 'cpu'   # faster on the CPU only (module docstring)
     joint_qk_rotation: bool = True
-    dense_rope: bool = False           # no measurable gain, more host work
+    dense_rope: bool = True
     in_place_residual: bool = True
     fused_position_norm: bool | str = 'inference'   # slower eager training steps
     fused_lepe_gate: bool | str = 'inference'

@@ -53,17 +53,17 @@ def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
 
 def test_fast_paths_default_to_what_was_measured_faster_and_take_a_dict():
     """The defaults of DEFAULTS_MEASURED_BY (fast_paths.py's docstring): the
-    fused FFN middle and the dense RoPE off, the fused position norm and LePE
+    fused FFN middle off, the fused position norm and LePE
     gate on where no gradient flows, the one-write channel split on the CPU."""
     assert MAViT('tiny').options.fast_paths == FastPaths() == DEFAULTS
     assert [name for name, on in DEFAULTS.as_dict().items() if on is False] == [
-        'dense_rope', 'fused_ffn_middle']
+        'fused_ffn_middle']
     assert DEFAULTS.channel_split == CPU
     assert [name for name, on in DEFAULTS.as_dict().items() if on == INFERENCE] == [
         'fused_position_norm', 'fused_lepe_gate']
     assert all(on is True for on in ALL_ON.as_dict().values())
     assert (REPO_ROOT / DEFAULTS_MEASURED_BY).is_file()
-    every_one = dict.fromkeys(['channel_split', 'dense_rope', *FUSED_STAGES], True)
+    every_one = dict.fromkeys(['channel_split', *FUSED_STAGES], True)
     assert MAViT('tiny', fast_paths=every_one).options.fast_paths == ALL_ON
     model = MAViT('tiny', fast_paths=dict(cached_weights=False, fused_ffn_middle=INFERENCE))
     assert not model.options.fast_paths.cached_weights and model.options.fast_paths.matmul_1x1
