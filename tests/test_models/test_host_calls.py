@@ -6,8 +6,8 @@ measured). The counts here are of MAViT-T's CUDA host path run on CPU
 tensors, its kernels stubbed (``cuda_path_on_cpu``), at 64x64 in bf16
 autocast: the calls its own code issues (``issued``), which torch's releases
 hardly move. The budgets are the counts of
-``benchmarks/results/host-calls-cpu-2026-11-28.json`` (6,936 a forward,
-5,218 a training step, whose depthwise stages run unfused by default) with
+``benchmarks/results/host-calls-cpu-2026-11-28.json`` (7,352 a forward,
+5,214 a training step, whose depthwise stages run unfused by default) with
 about a tenth to spare. The same stages fused in training would add 1,260
 and 1,548 (that file's ``ablations``), over the budget.
 """
@@ -30,7 +30,7 @@ from mavit_mm.ops.fast_paths import DEFAULTS, on_in
 pytest.importorskip('triton')
 
 # Calls issued by mavit_mm's code (devtools.host_calls.PythonCalls.issued).
-FORWARD_BUDGET = 7_650
+FORWARD_BUDGET = 8_100
 TRAINING_STEP_BUDGET = 5_750
 # MAViT-T's fused launches: in each of its 12 blocks one per depthwise stage
 # fused by default, in each of its 4 MALA layers 3; a training step adds each
