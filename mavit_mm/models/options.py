@@ -81,7 +81,7 @@ class MAViTOptions:
             return False
         if setting is not True and not on_in(
                 setting, _gradients_flow((x, *others, weight), parameters), x.device.type):
-            return False   # (so 'triton' checks the tensors where the stage is on)
+            return False   # the modules; kernels_run's checks only where the stage is on
         return kernels_run(self.depthwise_impl, x, *others, weight=weight,
                            norm_channels=norm_channels)
 
@@ -89,7 +89,9 @@ class MAViTOptions:
 def _gradients_flow(tensors, parameters) -> bool:
     """Whether a gradient flows to any of ``tensors`` or ``parameters()`` (a
     training step). Cheap where it is clear: no grad mode, or an input that
-    needs a gradient."""
+    needs a gradient. (``derived_weights.takes_no_gradient`` asks the same of
+    its tensors but also stands aside under compile, where a stage set to
+    ``'inference'`` still fuses.)"""
     if not torch.is_grad_enabled():
         return False
     for tensor in tensors:
