@@ -337,10 +337,13 @@ def test_tune_mala_survives_failing_candidates_and_saves_as_it_goes(tmp_path, mo
     assert not snapshots[-1]['complete']
 
 
-def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path):
+def test_gpu_check_model_steps_run_on_cpu_and_write_their_json(tmp_path, monkeypatch):
     """The model steps (SDPA kernels, the sweep against Swin-T with its training
     step, the host/kernel split), run on the CPU at small sizes: what they
     write a GPU run writes."""
+    # One timed call a row, no warm-up: what is asserted is what each row holds.
+    monkeypatch.setitem(models.CPU_TIMING, 'cpu_warmup', 0)
+    monkeypatch.setitem(models.CPU_TIMING, 'cpu_calls', 1)
     result = op_steps.step_sdpa(tmp_path, 600, device='cpu', sizes=((64, 96),))
     sdpa = json.loads((tmp_path / 'sdpa.json').read_text())
     assert result['failed'] == 0 and sdpa['complete'] and not sdpa['math_path_seen']
@@ -820,10 +823,11 @@ def test_gpu_check_ablations_step_builds_each_row_with_its_switches(tmp_path, mo
 
     def mavit(impl, fast_paths=None):
         # Records the switches asked for; the model is the plain one (the switches'
-        # own effects are the model's tests'). One switch fails to build.
+        # own effects are the model's tests'), one block a stage. One switch fails
+        # to build.
         if fast_paths and fast_paths['fused_lepe_gate'] is False:
             raise TypeError("unexpected keyword argument 'fast_paths'")
-        built.append((fast_paths, MAViT(arch='tiny', mala_impl=impl)))
+        built.append((fast_paths, MAViT(arch='tiny', depths=[1, 1, 1, 1], mala_impl=impl)))
         return built[-1][1]
     monkeypatch.setattr(model_steps, 'mavit_t', mavit)
     plan = model_steps.ablation_rows(model_steps.ABLATION_MODES if step_name == 'ablations'

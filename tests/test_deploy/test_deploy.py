@@ -76,7 +76,9 @@ GT_PER_IMAGE = 5
 # (configs/mmseg/segmentation_onnxruntime_static-512x512.py and
 # configs/mmdet/instance-seg/instance-seg_onnxruntime_dynamic.py in its
 # repository, which its wheel does not ship): a user who follows mmdeploy's
-# own docs uses exactly these settings.
+# own docs uses exactly these settings. Ours of the same name resolve to them
+# key for key (test_our_deploy_configs_are_mmdeploys_stock_ones), so the export
+# and evaluation checks below, run on ours, hold for the stock ones too.
 STOCK_ONNX = dict(type='onnx', export_params=True, keep_initializers_as_inputs=False,
                   opset_version=11, save_file='end2end.onnx', input_names=['input'],
                   optimize=True)
@@ -114,15 +116,17 @@ STOCK = {
 }
 
 
-def deploy_config(name: str, tmp_path: Path) -> str:
-    """Ours (configs/deploy/NAME.py) or, for ``stock:NAME``, mmdeploy's settings
-    written to a file."""
-    if not name.startswith('stock:'):
-        return str(DEPLOY / f'{name}.py')
-    from mmengine.config import Config
-    path = tmp_path / f"{name.split(':', 1)[1]}.py"
-    Config(STOCK[name.split(':', 1)[1]]).dump(str(path))
-    return str(path)
+def deploy_config(name: str) -> str:
+    """Ours: configs/deploy/NAME.py."""
+    return str(DEPLOY / f'{name}.py')
+
+
+@pytest.mark.parametrize('name', sorted(STOCK))
+def test_our_deploy_configs_are_mmdeploys_stock_ones(name):
+    """Ours of a stock name resolve, through mmdeploy's own loader, to exactly
+    mmdeploy's settings: nothing added, dropped or changed."""
+    (ours,) = load_deploy_config(deploy_config(name))
+    assert ours.to_dict() == STOCK[name]
 
 
 @pytest.fixture(scope='module')
@@ -191,24 +195,15 @@ def val_images(data_root, kind: str):
 # -- segmentation --------------------------------------------------------------
 SEG_CASES = [('upernet', 'segmentation_onnxruntime_dynamic'),
              ('sem_fpn', 'segmentation_onnxruntime_dynamic'),
-             ('upernet', 'segmentation_onnxruntime_static-512x512'),
-             ('upernet', 'stock:segmentation_onnxruntime_static-512x512')]
+             ('upernet', 'segmentation_onnxruntime_static-512x512')]
 
 
-# The PyTorch side of a segmentation case (its labels per image and its
-# metrics) depends on the model and the input size only, not on the deploy
-# config: the two static 512x512 cases share it (one group, one worker).
-_pytorch_results: dict[tuple, dict] = {}
-
-
-def _seg_group(pipeline: str, deploy_name: str) -> str:
-    shape = deploy_name.rsplit('_', 1)[-1] if 'static' in deploy_name else 'dynamic'
-    return f'deploy-{pipeline}-{shape}'
-
-
+# Each case a group of its own (not the module's, which its module fixture
+# would give it: helpers/xdist_groups.py), so that the cases spread over the
+# workers.
 @pytest.mark.parametrize('pipeline,deploy_name', [
     pytest.param(pipeline, name, id=f'{pipeline}-{name}',
-                 marks=pytest.mark.xdist_group(_seg_group(pipeline, name)))
+                 marks=pytest.mark.xdist_group(f'deploy-{pipeline}-{name}'))
     for pipeline, name in SEG_CASES])
 def test_segmentation_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp_path):
     """Labels agree on >= 99.9 % of pixels and mIoU within 0.5 points. UperNet's
@@ -217,7 +212,7 @@ def test_segmentation_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp
     config = model_config(SEG_CONFIGS[pipeline], data_roots['ade20k'], tmp_path)
     checkpoint = fixed_seed_checkpoint(config, tmp_path / 'model.pth')
     images = val_images(data_roots['ade20k'], 'ade20k')
-    processor, backend, pytorch = export(deploy_config(deploy_name, tmp_path), config,
+    processor, backend, pytorch = export(deploy_config(deploy_name), config,
                                          checkpoint, images[0], tmp_path / 'onnx')
     # Labels at the network's output, on the same preprocessed input: the ONNX
     # graph's argmax against PyTorch's encode_decode (both resized to the input).
@@ -225,24 +220,19 @@ def test_segmentation_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp
     session = ort.InferenceSession(str(tmp_path / 'onnx' / 'end2end.onnx'),
                                    providers=['CPUExecutionProvider'])
     input_shape = get_input_shape(processor.deploy_cfg)
-    reference = _pytorch_results.setdefault((pipeline, str(input_shape)), {})
     agree = []
     for image in images:
         data, inputs = processor.create_input(image, input_shape)
         with torch.no_grad():
             data = pytorch.data_preprocessor(data, False)
-            if image not in reference:
-                metas = [sample.metainfo for sample in data['data_samples']]
-                reference[image] = pytorch.encode_decode(data['inputs'], metas).argmax(dim=1)
-        expected = reference[image]
+            metas = [sample.metainfo for sample in data['data_samples']]
+            expected = pytorch.encode_decode(data['inputs'], metas).argmax(dim=1)
         got = torch.from_numpy(session.run(None, {'input': data['inputs'].numpy()})[0])
         assert got.shape[-2:] == expected.shape[-2:], (got.shape, expected.shape)
         agree.append((got.reshape(expected.shape) == expected).float().mean().item())
     assert min(agree) >= 0.999, agree
     ort_metrics = evaluate(processor, backend, tmp_path / 'eval_ort')
-    if 'metrics' not in reference:
-        reference['metrics'] = evaluate(processor, pytorch, tmp_path / 'eval_torch')
-    torch_metrics = reference['metrics']
+    torch_metrics = evaluate(processor, pytorch, tmp_path / 'eval_torch')
     assert abs(ort_metrics['mIoU'] - torch_metrics['mIoU']) <= 0.5, (ort_metrics, torch_metrics)
 
 
@@ -318,9 +308,7 @@ def mask_iou(a: torch.Tensor, b: torch.Tensor) -> float:
 
 DET_CASES = [('mask_rcnn', 'instance-seg_onnxruntime_dynamic'),
              ('mask_rcnn', 'instance-seg_onnxruntime_static'),
-             ('mask_rcnn', 'stock:instance-seg_onnxruntime_dynamic'),
              ('retinanet', 'detection_onnxruntime_dynamic'),
-             ('retinanet', 'stock:detection_onnxruntime_dynamic'),
              # 32 s of a 2-core make test, on Mask R-CNN's deployment path with
              # two more R-CNN stages: under make test-slow.
              pytest.param('cascade', 'instance-seg_onnxruntime_dynamic',
@@ -336,9 +324,9 @@ def test_detector_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp_pat
     config, annotations = detector_config(pipeline, data_roots['coco'], tmp_path)
     checkpoint = scoring_checkpoint(pipeline, config, tmp_path / 'model.pth')
     images = val_images(data_roots['coco'], 'coco')
-    processor, backend, pytorch = export(deploy_config(deploy_name, tmp_path), config,
+    processor, backend, pytorch = export(deploy_config(deploy_name), config,
                                          checkpoint, images[0], tmp_path / 'onnx')
-    with_masks = deploy_name.split(':')[-1].startswith('instance-seg')
+    with_masks = deploy_name.startswith('instance-seg')
     compared, detections, masks_drawn, mask_ious = 0, {}, 0, []
     for image in images:
         data, _ = processor.create_input(image, get_input_shape(processor.deploy_cfg))

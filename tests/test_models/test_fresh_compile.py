@@ -41,7 +41,9 @@ torch.manual_seed(0)
 # CPU acts only under compile: eager then runs what the compiled graph runs, so
 # the two agree exactly. oneDNN's 1x1 convolution and a GEMM round alike on
 # some CPUs, not on all.)
-model = MAViT('tiny', mala_impl='triton',
+# One block a stage: the import broke the graph at the first MALA block, and
+# every block type still runs, at a third of the full depth's time.
+model = MAViT('tiny', depths=[1, 1, 1, 1], mala_impl='triton',
               fast_paths=dict(folded_residual_conv=False, joint_qk_rotation=False,
                               matmul_1x1=False)).eval()
 x = torch.randn(1, 3, 64, 96)
@@ -67,5 +69,5 @@ def test_compile_before_any_eager_call_gives_one_graph():
     assert not report['dynamo_at_import']    # importing mavit_mm costs no Dynamo (~0.7 s)
     assert report['imported']                # the trace itself imported the kernels' modules
     assert report['graphs'] == 1, report       # fullgraph=True: a break would have raised
-    assert report['mala_calls'] == report['mala_blocks'] == 4    # stages 1-2, the fused op
+    assert report['mala_calls'] == report['mala_blocks'] == 2    # stages 1-2, the fused op
     assert report['max_difference'] == 0.0, report

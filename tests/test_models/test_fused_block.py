@@ -47,36 +47,46 @@ def image(size=(32, 32)) -> torch.Tensor:
     return torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1)).to(DEVICE)
 
 
-def test_the_fused_stages_compute_the_modules_model(one_torch_thread):
+def training_step(model: MAViT) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+    """The outputs and the parameters' gradients of a training step (batch norms
+    in training mode) on ``image()``, each output weighted by fixed noise."""
+    outputs = model.train()(image())
+    upstream = [torch.randn(out.shape, generator=torch.Generator().manual_seed(i)).to(DEVICE)
+                for i, out in enumerate(outputs)]
+    sum((out * up).sum() for out, up in zip(outputs, upstream)).backward()
+    return outputs, {name: p.grad for name, p in model.named_parameters()}
+
+
+@pytest.fixture(scope='module')
+def all_on_step(one_torch_thread):
+    """(model, its weights before, its training step) with every fast path on:
+    two tests compare against it, and in Triton's interpreter it is the slow
+    part of each."""
+    model = small_model('triton', fast_paths=ALL_ON)
+    initial = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    return model, initial, training_step(model)
+
+
+def test_the_fused_stages_compute_the_modules_model(all_on_step):
     """All three fused stages (the FFN's middle too, off by default): fp32
     outputs and every gradient of a training step (batch norms in training
     mode), and bf16 autocast outputs, against the modules."""
-    modules = small_model('torch').train()
-    fused = small_model('triton', fast_paths=ALL_ON).train()
-    fused.load_state_dict(modules.state_dict(), strict=True)
-    x = image()
-    upstream = None
-    grads = []
-    for model in (modules, fused):
-        outputs = model(x)
-        if upstream is None:
-            upstream = [torch.randn(out.shape, generator=torch.Generator().manual_seed(i))
-                        .to(DEVICE) for i, out in enumerate(outputs)]
-            expected = outputs
-        else:
-            for ours, reference in zip(outputs, expected):
-                # fp32 sums in another order: 1.1e-5 with cuDNN's algorithms on the
-                # H100 (benchmarks/results/gpu-h100-2026-11-27), under 1e-5 on the CPU.
-                error = ((ours - reference).norm() / reference.norm()).item()
-                assert error < 3e-5, error
-        sum((out * up).sum() for out, up in zip(outputs, upstream)).backward()
-        grads.append({name: p.grad for name, p in model.named_parameters()})
-    for name, reference in grads[0].items():
+    fused, initial, (outputs, fused_grads) = all_on_step
+    modules = small_model('torch')
+    modules.load_state_dict(initial, strict=True)
+    expected, grads = training_step(modules)
+    for ours, reference in zip(outputs, expected):
+        # fp32 sums in another order: 1.1e-5 with cuDNN's algorithms on the
+        # H100 (benchmarks/results/gpu-h100-2026-11-27), under 1e-5 on the CPU.
+        error = ((ours - reference).norm() / reference.norm()).item()
+        assert error < 3e-5, error
+    for name, reference in grads.items():
         if before_a_batch_norm(name):
             continue
         scale = reference.abs().max()
-        error = ((grads[1][name] - reference).abs().max() / scale).item()
+        error = ((fused_grads[name] - reference).abs().max() / scale).item()
         assert error < 1e-4, (name, error)
+    x = image()
     halves = []
     for model in (modules, fused):
         model.eval()
@@ -126,21 +136,17 @@ def test_a_fused_stage_set_to_inference_runs_only_where_no_gradient_flows(switch
     assert ops(True, grad=True) == blocks and ops(False, grad=False) == 0
 
 
-def test_tap_major_weights_off_reads_the_parameters_in_place(one_torch_thread):
+def test_tap_major_weights_off_reads_the_parameters_in_place(all_on_step):
     """Switch ``tap_major_weights`` off: the kernels read each depthwise kernel
     as a view of its parameter (a channel stride of k * k), no copy; the same
     outputs and gradients as tap-major."""
-    runs = []
-    for tap_major_layout in (True, False):
-        model = small_model('triton', fast_paths=ALL_ON.without('tap_major_weights')
-                            if not tap_major_layout else ALL_ON)
-        outputs = model.train()(image())
-        sum(out.square().mean() for out in outputs).backward()
-        runs.append((outputs, {name: p.grad for name, p in model.named_parameters()}))
-    for ours, reference in zip(runs[1][0], runs[0][0]):
+    _, _, (expected, grads) = all_on_step
+    model = small_model('triton', fast_paths=ALL_ON.without('tap_major_weights'))
+    outputs, view_grads = training_step(model)
+    for ours, reference in zip(outputs, expected):
         torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
-    for name, reference in runs[0][1].items():
-        torch.testing.assert_close(runs[1][1][name], reference, rtol=1e-4, atol=1e-7, msg=name)
+    for name, reference in grads.items():
+        torch.testing.assert_close(view_grads[name], reference, rtol=1e-4, atol=1e-7, msg=name)
     conv = model.layers[0].blocks[0].pos
     view, kept = conv.depthwise_taps(False), conv.depthwise_taps(True)
     assert view.data_ptr() == conv.weight.data_ptr() and view.stride() == (1, 9)

@@ -27,6 +27,10 @@ pytest.importorskip('mmdet.models')
 pytest.importorskip('mmseg.models')
 
 MAX_ITERS = 2
+# For the runs whose validation and last checkpoint no test reads: no
+# validation (it would run at the last iteration) and no checkpoint hook.
+NO_VALIDATION = f'train_cfg.val_begin={MAX_ITERS + 10}'
+NO_CHECKPOINTS = 'default_hooks.checkpoint=None'
 
 
 @pytest.fixture(scope='session')
@@ -43,11 +47,13 @@ class TrainedRuns:
     """Trains each pipeline once per session (tests share the runs)."""
 
     def __init__(self, roots, root):
-        self.roots, self.root, self.runs = roots, root, {}
+        self.roots, self.root, self.runs, self.configs = roots, root, {}, {}
 
     def config(self, name):
-        return write_tiny_config(name, self.roots, self.root / 'configs', MAX_ITERS,
-                                 checkpoint_interval=1)
+        if name not in self.configs:
+            self.configs[name] = write_tiny_config(name, self.roots, self.root / 'configs',
+                                                   MAX_ITERS, checkpoint_interval=1)
+        return self.configs[name]
 
     def get(self, name, *extra_args):
         if name not in self.runs:
@@ -151,7 +157,8 @@ def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
     work_dir, _ = trained.get('mask_rcnn')
     resumed_dir = tmp_path / 'resumed'
     result = run_tool('train.py', trained.config('mask_rcnn'), '--work-dir', resumed_dir,
-                      '--resume', work_dir / 'iter_1.pth', cwd=tmp_path)
+                      '--resume', work_dir / 'iter_1.pth', '--cfg-options', NO_VALIDATION,
+                      cwd=tmp_path)
     assert result.returncode == 0, explain(result)
     assert 'resumed epoch: 0, iter: 1' in result.stdout + result.stderr
     records = training_records(run_dirs(resumed_dir)[-1])
@@ -173,7 +180,8 @@ def test_auto_resume_from_the_work_dir(trained, tmp_path):
     shutil.copytree(work_dir, copy, ignore=shutil.ignore_patterns('2*'))  # no old logs
     (copy / 'last_checkpoint').write_text(str(copy / f'iter_{MAX_ITERS}.pth'))
     result = run_tool('train.py', trained.config('upernet'), '--work-dir', copy, '--resume',
-                      '--cfg-options', f'train_cfg.max_iters={MAX_ITERS + 1}', cwd=tmp_path)
+                      '--cfg-options', f'train_cfg.max_iters={MAX_ITERS + 1}', NO_VALIDATION,
+                      cwd=tmp_path)
     assert result.returncode == 0, explain(result)
     assert f'resumed epoch: 0, iter: {MAX_ITERS}' in result.stdout + result.stderr
     records = training_records(run_dirs(copy)[-1])
@@ -190,7 +198,7 @@ def test_our_checkpoints_feed_load_from_and_pretrained(trained, tmp_path):
     checkpoint = work_dir / f'iter_{MAX_ITERS}.pth'
     cascade = run_tool('train.py', trained.config('cascade_mask_rcnn'), '--work-dir',
                        tmp_path / 'cascade', '--cfg-options', f'load_from={checkpoint}',
-                       'train_cfg.max_iters=1', cwd=tmp_path)
+                       'train_cfg.max_iters=1', NO_VALIDATION, NO_CHECKPOINTS, cwd=tmp_path)
     assert cascade.returncode == 0, explain(cascade)
     assert f'Load checkpoint from {checkpoint}' in cascade.stdout + cascade.stderr
     # The demo configs train from scratch (init_cfg=None): replace it, as a user would.
@@ -200,7 +208,8 @@ def test_our_checkpoints_feed_load_from_and_pretrained(trained, tmp_path):
         f"model = dict(backbone=dict(init_cfg=dict(\n"
         f"    _delete_=True, type='Pretrained', checkpoint={str(checkpoint)!r})))\n")
     fpn = run_tool('train.py', pretrained_config, '--work-dir', tmp_path / 'fpn',
-                   '--cfg-options', 'train_cfg.max_iters=1', cwd=tmp_path)
+                   '--cfg-options', 'train_cfg.max_iters=1', NO_VALIDATION, NO_CHECKPOINTS,
+                   cwd=tmp_path)
     assert fpn.returncode == 0, explain(fpn)
     log = fpn.stdout + fpn.stderr
     assert 'MAViT: loaded' in log and str(checkpoint) in log
