@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mmengine.config import DictAction  # noqa: E402
+from mavit_mm.tooling.cli import ConfigOptions  # noqa: E402
 
 IMAGE_SUFFIXES = {'.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp'}
 # What mmdet's / mmseg's inferencers warn before falling back to COCO /
@@ -64,7 +64,7 @@ def parse_args(argv=None):
                         help='with --show: seconds per image (0: wait for a key)')
     parser.add_argument('--no-save-vis', action='store_true', help='do not write vis/')
     parser.add_argument('--no-save-pred', action='store_true', help='do not write preds/')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions, default={},
                         help='override config entries, key=value (mmengine syntax)')
     args = parser.parse_args(argv)
     if not 0 < args.opacity <= 1:

@@ -19,10 +19,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(REPO_ROOT))
 
-from mmengine.config import DictAction  # noqa: E402
 
 import mavit_mm  # noqa: E402,F401  (registers MAViT; torch.load allow-list for checkpoints)
 from mavit_mm.tooling import preflight, runner_setup  # noqa: E402
+from mavit_mm.tooling.cli import ConfigOptions  # noqa: E402
 from mavit_mm.tooling.config import ConfigCheckError, load_config  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="test-time augmentation: the config's tta_model and tta_pipeline "
                              "(mmseg's ADE20K: flips at six scales; mmdet: image and flip, "
                              'boxes only)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                         metavar='KEY=VALUE', help=runner_setup.CFG_OPTIONS_HELP)
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
                         help=runner_setup.LAUNCHER_HELP)

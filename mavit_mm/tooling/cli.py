@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from mmengine.config import DictAction
+
 # The coarsest feature map is 1/32 of the input: below one cell a side the
 # necks and heads have nothing to work on.
 MIN_IMAGE_SIDE = 32
@@ -35,6 +37,20 @@ def image_size(text: str) -> tuple[int, int]:
     if len(parts) != 2:
         raise argparse.ArgumentTypeError(f'sizes are HEIGHTxWIDTH, e.g. 512x2048; got {text!r}')
     return image_side(parts[0]), image_side(parts[1])
+
+
+class ConfigOptions(DictAction):
+    """mmengine's ``--cfg-options`` action (``KEY=VALUE`` items merged into the
+    config), refusing an item without a key and ``=`` through argparse, which
+    names the option; mmengine's own ends such an item in a traceback."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for item in values or ():
+            key, equals, _ = item.partition('=')
+            if not equals or not key.strip():
+                raise argparse.ArgumentError(
+                    self, f'expected KEY=VALUE, e.g. train_cfg.max_iters=100; got {item!r}')
+        super().__call__(parser, namespace, values, option_string)
 
 
 def resolve_device(name: str | None):

@@ -51,3 +51,31 @@ def test_a_users_mistake_ends_without_a_traceback(tmp_path):
     assert result.stderr.strip().startswith('demo.py: error: no images')
     assert 'tools/demo.py:' in result.stderr    # where it was raised
     assert 'Traceback' not in result.stderr
+
+
+# Each tool that takes --cfg-options, with its positional arguments.
+CFG_OPTIONS_TOOLS = [('train', ['CONFIG']), ('test', ['CONFIG', 'CHECKPOINT']),
+                     ('demo', ['IMAGES', 'CONFIG', 'CHECKPOINT']),
+                     ('model_converters/convert_checkpoint', ['SRC', 'DST', '--config', 'C']),
+                     ('analysis_tools/get_flops', ['CONFIG']),
+                     ('analysis_tools/benchmark_fps', ['CONFIG']),
+                     ('analysis_tools/visualize_attention', ['IMAGE'])]
+
+
+@pytest.mark.parametrize('tool,argv', CFG_OPTIONS_TOOLS, ids=[t for t, _ in CFG_OPTIONS_TOOLS])
+@pytest.mark.parametrize('item', ['train_cfg.max_iters', '=100'])
+def test_cfg_options_without_key_and_value_are_refused(tool, argv, item, capsys):
+    """mmengine's own action ended these in a ValueError traceback."""
+    with pytest.raises(SystemExit) as exit_info:
+        load_tool(tool).parse_args([*argv, '--cfg-options', 'a=1', item])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --cfg-options: expected KEY=VALUE, e.g. train_cfg.max_iters=100; got {item!r}" in err
+
+
+def test_cfg_options_are_mmengines():
+    """Values parse as mmengine's DictAction parses them (numbers, lists)."""
+    args = load_tool('train').parse_args(['CONFIG', '--cfg-options', 'train_cfg.max_iters=3',
+                                          'model.backbone.depths=[1,1,2,1]', 'name=a=b'])
+    assert args.cfg_options == {'train_cfg.max_iters': 3,
+                                'model.backbone.depths': [1, 1, 2, 1], 'name': 'a=b'}

@@ -63,9 +63,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from mmengine.config import DictAction  # noqa: E402
 
-from mavit_mm.tooling.cli import image_side, image_size, int_at_least  # noqa: E402
+from mavit_mm.tooling.cli import ConfigOptions, image_side, image_size, int_at_least  # noqa: E402
 
 DTYPES = {'fp32': 'float32', 'fp16': 'float16', 'bf16': 'bfloat16'}
 MODES = ('eager', 'cuda-graph', 'compile')
@@ -106,7 +105,7 @@ def parse_args(argv=None):
                         help='how the forward runs, timed side by side (default: eager): eager; '
                              'cuda-graph (captured once, replayed; CUDA only); compile '
                              "(torch.compile, mode='reduce-overhead'; compile time on its own)")
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions, default={},
                         help='override config entries of every config, key=value')
     parser.add_argument('--out', metavar='FILE',
                         help='JSON output (default: benchmarks/results/fps-<device>-<time>.json)')

@@ -18,9 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mmengine.config import DictAction  # noqa: E402
 
-from mavit_mm.tooling.cli import image_side  # noqa: E402
+from mavit_mm.tooling.cli import ConfigOptions, image_side  # noqa: E402
 from mavit_mm.tooling.complexity import count_complexity  # noqa: E402
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 
@@ -37,7 +36,7 @@ def parse_args(argv=None):
                              'convention; segmentation papers use 512 2048)')
     parser.add_argument('--backbone-only', action='store_true',
                         help='count only the backbone of the config')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions, default={},
                         help='override config entries, key=value (mmengine syntax)')
     parser.add_argument('--json', metavar='FILE', help='also write the figures as JSON here')
     args = parser.parse_args(argv)

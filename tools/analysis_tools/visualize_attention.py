@@ -42,9 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mmengine.config import DictAction  # noqa: E402
 
-from mavit_mm.tooling.cli import image_side  # noqa: E402
+from mavit_mm.tooling.cli import ConfigOptions, image_side  # noqa: E402
 
 FIG2_TYPES = ('softmax', 'linear', 'mala')
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
@@ -78,7 +77,7 @@ def parse_args(argv=None):
                         help="the paper's Fig. 2: a synthetic query scaled by --scales")
     parser.add_argument('--scales', type=float, nargs='+', default=[1.0, 2.0, 4.0],
                         help='query scales of --fig2 (default: 1 2 4)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions, default={},
                         help='override config entries, key=value (mmengine syntax)')
     parser.add_argument('--out-dir', required=True, help='where the PNGs and JSON go')
     args = parser.parse_args(argv)

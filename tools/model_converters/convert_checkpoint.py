@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mmengine.config import DictAction  # noqa: E402
+from mavit_mm.tooling.cli import ConfigOptions  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -44,7 +44,7 @@ def parse_args(argv=None):
     target.add_argument('--arch', help='MAViT size: t|s|b|l (a backbone checkpoint)')
     target.add_argument('--config', help='detection / segmentation config: convert the whole '
                                          'model, heads included, for it')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions, default={},
                         help='override entries of --config, key=value (mmengine syntax)')
     parser.add_argument('--prefix', default=None,
                         help="keep only keys under this prefix (default: 'backbone.' when present)")
