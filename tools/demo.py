@@ -34,8 +34,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mavit_mm.tooling.cli import ConfigOptions  # noqa: E402
-
 IMAGE_SUFFIXES = {'.jpg', '.jpeg', '.png', '.bmp', '.tif', '.tiff', '.webp'}
 # What mmdet's / mmseg's inferencers warn before falling back to COCO /
 # Cityscapes class names; here the config's classes are used instead.
@@ -43,6 +41,8 @@ _NO_CLASSES_WARNING = 'dataset_meta or class names are not saved'
 
 
 def parse_args(argv=None):
+    from mavit_mm.tooling.cli import ConfigOptions  # (mavit_mm where it is used, as below)
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('inputs', help='an image file or a folder of images')

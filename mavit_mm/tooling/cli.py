@@ -41,8 +41,9 @@ def image_size(text: str) -> tuple[int, int]:
 
 class ConfigOptions(DictAction):
     """mmengine's ``--cfg-options`` action (``KEY=VALUE`` items merged into the
-    config), refusing an item without a key and ``=`` through argparse, which
-    names the option; mmengine's own ends such an item in a traceback."""
+    config, values parsed as mmengine parses them), refusing through argparse,
+    which names the option, an item without a key and ``=`` or a value whose
+    brackets or quotes do not pair; mmengine's own ends those in a traceback."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         for item in values or ():
@@ -50,7 +51,12 @@ class ConfigOptions(DictAction):
             if not equals or not key.strip():
                 raise argparse.ArgumentError(
                     self, f'expected KEY=VALUE, e.g. train_cfg.max_iters=100; got {item!r}')
-        super().__call__(parser, namespace, values, option_string)
+            try:   # one item at a time, so that the error names it
+                super().__call__(parser, namespace, [item], option_string)
+            except (AssertionError, ValueError, IndexError):
+                raise argparse.ArgumentError(
+                    self, f'cannot parse the value of {item!r}: its brackets and quotes '
+                          f'must pair, e.g. model.backbone.depths=[2,2,6,2]') from None
 
 
 def resolve_device(name: str | None):

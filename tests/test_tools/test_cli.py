@@ -73,9 +73,19 @@ def test_cfg_options_without_key_and_value_are_refused(tool, argv, item, capsys)
     assert f"argument --cfg-options: expected KEY=VALUE, e.g. train_cfg.max_iters=100; got {item!r}" in err
 
 
+@pytest.mark.parametrize('item', ['model.backbone.depths=[1,2', 'a=(1,[2)'])
+def test_cfg_options_whose_brackets_do_not_pair_are_refused(item, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        load_tool('train').parse_args(['CONFIG', '--cfg-options', item])
+    assert exit_info.value.code == 2
+    assert f'argument --cfg-options: cannot parse the value of {item!r}' in capsys.readouterr().err
+
+
 def test_cfg_options_are_mmengines():
     """Values parse as mmengine's DictAction parses them (numbers, lists)."""
     args = load_tool('train').parse_args(['CONFIG', '--cfg-options', 'train_cfg.max_iters=3',
-                                          'model.backbone.depths=[1,1,2,1]', 'name=a=b'])
+                                          'model.backbone.depths=[1,1,2,1]', 'name=a=b',
+                                          '--cfg-options', 'pairs=[(1,2),(3,4)]', 'empty='])
     assert args.cfg_options == {'train_cfg.max_iters': 3,
-                                'model.backbone.depths': [1, 1, 2, 1], 'name': 'a=b'}
+                                'model.backbone.depths': [1, 1, 2, 1], 'name': 'a=b',
+                                'pairs': [(1, 2), (3, 4)], 'empty': ''}

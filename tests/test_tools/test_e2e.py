@@ -27,8 +27,9 @@ pytest.importorskip('mmdet.models')
 pytest.importorskip('mmseg.models')
 
 MAX_ITERS = 2
-# For the runs whose validation and last checkpoint no test reads: no
-# validation (it would run at the last iteration) and no checkpoint hook.
+# For the runs whose validation or last checkpoint no test reads, and no
+# other test needs run: no validation (it would run at the last iteration),
+# no checkpoint hook.
 NO_VALIDATION = f'train_cfg.val_begin={MAX_ITERS + 10}'
 NO_CHECKPOINTS = 'default_hooks.checkpoint=None'
 
@@ -100,7 +101,7 @@ def on_the_worker_that_trains(name: str):
 
 
 # The cascade's run is the slowest (41 s of a 2-core make test): it runs under
-# make test-slow; make test still trains the cascade through the tools
+# make test-slow; make test still trains and validates the cascade through the tools
 # (test_our_checkpoints_feed_load_from_and_pretrained) and tests Mask R-CNN's
 # whole path, which the cascade extends with two more R-CNN stages.
 SLOW_E2E = ('cascade_mask_rcnn',)
@@ -198,9 +199,13 @@ def test_our_checkpoints_feed_load_from_and_pretrained(trained, tmp_path):
     checkpoint = work_dir / f'iter_{MAX_ITERS}.pth'
     cascade = run_tool('train.py', trained.config('cascade_mask_rcnn'), '--work-dir',
                        tmp_path / 'cascade', '--cfg-options', f'load_from={checkpoint}',
-                       'train_cfg.max_iters=1', NO_VALIDATION, NO_CHECKPOINTS, cwd=tmp_path)
+                       'train_cfg.max_iters=1', NO_CHECKPOINTS, cwd=tmp_path)
     assert cascade.returncode == 0, explain(cascade)
     assert f'Load checkpoint from {checkpoint}' in cascade.stdout + cascade.stderr
+    # Its validation at that iteration is make test's run of the cascade's
+    # predict path and evaluation (test_train_then_test's cascade case is slow).
+    _check_metrics(validation_metrics_by_step(tmp_path / 'cascade').get(1),
+                   DEMO_JOBS['cascade_mask_rcnn'][2], 'coco')
     # The demo configs train from scratch (init_cfg=None): replace it, as a user would.
     pretrained_config = tmp_path / 'fpn_pretrained.py'
     pretrained_config.write_text(

@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mavit_mm.tooling.cli import ConfigOptions  # noqa: E402
-
 
 def parse_args(argv=None):
+    from mavit_mm.tooling.cli import ConfigOptions  # (mavit_mm where it is used, as below)
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('src', help='published or trained checkpoint')
