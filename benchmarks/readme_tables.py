@@ -441,13 +441,10 @@ def target_now(target: Target, results_dir: Path | None = None) -> str:
     step (the file the step writes, in a GPU run's folders) that has any of
     them, with the verdict and the run; ``not measured`` where none has."""
     found = []
-    for path in (results_dir or RESULTS_DIR).glob(
-            f'{GPU_RUN_PREFIX}*/**/{STEP_FILES[target.step]}'):
-        report = json.loads(path.read_text())
+    for date, path, report in _committed_gpu_files(STEP_FILES[target.step], results_dir):
         values = [figure_value(figure, report) for figure in target.figures]
-        if any(value is not None for value in values) and \
-                not is_uncommitted(recorded_commit(path, report)):
-            found.append((_report_date(path, report), path, values))
+        if any(value is not None for value in values):
+            found.append((date, path, values))
     if not found:
         return 'not measured'
     _, path, values = max(found)
@@ -829,12 +826,18 @@ def render_gpu_ablations(report: dict, source: str) -> str:
     return '\n'.join(lines)
 
 
+def _committed_gpu_files(name: str, results_dir: Path | None = None):
+    """(date, path, report) of each file ``name`` of the GPU runs that
+    measured a committed tree (the date: ``_report_date``, '' where none)."""
+    for path in (results_dir or RESULTS_DIR).glob(f'{GPU_RUN_PREFIX}*/**/{name}'):
+        report = json.loads(path.read_text())
+        if not is_uncommitted(recorded_commit(path, report)):
+            yield _report_date(path, report) or '', path, report
+
+
 def _newest_gpu_file(name: str, results_dir: Path | None = None) -> Path | None:
     """The newest (by ``_report_date``) file ``name`` of any committed GPU run."""
-    found = [(_report_date(path, report) or '', path)
-             for path in (results_dir or RESULTS_DIR).glob(f'{GPU_RUN_PREFIX}*/**/{name}')
-             for report in [json.loads(path.read_text())]
-             if not is_uncommitted(recorded_commit(path, report))]
+    found = [(date, path) for date, path, _ in _committed_gpu_files(name, results_dir)]
     return max(found)[1] if found else None
 
 
