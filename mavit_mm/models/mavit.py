@@ -381,7 +381,7 @@ class MAViT(BaseModule):
 
         options = self.options
         self.patch_embed = ConvStem(in_channels, self.embed_dims[0], norm_cfg, options=options)
-        drop_paths = torch.linspace(0, self.drop_path_rate, sum(self.depths)).tolist()
+        drop_paths = torch.linspace(0, self.drop_path_rate, sum(self.depths), device='cpu').tolist()
         self.layers = nn.ModuleList()
         for i in range(NUM_STAGES):
             first = sum(self.depths[:i])

@@ -215,22 +215,22 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
     a resumed run) holds exactly its tensors (the policy of ``tools/demo.py``
     and the converter: :func:`~mavit_mm.models.checkpoint.fit_whole_model`).
     mmengine alone loads what fits, logs the rest and goes on with a
-    part-random model. The model is built here, on the CPU, before the
-    Runner. Remote checkpoints are left to mmengine."""
+    part-random model. The model is built here, with no data (meta
+    tensors), before the Runner. Remote checkpoints are left to mmengine."""
     if not is_local_file_path(checkpoint):
         return
     from ..models.checkpoint import extract_state_dict, fit_whole_model
-    from .model_builder import build_model
+    from .model_builder import meta_state_dict
 
     # The model the checkpoint's keys name: inside --tta's wrapper, as
     # mmengine's own loader unwraps it.
     model_cfg = cfg.model
     while model_cfg.get('module') is not None:
         model_cfg = model_cfg.module
-    model = build_model(cfg, model_cfg)
+    expected = meta_state_dict(cfg, model_cfg)
     try:
         loaded = _load_mapped(osp.expanduser(checkpoint))
-        fit_whole_model(model.state_dict(), extract_state_dict(loaded), source=checkpoint)
+        fit_whole_model(expected, extract_state_dict(loaded), source=checkpoint)
     except ValueError as error:
         raise ConfigCheckError(
             f'{what}: {error} (a checkpoint of another config? an mmdet 2.x / mmseg 0.x '

@@ -366,6 +366,32 @@ def test_param_count(built):
 
 
 @needs_downstream
+def test_meta_state_dict_is_the_models_without_data(built):
+    """What the pre-flight check and the converter fit checkpoints to, built
+    on the meta device (no constructor of ours may read a tensor's values)."""
+    from mavit_mm.tooling.model_builder import meta_state_dict
+
+    _, _, cfg, model = built
+    expected = model.state_dict()
+    meta = meta_state_dict(cfg)
+    assert list(meta) == list(expected)
+    assert all(t.is_meta for t in meta.values())
+    assert [(t.shape, t.dtype) for t in meta.values()] == \
+        [(t.shape, t.dtype) for t in expected.values()]
+
+
+@needs_downstream
+def test_meta_state_dict_builds_swin_on_the_cpu():
+    """mmdet's Swin reads a tensor's values in its constructor (``.item()``),
+    which the meta device cannot give: the model is built on the CPU instead."""
+    from mavit_mm.tooling.model_builder import meta_state_dict
+
+    state = meta_state_dict(load_config(str(CONFIG_DIR / 'baselines/mask-rcnn_swin-t_fpn_1x_coco.py')))
+    assert 'backbone.stages.0.blocks.0.attn.w_msa.relative_position_bias_table' in state
+    assert not any(t.is_meta for t in state.values())
+
+
+@needs_downstream
 def test_loss_and_backward(built):
     pipe, _, cfg, model = built
     torch.manual_seed(0)

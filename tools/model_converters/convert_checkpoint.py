@@ -88,12 +88,12 @@ def convert_full(src: str, dst: str, config: str, cfg_options=None) -> dict:
     from mavit_mm.models.checkpoint import extract_state_dict
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.legacy_checkpoints import convert_whole_model, head_num_classes
-    from mavit_mm.tooling.model_builder import build_model, dataset_meta_from_config
+    from mavit_mm.tooling.model_builder import dataset_meta_from_config, meta_state_dict
 
     if not Path(src).is_file():
         raise FileNotFoundError(f'checkpoint not found: {src}')
     cfg = load_config(config, cfg_options)
-    expected = build_model(cfg).state_dict()
+    expected = meta_state_dict(cfg)
     checkpoint = CheckpointLoader.load_checkpoint(src, map_location='cpu')
     state_dict, meta, report = convert_whole_model(
         checkpoint, extract_state_dict(checkpoint), expected, scope=cfg.default_scope,
