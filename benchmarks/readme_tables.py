@@ -36,8 +36,9 @@ A GPU run is one folder ``benchmarks/results/gpu-<device>-<date>/``, one
 subfolder per ``gpu_check.py`` command (its ``--out``), each with the
 ``env.json`` that names the GPU, driver and versions of the files beside it
 (a command folder without one, or a file at the run's top, takes the run's
-other ``env.json``). The GPU tools do not record the commit: the run's
-``README.md`` names it on a line ``Commit: `<sha>```. ``gpu-upernet-fps``
+other ``env.json``). That ``env.json`` records the commit measured
+(``gpu_check.py --commit``); runs from before it name the commit in the
+run's ``README.md``, on a line ``Commit: `<sha>```. ``gpu-upernet-fps``
 shows each size and mode from the newest run that measured it
 (``benchmark_fps.py``'s JSON, or ``gpu_check.py``'s ``upernet-fps.json``),
 a section per run: a mode and size measured more than once in a run shows
