@@ -195,12 +195,14 @@ def _run_segmentor(inferencer, images, args, out_dir: str) -> list:
 def main(argv=None) -> list:
     args = parse_args(argv)
     import mavit_mm  # noqa: F401  (registers MAViT; allow-lists mmengine's checkpoints)
+    from mavit_mm.models.checkpoint import read_checkpoint
     from mavit_mm.tooling.cli import resolve_device
     from mavit_mm.tooling.config import load_config
 
     images = list_images(args.inputs)
     if not Path(args.checkpoint).is_file():
         raise FileNotFoundError(f'checkpoint not found: {args.checkpoint}')
+    read_checkpoint(args.checkpoint)    # memory-mapped: a file that is no checkpoint fails here
     device = str(resolve_device(args.device))
     cfg = load_config(args.config, args.cfg_options)
     inferencer, classes_from = build_inferencer(cfg, args.checkpoint, device)

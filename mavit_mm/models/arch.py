@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from numbers import Number
+from numbers import Integral, Number, Real
 
 from ..ops.attention_variants import check_attn_type
 
@@ -54,6 +54,13 @@ def per_stage(name: str, value, kind=None) -> list:
     return list(value)
 
 
+def whole_number(name: str, value, minimum: int) -> int:
+    """``value`` as an int, which it must be (not a float, not a bool), at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f'{name} must be a whole number >= {minimum}, got {value!r}')
+    return int(value)
+
+
 def stage_settings(arch: str | None, *, layerscales, attn_types, **given) -> dict:
     """The settings of a MAViT, each per-stage one a list with an entry per
     stage: the preset of ``arch`` (none for ``None``) with the ``given``
@@ -64,14 +71,21 @@ def stage_settings(arch: str | None, *, layerscales, attn_types, **given) -> dic
     if missing:
         raise ValueError(f'without an arch preset MAViT needs {missing}')
     stages = dict(
-        depths=[int(d) for d in per_stage('depths', settings['depths'])],
-        embed_dims=[int(d) for d in per_stage('embed_dims', settings['embed_dims'])],
-        num_heads=[int(h) for h in per_stage('num_heads', settings['num_heads'])],
+        depths=[whole_number(f'depths[{i}]', d, 1)
+                for i, d in enumerate(per_stage('depths', settings['depths']))],
+        embed_dims=[whole_number(f'embed_dims[{i}]', d, 1)
+                    for i, d in enumerate(per_stage('embed_dims', settings['embed_dims']))],
+        num_heads=[whole_number(f'num_heads[{i}]', h, 1)
+                   for i, h in enumerate(per_stage('num_heads', settings['num_heads']))],
         mlp_ratios=per_stage('mlp_ratios', settings['mlp_ratios'], Number),
         layer_init_values=per_stage('layer_init_values', settings['layer_init_values'], Number),
         layerscales=per_stage('layerscales', True if layerscales is None else layerscales, bool),
         attn_types=per_stage('attn_types', attn_types, str),
         drop_path_rate=float(settings['drop_path_rate']))
+    for i, (dim, ratio) in enumerate(zip(stages['embed_dims'], stages['mlp_ratios'])):
+        if isinstance(ratio, bool) or not isinstance(ratio, Real) or int(dim * ratio) < 1:
+            raise ValueError(f'mlp_ratios[{i}] must be a number that gives the FFN at least '
+                             f'one hidden channel (embed_dims {dim}), got {ratio!r}')
     if not 0 <= stages['drop_path_rate'] < 1:
         raise ValueError(f"drop_path_rate must lie in [0, 1), got {stages['drop_path_rate']}")
     for i, (dim, heads) in enumerate(zip(stages['embed_dims'], stages['num_heads'])):
@@ -87,4 +101,4 @@ def stage_settings(arch: str | None, *, layerscales, attn_types, **given) -> dic
 
 
 __all__ = ['ARCH_SETTINGS', 'ARCH_ALIASES', 'NUM_STAGES', 'resolve_arch', 'per_stage',
-           'stage_settings']
+           'stage_settings', 'whole_number']

@@ -1,7 +1,9 @@
 """Reading checkpoints and fitting them to a model, one policy for published
-backbone weights (:func:`load_pretrained_backbone`, keys only one side has are
-listed) and whole detector / segmentor checkpoints (:func:`fit_whole_model`,
-exactly): a tensor whose shape differs from the model's is an error naming it.
+backbone weights (:func:`fit_backbone`, :func:`load_pretrained_backbone`: keys
+only one side has are listed) and whole detector / segmentor checkpoints
+(:func:`fit_whole_model`, exactly): a tensor whose shape differs from the
+model's is an error naming it. Files are read by :func:`read_checkpoint`
+(weights only; a file that is no checkpoint is an error saying why).
 """
 from __future__ import annotations
 
@@ -12,10 +14,45 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from ..errors import UnreadableCheckpointError
+
 # Where published and OpenMMLab checkpoints keep their weights.
 _STATE_DICT_KEYS = ('state_dict', 'model', 'module')
 # Prefixes a backbone's weights carry inside wrapped or full-detector checkpoints.
 _WRAPPER_PREFIXES = ('module.', '_orig_mod.')
+
+
+def read_checkpoint(path: str, mmap: bool = True):
+    """``torch.load(path, weights_only=True)`` on the CPU, memory-mapped where
+    the file's format allows (torch's zip format, since torch 1.6): a check
+    that reads keys and shapes touches none of the tensors' bytes. A file that
+    does not load is an :class:`~mavit_mm.errors.UnreadableCheckpointError`
+    naming it and torch's reason, without torch's advice to switch
+    ``weights_only`` off."""
+    try:
+        try:
+            return torch.load(path, map_location='cpu', mmap=mmap, weights_only=True)
+        except RuntimeError as error:
+            if not mmap or 'mmap' not in str(error):
+                raise
+            return torch.load(path, map_location='cpu', weights_only=True)  # the legacy format
+    except Exception as error:  # whatever a file that is no checkpoint raises
+        raise UnreadableCheckpointError(
+            f'cannot read {path} as a checkpoint ({load_failure(error)})') from None
+
+
+def load_failure(error: BaseException) -> str:
+    """Why ``torch.load`` failed, in a line: the weights-only unpickler's own
+    reason where it gives one (its message opens with the advice to load with
+    ``weights_only=False``, which would let the file run code)."""
+    message = str(error)
+    marker = 'WeightsUnpickler error:'
+    if marker in message:
+        reason = message.split(marker, 1)[1].split('Check the documentation', 1)[0]
+        reason = ' '.join(reason.split())
+        return f'torch.load with weights_only=True refused it: {reason}'
+    first_line = message.strip().splitlines()[0] if message.strip() else ''
+    return f'{type(error).__name__}: {first_line}' if first_line else type(error).__name__
 
 
 def extract_state_dict(checkpoint) -> OrderedDict[str, torch.Tensor]:
@@ -64,32 +101,20 @@ def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: str | No
     lacks (``extra_norms``, absent from classification checkpoints) are expected
     and reported.
     """
-    from mmengine.runner.checkpoint import CheckpointLoader
-
-    if '://' not in checkpoint:
+    if '://' in checkpoint:
+        from mmengine.runner.checkpoint import CheckpointLoader
+        try:
+            loaded = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+        except Exception as error:  # as read_checkpoint
+            raise UnreadableCheckpointError(
+                f'cannot read {checkpoint} as a checkpoint ({load_failure(error)})') from None
+    else:
         checkpoint = os.path.expanduser(checkpoint)     # as mmengine's own loader
         if not os.path.isfile(checkpoint):
             raise FileNotFoundError(f'MAViT pretrained checkpoint not found: {checkpoint}')
-    loaded = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
+        loaded = read_checkpoint(checkpoint, mmap=False)
     state_dict = backbone_state_dict(extract_state_dict(loaded), prefix)
-    own = model.state_dict()
-    usable = OrderedDict()
-    mismatched, unexpected = [], []
-    for key, value in state_dict.items():
-        if key not in own:
-            unexpected.append(key)
-        elif own[key].shape != value.shape:
-            mismatched.append(f'{key}: checkpoint {tuple(value.shape)} vs model {tuple(own[key].shape)}')
-        else:
-            usable[key] = value
-    if mismatched:
-        shown = '; '.join(mismatched[:6]) + (' ...' if len(mismatched) > 6 else '')
-        raise ValueError(f'{checkpoint} does not fit this MAViT ({len(mismatched)} tensors '
-                         f'differ in shape: {shown}); is it a checkpoint of another size? '
-                         'Set the arch that matches it.')
-    if not usable:
-        raise ValueError(f'no tensor of {checkpoint} matches the MAViT backbone: is it a '
-                         'MAViT checkpoint?')
+    usable, unexpected = fit_backbone(model.state_dict(), state_dict, checkpoint)
     result = model.load_state_dict(usable, strict=False)
     report = dict(loaded=list(usable), missing=list(result.missing_keys),
                   unexpected=unexpected)
@@ -104,6 +129,33 @@ def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: str | No
 
 def _shown(items, limit: int = 6) -> str:
     return ', '.join(items[:limit]) + (f' ... ({len(items)} in all)' if len(items) > limit else '')
+
+
+def fit_backbone(expected: Mapping, state_dict: Mapping, source: str = 'the checkpoint'
+                 ) -> tuple[OrderedDict[str, torch.Tensor], list[str]]:
+    """A backbone checkpoint's tensors (``backbone_state_dict``) against the
+    backbone's ``expected`` state dict: ``(usable, unexpected)``, the tensors
+    that fit and the keys the backbone lacks (a classification head). A shape
+    that differs, or no tensor that fits, is a ValueError naming it."""
+    usable = OrderedDict()
+    mismatched, unexpected = [], []
+    for key, value in state_dict.items():
+        if key not in expected:
+            unexpected.append(key)
+        elif tuple(expected[key].shape) != tuple(value.shape):
+            mismatched.append(f'{key}: checkpoint {tuple(value.shape)} vs model '
+                              f'{tuple(expected[key].shape)}')
+        else:
+            usable[key] = value
+    if mismatched:
+        shown = '; '.join(mismatched[:6]) + (' ...' if len(mismatched) > 6 else '')
+        raise ValueError(f'{source} does not fit this MAViT ({len(mismatched)} tensors '
+                         f'differ in shape: {shown}); is it a checkpoint of another size? '
+                         'Set the arch that matches it.')
+    if not usable:
+        raise ValueError(f'no tensor of {source} matches the MAViT backbone: is it a '
+                         'MAViT checkpoint?')
+    return usable, unexpected
 
 
 def fit_whole_model(expected: Mapping, state_dict: Mapping,

@@ -28,7 +28,7 @@ from ..ops.attention_variants import LINEAR_ATTN_TYPES, attention, check_attn_ty
 from ..ops.depthwise import fused_ffn_middle, fused_gated_lepe, fused_position_norm
 from ..ops.derived_weights import DerivedWeights
 from ..ops.rope2d import RoPE2d, RotaryTables
-from .arch import NUM_STAGES, stage_settings
+from .arch import NUM_STAGES, stage_settings, whole_number
 from .layers import (
     CachedCastConv2d,
     DepthwiseResidualConv,
@@ -363,15 +363,15 @@ class MAViT(BaseModule):
         if isinstance(out_indices, (int, str)) or not out_indices:
             raise TypeError(f'out_indices must be a non-empty sequence of stage indices, '
                             f'e.g. (0, 1, 2, 3), got {out_indices!r}')
-        self.out_indices = tuple(sorted(set(int(i) for i in out_indices)))
+        self.out_indices = tuple(sorted({whole_number(f'out_indices[{i}]', index, 0)
+                                         for i, index in enumerate(out_indices)}))
         self.options = MAViTOptions(kernel_function=kernel_function,
                                     inline_residual=inline_residual, mala_impl=mala_impl,
                                     depthwise_impl=depthwise_impl, fast_paths=fast_paths)
         self.options.check_stages(self.attn_types)
         if not all(0 <= index < NUM_STAGES for index in self.out_indices):
             raise ValueError(f'out_indices {self.out_indices} must lie in [0, {NUM_STAGES - 1}]')
-        if in_channels <= 0:
-            raise ValueError(f'in_channels must be positive, got {in_channels}')
+        whole_number('in_channels', in_channels, 1)
         if not -1 <= frozen_stages <= NUM_STAGES:
             raise ValueError(f'frozen_stages must lie in [-1, {NUM_STAGES}] (-1: none, 0: the '
                              f'stem, k: the stem and stages 1-k), got {frozen_stages}')
@@ -439,15 +439,16 @@ class MAViT(BaseModule):
         pretrained = _pretrained_entry(init_cfg)
         entries = list(init_cfg) if isinstance(init_cfg, (list, tuple)) else [init_cfg]
         others = [cfg for cfg in entries if cfg is not None and cfg is not pretrained]
-        if pretrained is None or others:
-            # mmengine's BaseModule.init_weights applies self.init_cfg: the
-            # entries it has initialisers for, without the checkpoint.
-            self.init_cfg = others if isinstance(init_cfg, (list, tuple)) else (others or [None])[0]
-            try:
-                self._published_init()
-                super().init_weights()
-            finally:
-                self.init_cfg = init_cfg
+        # mmengine's BaseModule.init_weights applies self.init_cfg: the entries
+        # it has initialisers for, without the checkpoint. The published
+        # initialisation runs before a checkpoint too: what it lacks (an
+        # ablation's InLine residual in a MALA checkpoint) starts as published.
+        self.init_cfg = others if isinstance(init_cfg, (list, tuple)) else (others or [None])[0]
+        try:
+            self._published_init()
+            super().init_weights()
+        finally:
+            self.init_cfg = init_cfg
         if pretrained is not None:
             from .checkpoint import load_pretrained_backbone
             load_pretrained_backbone(self, pretrained['checkpoint'],

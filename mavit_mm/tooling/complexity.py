@@ -4,11 +4,14 @@ the literature uses; figures are multiply-accumulates, as in mmdet/mmseg tables.
 ``layer_macs`` counts convolutions (transposed ones too) and linear layers only
 (what the paper's FLOPs columns match), InLine's dynamic 3x3 residual included
 (a depthwise convolution); ``attention_macs`` counts the attention products
-those counters miss (element-wise scaling is not counted). mmengine's own
-counter gets the fused MALA operator's formula from :mod:`mavit_mm.ops.mala.flops`.
+those counters miss (element-wise scaling is not counted): MAViT's blocks, and
+the windows of mmdet's and mmseg's Swin (``WindowMSA``), so that the baselines
+are counted alike. mmengine's own counter gets the fused MALA operator's
+formula from :mod:`mavit_mm.ops.mala.flops`.
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -52,6 +55,24 @@ def gated_attention_macs(module: GatedAttention, inputs) -> int:
     return batch * heads * per_head
 
 
+def window_attention_macs(inputs) -> int:
+    """Swin's window attention, q k^T and a v over each window's tokens: its
+    input is (windows x batch, tokens a window, channels)."""
+    windows, tokens, channels = inputs[0].shape
+    return 2 * windows * tokens * tokens * channels
+
+
+def swin_window_attention_types() -> tuple[type, ...]:
+    """mmdet's and mmseg's ``WindowMSA``, those installed."""
+    found = []
+    for module in ('mmdet.models.backbones.swin', 'mmseg.models.backbones.swin'):
+        try:
+            found.append(importlib.import_module(module).WindowMSA)
+        except ImportError:
+            continue
+    return tuple(found)
+
+
 def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:
     """Count MACs of everything ``run()`` executes in ``model``, with hooks."""
     result = Complexity(params=sum(p.numel() for p in model.parameters()))
@@ -83,9 +104,13 @@ def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:
             # (its MLP's 1x1 convs are modules, counted by their own hooks).
             add('inline_residual', 9 * inputs[0].numel())
 
+    def on_window_attention(module, inputs, output):
+        add('swin_window_attention', window_attention_macs(inputs), True)
+
     # One hook a module: the first type it is in this order.
     hooks = ((nn.Conv2d, on_conv), (nn.ConvTranspose2d, on_conv_transpose),
-             (nn.Linear, on_linear), (GatedAttention, on_attention))
+             (nn.Linear, on_linear), (GatedAttention, on_attention),
+             *((kind, on_window_attention) for kind in swin_window_attention_types()))
     handles = []
     for module in model.modules():
         hook = next((hook for module_type, hook in hooks if isinstance(module, module_type)), None)

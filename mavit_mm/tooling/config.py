@@ -6,6 +6,9 @@ work raises, here and in the pre-flight checks (:mod:`.preflight`).
 """
 from __future__ import annotations
 
+import ast
+import sysconfig
+import traceback
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,14 +67,83 @@ class FormattedOnceConfig(Config):
 
 def load_config(path, cfg_options: dict | None = None) -> FormattedOnceConfig:
     """``Config.fromfile(path)`` with ``cfg_options`` (``--cfg-options``) merged in;
-    a missing file or a scope other than mmdet / mmseg is a ConfigCheckError."""
+    a missing file, a file mmengine cannot read as a config (:func:`read_config_file`)
+    or a scope other than mmdet / mmseg is a ConfigCheckError."""
     if not Path(path).is_file():
         raise ConfigCheckError(f'config file not found: {path}')
-    cfg = Config.fromfile(str(path))
+    cfg = read_config_file(path)
     if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+        try:
+            cfg.merge_from_dict(cfg_options)
+        except (TypeError, KeyError) as error:  # a key under a value that is no dict, ...
+            raise ConfigCheckError(f'--cfg-options: {error}') from None
     check_scope(cfg, str(path))
     return FormattedOnceConfig.of(cfg)
+
+
+def read_config_file(path) -> Config:
+    """``Config.fromfile(path)``; a file that does not read as a config is a
+    ConfigCheckError naming the file and line at fault: mmengine reports a
+    syntax error as in ``<unknown>``, whether it is in the file or in one of
+    its ``_base_`` files, and an error the config's code raises by a traceback
+    through its own reader."""
+    try:
+        return Config.fromfile(str(path))
+    except SyntaxError as error:
+        found = first_syntax_error(Path(path)) or error
+        where = found.filename if found.filename not in (None, '<unknown>') else path
+        raise ConfigCheckError(f'config {where}, line {found.lineno}: invalid Python '
+                               f'({found.msg})') from None
+    except Exception as error:
+        # The innermost frame of a config file's code (mmengine runs it under its path).
+        config_frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+                         if _is_config_code(frame.filename)]
+        where = (f'{config_frames[-1].filename}, line {config_frames[-1].lineno}'
+                 if config_frames else str(path))
+        raise ConfigCheckError(f'config {where}: cannot be read as a config '
+                               f'({type(error).__name__}: {error})') from None
+
+
+def _is_config_code(filename: str) -> bool:
+    """Whether a traceback's frame is in a config's code: a .py file outside
+    Python's and the installed packages' folders, and not this module."""
+    path = Path(filename).resolve()
+    if path.suffix != '.py' or path == Path(__file__).resolve():
+        return False
+    return not any(path.is_relative_to(folder) for folder in _LIBRARY_FOLDERS)
+
+
+_LIBRARY_FOLDERS = tuple({Path(sysconfig.get_paths()[name]).resolve()
+                          for name in ('stdlib', 'platstdlib', 'purelib', 'platlib')})
+
+
+def first_syntax_error(path: Path, _seen: frozenset = frozenset()) -> SyntaxError | None:
+    """The first syntax error of config file ``path`` or of the ``_base_``
+    files it names by path (not ``mmdet::``/``mmseg::`` ones), depth first."""
+    if path in _seen or path.suffix != '.py' or not path.is_file():
+        return None
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as error:
+        return error
+    for base in _local_bases(tree):
+        found = first_syntax_error((path.parent / base).resolve(), _seen | {path})
+        if found is not None:
+            return found
+    return None
+
+
+def _local_bases(tree: ast.Module) -> list[str]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == '_base_' for target in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return []
+            bases = [value] if isinstance(value, str) else list(value)
+            return [base for base in bases if isinstance(base, str) and '::' not in base]
+    return []
 
 
 def iter_dataset_cfgs(dataset_cfg, where: str) -> Iterator[tuple[dict, str]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os.path as osp
 
+from ..errors import UnreadableCheckpointError
 from .config import ConfigCheckError, iter_dataset_cfgs
 
 # Parse JSON annotation files up to this size; beyond it (full COCO train is
@@ -134,7 +135,13 @@ def _iter_typed_cfgs(node, path: str = 'model'):
 
 
 def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
-    """Every MAViT in the model has a known size; its pretrained file exists."""
+    """Every MAViT in the model builds from its settings (a known size, valid
+    stages, depths, ...), and its pretrained checkpoint exists, reads and fits
+    it. The backbone is built with no data (meta tensors): a moment, and no
+    memory, in every process of a data-parallel run."""
+    import torch
+
+    from ..models import MAViT
     from ..models.arch import resolve_arch
     for node, path in _iter_typed_cfgs(cfg.get('model')):
         type_name = node.get('type')
@@ -146,15 +153,42 @@ def check_mavit_backbones(cfg, check_pretrained: bool) -> None:
                 resolve_arch(arch)
             except ValueError as error:
                 raise ConfigCheckError(f'{path}.arch: {error}') from None
+        settings = {key: value for key, value in node.items()
+                    if key != 'type' and not key.startswith('_')}
+        settings.update(init_cfg=None, pretrained=None)
+        try:
+            with torch.device('meta'):
+                backbone = MAViT(**settings)
+        except (ValueError, TypeError) as error:
+            raise ConfigCheckError(f'{path}: {error}') from None
         init_cfg = node.get('init_cfg')
-        checkpoint = node.get('pretrained')
+        checkpoint, prefix = node.get('pretrained'), None
         for entry in init_cfg if isinstance(init_cfg, (list, tuple)) else [init_cfg]:
             if isinstance(entry, dict) and entry.get('type') == 'Pretrained':
-                checkpoint = entry.get('checkpoint')
+                checkpoint, prefix = entry.get('checkpoint'), entry.get('prefix')
         if check_pretrained and checkpoint:
-            check_checkpoint(checkpoint, f'{path}.init_cfg.checkpoint (pretrained backbone)',
+            what = f'{path}.init_cfg.checkpoint (pretrained backbone)'
+            check_checkpoint(checkpoint, what,
                              hint=f'set {path}.init_cfg=None to train from scratch, '
                                   'or put the published weights there')
+            check_backbone_checkpoint_fits(backbone, checkpoint, prefix, what)
+
+
+def check_backbone_checkpoint_fits(backbone, checkpoint: str, prefix: str | None,
+                                   what: str) -> None:
+    """The pretrained checkpoint reads and fits ``backbone`` as MAViT's loader
+    will load it (:func:`~mavit_mm.models.checkpoint.fit_backbone`)."""
+    from ..models import checkpoint as checkpoints
+    if not is_local_file_path(checkpoint):
+        return
+    try:
+        loaded = checkpoints.read_checkpoint(osp.expanduser(checkpoint))
+        checkpoints.fit_backbone(
+            backbone.state_dict(),
+            checkpoints.backbone_state_dict(checkpoints.extract_state_dict(loaded), prefix),
+            checkpoint)
+    except ValueError as error:     # UnreadableCheckpointError among them
+        raise ConfigCheckError(f'{what}: {error}') from None
 
 
 def check_checkpoint(checkpoint: str, what: str, hint: str = '') -> None:
@@ -197,19 +231,6 @@ def check_resume(cfg) -> str | None:
     return latest
 
 
-def _load_mapped(path: str):
-    """The checkpoint memory-mapped where its format allows (torch's zip format,
-    since torch 1.6): the check reads shapes, in every process of a
-    data-parallel run, of a file that may hold the optimizer too."""
-    import torch
-    try:
-        return torch.load(path, map_location='cpu', mmap=True, weights_only=True)
-    except RuntimeError as error:
-        if 'mmap' not in str(error):
-            raise
-        return torch.load(path, map_location='cpu', weights_only=True)   # the legacy format
-
-
 def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
     """A checkpoint that replaces every weight of the config's model (a test,
     a resumed run) holds exactly its tensors (the policy of ``tools/demo.py``
@@ -219,7 +240,7 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
     tensors), before the Runner. Remote checkpoints are left to mmengine."""
     if not is_local_file_path(checkpoint):
         return
-    from ..models.checkpoint import extract_state_dict, fit_whole_model
+    from ..models.checkpoint import extract_state_dict, fit_whole_model, read_checkpoint
     from .model_builder import meta_state_dict
 
     # The model the checkpoint's keys name: inside --tta's wrapper, as
@@ -229,17 +250,46 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
         model_cfg = model_cfg.module
     expected = meta_state_dict(cfg, model_cfg)
     try:
-        loaded = _load_mapped(osp.expanduser(checkpoint))
+        # Memory-mapped: every process of a data-parallel run reads the shapes
+        # of a file that may hold the optimizer too.
+        loaded = read_checkpoint(osp.expanduser(checkpoint))
+    except UnreadableCheckpointError as error:
+        raise ConfigCheckError(f'{what}: {error}') from None
+    try:
         fit_whole_model(expected, extract_state_dict(loaded), source=checkpoint)
     except ValueError as error:
         raise ConfigCheckError(
             f'{what}: {error} (a checkpoint of another config? an mmdet 2.x / mmseg 0.x '
             'one converts with tools/model_converters/convert_checkpoint.py --config)'
         ) from None
-    except Exception as error:  # what torch.load raises for a file that is no checkpoint
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ''
-        raise ConfigCheckError(f'{what}: cannot read {checkpoint} as a checkpoint '
-                               f'({type(error).__name__}: {first_line})') from None
+
+
+def check_load_from_fits(cfg, checkpoint: str) -> None:
+    """``load_from`` reads, and some of its tensors are the model's: mmengine
+    loads what fits and starts the rest afresh (fine-tuning with other heads),
+    so a file that shares no tensor with the model would train from scratch
+    without a word (a backbone checkpoint, whose keys lack ``backbone.``)."""
+    if not is_local_file_path(checkpoint):
+        return
+    from ..models.checkpoint import extract_state_dict, read_checkpoint, strip_wrapper_prefixes
+    from .model_builder import meta_state_dict
+    try:
+        state_dict = strip_wrapper_prefixes(extract_state_dict(
+            read_checkpoint(osp.expanduser(checkpoint))))
+    except ValueError as error:     # UnreadableCheckpointError among them
+        raise ConfigCheckError(f'load_from: {error}') from None
+    expected = meta_state_dict(cfg)
+
+    def fitting(prefix: str = '') -> int:
+        return sum(1 for key, value in state_dict.items() if prefix + key in expected
+                   and tuple(expected[prefix + key].shape) == tuple(value.shape))
+
+    if fitting() == 0:
+        hint = ('its tensors are a backbone\'s: a backbone checkpoint goes in '
+                "model.backbone.init_cfg=dict(type='Pretrained', checkpoint=...)"
+                if fitting('backbone.') else 'a checkpoint of another model?')
+        raise ConfigCheckError(f'load_from: no tensor of {checkpoint} is one of the '
+                               f"config's model (same name and shape) ({hint})")
 
 
 def check_for_training(cfg) -> None:
@@ -251,10 +301,12 @@ def check_for_training(cfg) -> None:
     elif cfg.get('load_from'):
         check_checkpoint(cfg.load_from, 'load_from')
     check_datasets(cfg, 'train')
-    # Last: it builds the model. (load_from may fit in part: fine-tuning with
-    # other heads is what it is for.)
+    # Last: they build the model. (load_from may fit in part: fine-tuning
+    # with other heads is what it is for.)
     if resumed:
         check_checkpoint_fits(cfg, resumed, 'resume')
+    elif cfg.get('load_from'):
+        check_load_from_fits(cfg, cfg.load_from)
 
 
 def check_for_testing(cfg, checkpoint: str) -> None:

@@ -129,6 +129,11 @@ def test_command_line(tmp_path):
     assert read_manifest(tmp_path / 'ade20k')['seed'] == 5
     bad = run_script(tool, '--num-train', '0')
     assert bad.returncode != 0 and '--num-train' in bad.stderr
+    for flags, message in ((('--num-classes', '0'), 'num_classes must be in [1, 4], got 0'),
+                           (('--image-size', '8'), 'image_size must be at least 32x32, got 8x8')):
+        bad = run_script(tool, '--out', tmp_path / 'bad', *flags)
+        assert bad.returncode == 2 and f'make_demo_data.py: error: {message}' in bad.stderr
+        assert 'Traceback' not in bad.stderr, bad.stderr
 
 
 def _as_json(value):

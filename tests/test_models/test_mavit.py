@@ -1,6 +1,7 @@
 """The MAViT backbone against the published model: keys, shapes, numerics,
 mmdet backbone conventions and input validation."""
 import json
+import re
 import subprocess
 import sys
 
@@ -361,6 +362,30 @@ def test_missing_pretrained_checkpoint_names_the_path(tmp_path):
 
 # -- bad input ---------------------------------------------------------------------
 
+class _NotAllowListed:
+    """A class no weights-only load may build."""
+
+
+def test_unreadable_pretrained_checkpoint_says_why_not_how_to_unsafely_load_it(tmp_path):
+    """torch's own message opens with 'Re-running torch.load with weights_only
+    set to False will likely succeed': the error keeps only its reason."""
+    from mavit_mm.errors import UnreadableCheckpointError
+
+    text = tmp_path / 'notes.pth'
+    text.write_text('not a checkpoint\n')
+    pickled = tmp_path / 'pickled.pth'
+    torch.save({'state_dict': MAViT('t', depths=[1, 1, 1, 1]).state_dict(),
+                'meta': _NotAllowListed()}, pickled)
+    for path, reason in ((text, r'Unsupported operand'),
+                         (pickled, r'Unsupported global: GLOBAL .*_NotAllowListed')):
+        model = MAViT('t', depths=[1, 1, 1, 1], init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+        with pytest.raises(UnreadableCheckpointError) as error:
+            model.init_weights()
+        assert re.search(rf'cannot read .*{path.name} as a checkpoint \(torch.load with '
+                         rf'weights_only=True refused it: {reason}', str(error.value)), error.value
+        assert 'weights_only` set to False' not in str(error.value)
+
+
 def test_pretrained_checkpoint_path_may_start_with_home(tmp_path, monkeypatch):
     """'~/...' as mmengine's own loader takes it."""
     monkeypatch.setenv('HOME', str(tmp_path))
@@ -400,6 +425,27 @@ def test_init_cfg_list_loads_its_checkpoint_over_the_other_initialisers(tmp_path
     assert all(torch.equal(state[k], v) for k, v in classification.items())
     # What the checkpoint lacks keeps the list's other initialiser.
     assert bool((state['extra_norms.0.norm.weight'] == 2.0).all())
+
+
+def test_what_a_pretrained_checkpoint_lacks_starts_as_published(tmp_path):
+    """An InLine-residual ablation from a MALA checkpoint: its residual convs,
+    absent from the file, get the published init (truncated normal of std
+    0.02, zero biases), not PyTorch's default (std ~0.07 here, random biases)."""
+    source = MAViT('t', depths=[1, 1, 1, 1])
+    torch.save({'model': source.state_dict()}, tmp_path / 'mavit_t.pth')
+    torch.manual_seed(0)
+    model = MAViT('t', depths=[1, 1, 1, 1], attn_types=('inline', 'inline', 'softmax', 'softmax'),
+                  inline_residual=True,
+                  init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'mavit_t.pth')))
+    model.init_weights()
+    state = model.state_dict()
+    residual = [k for k in state if '.attn.residual.' in k]
+    assert residual and not any(k in source.state_dict() for k in residual)
+    weights = torch.cat([state[k].flatten() for k in residual if k.endswith('weight')])
+    assert 0.017 < weights.std().item() < 0.023
+    assert all(not state[k].any() for k in residual if k.endswith('bias'))
+    loaded = [k for k in state if k in source.state_dict()]
+    assert all(torch.equal(state[k], source.state_dict()[k]) for k in loaded)
 
 
 def test_init_weights_reads_init_cfg_when_called_and_runs_once(tmp_path):
@@ -444,6 +490,22 @@ def test_drop_path_rate_outside_0_1_is_an_error(rate):
 def test_out_indices_must_be_a_sequence_of_stages(out_indices):
     with pytest.raises(TypeError, match='out_indices must be a non-empty sequence'):
         MAViT('t', out_indices=out_indices)
+
+
+@pytest.mark.parametrize('settings,match', [
+    (dict(depths=[-1, 2, 6, 2]), r'depths\[0\] must be a whole number >= 1, got -1'),
+    (dict(depths=[2, 2, 6, 2.5]), r'depths\[3\] must be a whole number >= 1, got 2.5'),
+    (dict(num_heads=[1, 2, 4, 0]), r'num_heads\[3\] must be a whole number >= 1, got 0'),
+    (dict(out_indices=(1.7, 3)), r'out_indices\[0\] must be a whole number >= 0, got 1.7'),
+    (dict(out_indices=(4,)), r'out_indices \(4,\) must lie in \[0, 3\]'),
+    (dict(mlp_ratios=0), r'mlp_ratios\[0\] must be a number that gives the FFN at least one'),
+    (dict(in_channels='3'), r"in_channels must be a whole number >= 1, got '3'"),
+], ids=['negative-depth', 'fractional-depth', 'no-heads', 'fractional-index', 'index-5th-stage',
+        'no-ffn', 'channels-as-text'])
+def test_settings_that_cannot_build_a_mavit_are_named(settings, match):
+    """Not an IndexError deep in the build, nor a value quietly rounded."""
+    with pytest.raises(ValueError, match=match):
+        MAViT('t', **settings)
 
 
 def test_input_must_be_4d():

@@ -163,6 +163,9 @@ def test_demo_names_a_missing_checkpoint(tmp_path):
     cv2.imwrite(str(image), np.zeros((32, 32, 3), np.uint8))
     with pytest.raises(FileNotFoundError, match='checkpoint not found: .*absent.pth'):
         demo.main([str(image), MASK_RCNN_T, str(tmp_path / 'absent.pth')])
+    (tmp_path / 'notes.pth').write_bytes(b'\x80\x02not a checkpoint')
+    with pytest.raises(ValueError, match=r'cannot read .*notes\.pth as a checkpoint'):
+        demo.main([str(image), MASK_RCNN_T, str(tmp_path / 'notes.pth')])
 
 
 def test_demo_help_and_bad_options(capsys):

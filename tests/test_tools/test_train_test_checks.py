@@ -2,9 +2,11 @@
 value, before the Runner (model, datasets) is built; and apply their options."""
 import json
 import logging
+import re
 import time
 
 import pytest
+import torch
 from helpers.paths import REPO_ROOT
 from helpers.tools import (
     load_tool,
@@ -191,11 +193,14 @@ def test_tta_of_detectors(tiny):
     assert wrapped.test_dataloader.dataset.dataset.pipeline[-1]['type'] == 'TestTimeAug'
 
 
-def test_pretrained_backbone_path_checks_take_home_and_lists(tiny, tmp_path, monkeypatch):
+def test_pretrained_backbone_path_checks_take_home_and_lists(tiny, backbone_files, tmp_path,
+                                                             monkeypatch):
     """'~/...' and a list init_cfg, as the backbone itself takes them."""
+    import shutil
+
     from mavit_mm.tooling import preflight
     monkeypatch.setenv('HOME', str(tmp_path))
-    (tmp_path / 'mavit_t.pth').write_bytes(b'')
+    shutil.copy(backbone_files / 'mavit_t.pth', tmp_path / 'mavit_t.pth')
     cfg = load_config(tiny['det'])
     cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint='~/mavit_t.pth')
     preflight.check_mavit_backbones(cfg, check_pretrained=True)
@@ -211,6 +216,65 @@ def test_stale_auto_resume_pointer(tiny, train_tool, tmp_path):
     (work_dir / 'last_checkpoint').write_text(str(work_dir / 'iter_5.pth'))
     with pytest.raises(ConfigCheckError, match='iter_5.pth'):
         train_tool.main([str(tiny['det']), '--work-dir', str(work_dir), '--resume'])
+
+
+@pytest.fixture(scope='module')
+def backbone_files(tmp_path_factory):
+    """A MAViT-S backbone checkpoint (not the demo's MAViT-T), a MAViT-T one,
+    and a file that is no checkpoint."""
+    from mavit_mm.models import MAViT
+    root = tmp_path_factory.mktemp('backbones')
+    with torch.device('meta'):
+        small, tiny = MAViT('s'), MAViT('t')
+    for name, model in (('mavit_s.pth', small), ('mavit_t.pth', tiny)):
+        torch.save({k: torch.zeros(v.shape) for k, v in model.state_dict().items()}, root / name)
+    (root / 'notes.pth').write_text('not a checkpoint\n')
+    return root
+
+
+@pytest.mark.parametrize('file,problem', [
+    ('mavit_s.pth', r'.*mavit_s\.pth does not fit this MAViT \(\d+ tensors differ in shape: '
+                    r'.*another size'),
+    ('notes.pth', r'cannot read .*notes\.pth as a checkpoint \(torch.load with '
+                  r'weights_only=True refused it: '),
+])
+def test_pretrained_backbone_that_does_not_fit_is_refused(tiny, train_tool, backbone_files,
+                                                          tmp_path, file, problem):
+    """Before the Runner: not a traceback from init_weights once all is built."""
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'model.backbone.pretrained={backbone_files / file}',
+                           work_dir=tmp_path / 'work')
+    assert re.search(r'model\.backbone\.init_cfg\.checkpoint \(pretrained backbone\): '
+                     + problem, message), message
+    assert 'weights_only=False' not in message
+
+
+def test_load_from_that_shares_no_tensor_with_the_model_is_refused(tiny, train_tool,
+                                                                  backbone_files, tmp_path):
+    """mmengine would load nothing, log it, and train from scratch."""
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'load_from={backbone_files / "mavit_t.pth"}', work_dir=tmp_path / 'w')
+    assert re.search(r"load_from: no tensor of .*mavit_t\.pth is one of the config's model .*"
+                     r"backbone checkpoint goes in model\.backbone\.init_cfg", message), message
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           f'load_from={backbone_files / "notes.pth"}', work_dir=tmp_path / 'w')
+    assert re.search(r'load_from: cannot read .*notes\.pth as a checkpoint', message), message
+
+
+def test_backbone_settings_are_checked_before_the_runner(tiny, train_tool, tmp_path):
+    message = _train_error(train_tool, tiny['seg'], '--cfg-options',
+                           'model.backbone.frozen_stages=9', work_dir=tmp_path / 'work')
+    assert message.startswith('model.backbone: frozen_stages must lie in [-1, 4]'), message
+    message = _train_error(train_tool, tiny['seg'], '--cfg-options',
+                           'model.backbone.attn_type=linear', work_dir=tmp_path / 'work')
+    assert "model.backbone: " in message and "'attn_type'" in message, message
+
+
+def test_cfg_option_under_a_value_that_is_no_dict_is_refused(tiny, train_tool, tmp_path):
+    """The demo configs train from scratch: init_cfg is None, no dict to set a key in."""
+    message = _train_error(train_tool, tiny['det'], '--cfg-options',
+                           'model.backbone.init_cfg.checkpoint=x.pth', work_dir=tmp_path / 'work')
+    assert message.startswith('--cfg-options: init_cfg=') and 'NoneType' in message, message
 
 
 def test_missing_pretrained_backbone_of_the_published_config(tmp_path, train_tool, tiny):
@@ -231,6 +295,30 @@ def test_missing_config_file(train_tool, tmp_path):
     missing = tmp_path / 'nope.py'
     with pytest.raises(ConfigCheckError, match=str(missing)):
         train_tool.main([str(missing)])
+
+
+def test_syntax_error_names_the_file_and_line_even_in_a_base(train_tool, tmp_path):
+    """mmengine reports a syntax error as in ``<unknown>``, whichever file holds it."""
+    (tmp_path / 'base.py').write_text('a = 1\nb = [\n')
+    (tmp_path / 'top.py').write_text("_base_ = ['./base.py']\nmodel = dict()\n")
+    (tmp_path / 'own.py').write_text('x = 1 +\n')
+    with pytest.raises(ConfigCheckError,
+                       match=rf'config {tmp_path / "base.py"}, line 2: invalid Python'):
+        train_tool.main([str(tmp_path / 'top.py')])
+    with pytest.raises(ConfigCheckError, match=rf'config {tmp_path / "own.py"}, line 1: '):
+        train_tool.main([str(tmp_path / 'own.py')])
+
+
+def test_config_that_raises_names_its_line(train_tool, tmp_path):
+    config = tmp_path / 'raises.py'
+    config.write_text('scale = 2\nx = undefined_name * scale\n')
+    with pytest.raises(ConfigCheckError, match=rf'config {config}, line 2: cannot be read as a '
+                                               r"config \(NameError: name 'undefined_name'"):
+        train_tool.main([str(config)])
+    not_a_config = tmp_path / 'notes.txt'
+    not_a_config.write_text('x = 1\n')
+    with pytest.raises(ConfigCheckError, match=rf'config {not_a_config}: cannot be read'):
+        train_tool.main([str(not_a_config)])
 
 
 def test_command_line_reports_the_error_and_exits(tiny, tmp_path):

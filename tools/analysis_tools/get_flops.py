@@ -1,4 +1,5 @@
-"""Parameters and complexity of a MAViT model, in both counting conventions.
+"""Parameters and complexity of a MAViT model (or of a Swin baseline), in both
+counting conventions.
 
 The paper's FLOPs columns match a counter of convolutions and linear layers
 only ("layer MACs"); the attention products (softmax q k^T / a v, MALA's k^T v
@@ -85,7 +86,8 @@ def main(argv=None) -> dict:
             print(f'{part:<10}{f["params"] / 1e6:>12.2f}{f["layer_macs"] / 1e9:>14.1f}'
                   f'{f["attention_macs"] / 1e9:>18.1f}{f["total_macs"] / 1e9:>14.1f}')
     print('layer GMACs: convolutions and linear layers (the paper\'s convention); '
-          'attention GMACs: the attention products those counters leave out.')
+          'attention GMACs: the attention products those counters leave out '
+          '(MAViT\'s, and the windows of mmdet\'s and mmseg\'s Swin).')
     if args.json:
         write_json(args.json, figures)
     return figures

@@ -120,7 +120,10 @@ def build_backbone(cfg, checkpoint, seed: int):
     report = load_pretrained_backbone(model, checkpoint)
     print(f'loaded {len(report["loaded"])} tensors from {checkpoint}'
           + (f'; {len(report["missing"])} missing (kept random): '
-             f'{", ".join(report["missing"][:4])}' if report['missing'] else ''))
+             f'{", ".join(report["missing"][:4])}' if report['missing'] else '')
+          + (f'; {len(report["unexpected"])} not in this backbone (left out: a checkpoint of '
+             f'another variant or head?): {", ".join(report["unexpected"][:4])}'
+             if report['unexpected'] else ''))
     return model, f'weights of {Path(checkpoint).name}'
 
 

@@ -56,16 +56,16 @@ def parse_args(argv=None):
 
 def convert(src: str, dst: str, arch: str, prefix=None, strict: bool = False) -> dict:
     import torch
-    from mmengine.runner.checkpoint import CheckpointLoader
 
     from mavit_mm.models import MAViT
-    from mavit_mm.models.checkpoint import backbone_state_dict, extract_state_dict
+    from mavit_mm.models.checkpoint import backbone_state_dict, extract_state_dict, read_checkpoint
 
     if not Path(src).is_file():
         raise FileNotFoundError(f'checkpoint not found: {src}')
-    state_dict = backbone_state_dict(
-        extract_state_dict(CheckpointLoader.load_checkpoint(src, map_location='cpu')), prefix)
-    expected = MAViT(arch=arch).state_dict()
+    # Read whole, not mapped: the output may overwrite the input.
+    state_dict = backbone_state_dict(extract_state_dict(read_checkpoint(src, mmap=False)), prefix)
+    with torch.device('meta'):      # keys and shapes: no data needed
+        expected = MAViT(arch=arch).state_dict()
     kept = {k: v for k, v in state_dict.items() if k in expected}
     dropped = sorted(set(state_dict) - set(kept))
     wrong_shape = [f'{k}: {tuple(v.shape)} != {tuple(expected[k].shape)}'
@@ -83,9 +83,8 @@ def convert(src: str, dst: str, arch: str, prefix=None, strict: bool = False) ->
 def convert_full(src: str, dst: str, config: str, cfg_options=None) -> dict:
     """A whole mmdet 2.x / mmseg 0.x (or 3.x / 1.x) checkpoint for ``config``."""
     import torch
-    from mmengine.runner.checkpoint import CheckpointLoader
 
-    from mavit_mm.models.checkpoint import extract_state_dict
+    from mavit_mm.models.checkpoint import extract_state_dict, read_checkpoint
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.legacy_checkpoints import convert_whole_model, head_num_classes
     from mavit_mm.tooling.model_builder import dataset_meta_from_config, meta_state_dict
@@ -94,7 +93,7 @@ def convert_full(src: str, dst: str, config: str, cfg_options=None) -> dict:
         raise FileNotFoundError(f'checkpoint not found: {src}')
     cfg = load_config(config, cfg_options)
     expected = meta_state_dict(cfg)
-    checkpoint = CheckpointLoader.load_checkpoint(src, map_location='cpu')
+    checkpoint = read_checkpoint(src, mmap=False)     # whole: the output may overwrite it
     state_dict, meta, report = convert_whole_model(
         checkpoint, extract_state_dict(checkpoint), expected, scope=cfg.default_scope,
         num_classes=head_num_classes(cfg.model), config_meta=dataset_meta_from_config(cfg),

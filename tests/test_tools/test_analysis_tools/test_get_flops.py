@@ -33,6 +33,21 @@ def test_flops_of_upernet_t_match_the_paper(tmp_path):
     assert figures['model']['attention_macs'] == figures['backbone']['attention_macs']
 
 
+@pytest.mark.parametrize('baseline', ['upernet_swin-t_8xb2-160k_ade20k-512x512.py',
+                                      'mask-rcnn_swin-t_fpn_1x_coco.py'])
+def test_swin_baselines_window_attention_is_counted(baseline):
+    """mmseg's and mmdet's Swin-T at 224x224 (every stage a whole number of
+    7x7 windows): q k^T and a v over each window, 2 x 49^2 x C MACs a window a
+    block, depths 2, 2, 6, 2 over 64, 16, 4 and 1 windows of 96-768 channels."""
+    figures = get_flops.main([str(CONFIG_DIR / 'baselines' / baseline), '--shape', '224', '224',
+                              '--backbone-only'])['backbone']
+    expected = 2 * 49 * 49 * (2 * 64 * 96 + 2 * 16 * 192 + 6 * 4 * 384 + 2 * 1 * 768)
+    assert figures['attention_macs'] == expected == 140_141_568
+    assert figures['per_module_type']['swin_window_attention'] == expected
+    # Swin-T's 4.5 GFLOPs (its paper, attention included) at 224x224.
+    assert figures['total_macs'] / 1e9 == pytest.approx(4.5, rel=0.03)
+
+
 def test_get_flops_needs_a_config_or_an_arch():
     with pytest.raises(SystemExit):
         get_flops.parse_args([])

@@ -93,12 +93,17 @@ def test_checkpoint_weights_are_used(tool, image, tmp_path, capsys):
     for param in trained.parameters():
         param.data.normal_(0, 0.2)
     checkpoint = tmp_path / 'model.pth'
-    torch.save({'state_dict': {f'backbone.{k}': v for k, v in trained.state_dict().items()}},
-               checkpoint)
+    # With a tensor of another variant (InLine's residual), which is left out, and said so.
+    extra = {'backbone.layers.0.blocks.0.attn.residual.0.weight': torch.zeros(64, 64, 1, 1)}
+    torch.save({'state_dict': {**{f'backbone.{k}': v for k, v in trained.state_dict().items()},
+                               **extra}}, checkpoint)
     args = [str(image), '--config', CONFIG, '--attn-types', 'mala', 'linear', '--head', '0']
     random = tool.main(args + ['--out-dir', str(tmp_path / 'a')])
     loaded = tool.main(args + ['--checkpoint', str(checkpoint), '--out-dir', str(tmp_path / 'b')])
-    assert 'loaded' in capsys.readouterr().out
+    stdout = capsys.readouterr().out
+    assert 'loaded' in stdout
+    assert '1 not in this backbone (left out: a checkpoint of another variant or head?): ' \
+        'layers.0.blocks.0.attn.residual.0.weight' in stdout
     assert loaded['weights'] == 'weights of model.pth'
     assert sorted(loaded['variant_pngs']) == ['linear', 'mala']
     assert np.abs(loaded['maps']['mala'] - random['maps']['mala']).max() > 1e-6
@@ -114,6 +119,11 @@ def test_bad_requests_are_clear_errors(tool, image, tmp_path):
         tool.main([str(image), '--config', CONFIG, '--stage', '4'] + out)
     with pytest.raises(FileNotFoundError, match='no image at'):
         tool.main([str(tmp_path / 'missing.png'), '--config', CONFIG] + out)
+    notes = tmp_path / 'notes.pth'
+    notes.write_text('not a checkpoint')
+    with pytest.raises(ValueError, match=r'cannot read .*notes\.pth as a checkpoint \(torch.load '
+                                         r'with weights_only=True refused it: [^W]'):
+        tool.main([str(image), '--config', CONFIG, '--checkpoint', str(notes)] + out)
     with pytest.raises(SystemExit):
         tool.parse_args(out)   # neither an image and config nor --fig2
 

@@ -313,3 +313,8 @@ def test_command_line_needs_a_target_and_a_file(tiny, tmp_path):
     with pytest.raises(FileNotFoundError, match='checkpoint not found: .*absent.pth'):
         convert_checkpoint.main([str(tmp_path / 'absent.pth'), str(tmp_path / 'b.pth'),
                                  '--config', str(tiny['upernet'][0])])
+    notes = tmp_path / 'notes.pth'
+    notes.write_bytes(b'\x80\x02not a checkpoint')
+    for target in (['--arch', 't'], ['--config', str(tiny['upernet'][0])]):
+        with pytest.raises(ValueError, match=r'cannot read .*notes\.pth as a checkpoint'):
+            convert_checkpoint.main([str(notes), str(tmp_path / 'b.pth'), *target])
