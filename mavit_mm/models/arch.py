@@ -55,8 +55,10 @@ def per_stage(name: str, value, kind=None) -> list:
 
 
 def whole_number(name: str, value, minimum: int) -> int:
-    """``value`` as an int, which it must be (not a float, not a bool), at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+    """``value`` as an int: a whole number (``64`` or ``64.0``; not ``2.5``,
+    not a bool, not text), at least ``minimum``."""
+    whole = isinstance(value, Integral) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < minimum:
         raise ValueError(f'{name} must be a whole number >= {minimum}, got {value!r}')
     return int(value)
 
@@ -71,7 +73,7 @@ def stage_settings(arch: str | None, *, layerscales, attn_types, **given) -> dic
     if missing:
         raise ValueError(f'without an arch preset MAViT needs {missing}')
     stages = dict(
-        depths=[whole_number(f'depths[{i}]', d, 1)
+        depths=[whole_number(f'depths[{i}]', d, 0)     # 0: a stage of no block
                 for i, d in enumerate(per_stage('depths', settings['depths']))],
         embed_dims=[whole_number(f'embed_dims[{i}]', d, 1)
                     for i, d in enumerate(per_stage('embed_dims', settings['embed_dims']))],

@@ -7,7 +7,9 @@ model's is an error naming it. Files are read by :func:`read_checkpoint`
 """
 from __future__ import annotations
 
+import inspect
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
 
@@ -22,6 +24,14 @@ _STATE_DICT_KEYS = ('state_dict', 'model', 'module')
 _WRAPPER_PREFIXES = ('module.', '_orig_mod.')
 
 
+# torch >= 2.4 has the allow-list of weights-only loads that mmengine's
+# checkpoints need (mavit_mm.torch_load_compat); torch < 2.4 loads them only
+# with weights_only=False, its default then, which mmengine relies on: there
+# the reader takes torch's default too. torch 2.0 has no mmap.
+_WEIGHTS_ONLY = {'weights_only': True} if hasattr(torch.serialization, 'add_safe_globals') else {}
+_CAN_MMAP = 'mmap' in inspect.signature(torch.load).parameters
+
+
 def read_checkpoint(path: str, mmap: bool = True):
     """``torch.load(path, weights_only=True)`` on the CPU, memory-mapped where
     the file's format allows (torch's zip format, since torch 1.6): a check
@@ -29,16 +39,21 @@ def read_checkpoint(path: str, mmap: bool = True):
     does not load is an :class:`~mavit_mm.errors.UnreadableCheckpointError`
     naming it and torch's reason, without torch's advice to switch
     ``weights_only`` off."""
+    mmap = mmap and _CAN_MMAP
     try:
         try:
-            return torch.load(path, map_location='cpu', mmap=mmap, weights_only=True)
+            return torch.load(path, map_location='cpu', **_WEIGHTS_ONLY,
+                              **({'mmap': True} if mmap else {}))
         except RuntimeError as error:
             if not mmap or 'mmap' not in str(error):
                 raise
-            return torch.load(path, map_location='cpu', weights_only=True)  # the legacy format
+            return torch.load(path, map_location='cpu', **_WEIGHTS_ONLY)  # the legacy format
     except Exception as error:  # whatever a file that is no checkpoint raises
-        raise UnreadableCheckpointError(
-            f'cannot read {path} as a checkpoint ({load_failure(error)})') from None
+        raise unreadable(path, error) from None
+
+
+def unreadable(path: str, error: BaseException) -> UnreadableCheckpointError:
+    return UnreadableCheckpointError(f'cannot read {path} as a checkpoint ({load_failure(error)})')
 
 
 def load_failure(error: BaseException) -> str:
@@ -106,8 +121,7 @@ def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: str | No
         try:
             loaded = CheckpointLoader.load_checkpoint(checkpoint, map_location='cpu')
         except Exception as error:  # as read_checkpoint
-            raise UnreadableCheckpointError(
-                f'cannot read {checkpoint} as a checkpoint ({load_failure(error)})') from None
+            raise unreadable(checkpoint, error) from None
     else:
         checkpoint = os.path.expanduser(checkpoint)     # as mmengine's own loader
         if not os.path.isfile(checkpoint):
@@ -156,6 +170,25 @@ def fit_backbone(expected: Mapping, state_dict: Mapping, source: str = 'the chec
         raise ValueError(f'no tensor of {source} matches the MAViT backbone: is it a '
                          'MAViT checkpoint?')
     return usable, unexpected
+
+
+def mmengine_load_from_tensors(checkpoint) -> OrderedDict:
+    """What mmengine's ``load_checkpoint`` (a config's ``load_from``) takes
+    from a loaded checkpoint: its ``'state_dict'``, else the whole dict, with
+    each key's leading ``module.`` dropped (its ``revise_keys`` default); any
+    other container or prefix it loads nothing from."""
+    if not isinstance(checkpoint, Mapping):
+        raise ValueError(f'checkpoint is a {type(checkpoint).__name__}, not a dict of tensors')
+    state_dict = checkpoint.get('state_dict', checkpoint)
+    return OrderedDict((re.sub(r'^module\.', '', key), value) for key, value in state_dict.items()
+                       if torch.is_tensor(value))
+
+
+def count_shared(expected: Mapping, state_dict: Mapping, prefix: str = '') -> int:
+    """How many tensors of ``state_dict`` (each key after ``prefix``) are tensors
+    of the model whose state dict is ``expected``: the same name and shape."""
+    return sum(1 for key, value in state_dict.items() if prefix + key in expected
+               and tuple(expected[prefix + key].shape) == tuple(value.shape))
 
 
 def fit_whole_model(expected: Mapping, state_dict: Mapping,

@@ -451,6 +451,7 @@ class MAViT(BaseModule):
             self.init_cfg = init_cfg
         if pretrained is not None:
             from .checkpoint import load_pretrained_backbone
+            self._is_init = False       # not until the checkpoint has loaded: a retry loads it
             load_pretrained_backbone(self, pretrained['checkpoint'],
                                      prefix=pretrained.get('prefix'),
                                      logger=MMLogger.get_current_instance())

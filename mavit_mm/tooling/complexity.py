@@ -11,7 +11,7 @@ formula from :mod:`mavit_mm.ops.mala.flops`.
 """
 from __future__ import annotations
 
-import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -63,14 +63,12 @@ def window_attention_macs(inputs) -> int:
 
 
 def swin_window_attention_types() -> tuple[type, ...]:
-    """mmdet's and mmseg's ``WindowMSA``, those installed."""
-    found = []
-    for module in ('mmdet.models.backbones.swin', 'mmseg.models.backbones.swin'):
-        try:
-            found.append(importlib.import_module(module).WindowMSA)
-        except ImportError:
-            continue
-    return tuple(found)
+    """mmdet's and mmseg's ``WindowMSA``, where imported: a model that holds
+    one has imported its module (and importing mmseg only to look could fail
+    on another mmcv than it asks for)."""
+    modules = (sys.modules.get(name) for name in ('mmdet.models.backbones.swin',
+                                                  'mmseg.models.backbones.swin'))
+    return tuple(module.WindowMSA for module in modules if hasattr(module, 'WindowMSA'))
 
 
 def count_complexity(model: nn.Module, run: Callable[[], object]) -> Complexity:

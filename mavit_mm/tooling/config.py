@@ -7,7 +7,6 @@ work raises, here and in the pre-flight checks (:mod:`.preflight`).
 from __future__ import annotations
 
 import ast
-import sysconfig
 import traceback
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -81,55 +80,67 @@ def load_config(path, cfg_options: dict | None = None) -> FormattedOnceConfig:
     return FormattedOnceConfig.of(cfg)
 
 
+CONFIG_SUFFIXES = ('.py', '.yml', '.yaml', '.json')    # what mmengine's Config reads
+
+
 def read_config_file(path) -> Config:
-    """``Config.fromfile(path)``; a file that does not read as a config is a
-    ConfigCheckError naming the file and line at fault: mmengine reports a
-    syntax error as in ``<unknown>``, whether it is in the file or in one of
-    its ``_base_`` files, and an error the config's code raises by a traceback
-    through its own reader."""
+    """``Config.fromfile(path)``; a config that does not read is a
+    ConfigCheckError naming the file and line at fault, where that is the
+    config's own code (the file or a ``_base_`` file it names by path):
+    mmengine reports a syntax error as in ``<unknown>``, whichever file holds
+    it, and an error the config's code raises by a traceback through its own
+    reader. An error raised elsewhere (a module of ``custom_imports``) keeps
+    its traceback."""
+    path = Path(path)
+    if path.suffix not in CONFIG_SUFFIXES:
+        raise ConfigCheckError(f'config {path}: not a config file (one of {CONFIG_SUFFIXES})')
     try:
         return Config.fromfile(str(path))
-    except SyntaxError as error:
-        found = first_syntax_error(Path(path)) or error
-        where = found.filename if found.filename not in (None, '<unknown>') else path
-        raise ConfigCheckError(f'config {where}, line {found.lineno}: invalid Python '
+    except SyntaxError:
+        found = first_syntax_error(path)
+        if found is None:
+            raise
+        raise ConfigCheckError(f'config {found.filename}, line {found.lineno}: invalid Python '
                                f'({found.msg})') from None
     except Exception as error:
-        # The innermost frame of a config file's code (mmengine runs it under its path).
-        config_frames = [frame for frame in traceback.extract_tb(error.__traceback__)
-                         if _is_config_code(frame.filename)]
-        where = (f'{config_frames[-1].filename}, line {config_frames[-1].lineno}'
-                 if config_frames else str(path))
-        raise ConfigCheckError(f'config {where}: cannot be read as a config '
-                               f'({type(error).__name__}: {error})') from None
+        innermost = traceback.extract_tb(error.__traceback__)[-1]
+        if Path(innermost.filename).resolve() not in config_files(path):
+            raise
+        raise ConfigCheckError(f'config {innermost.filename}, line {innermost.lineno}: '
+                               f'{type(error).__name__}: {error}') from None
 
 
-def _is_config_code(filename: str) -> bool:
-    """Whether a traceback's frame is in a config's code: a .py file outside
-    Python's and the installed packages' folders, and not this module."""
-    path = Path(filename).resolve()
-    if path.suffix != '.py' or path == Path(__file__).resolve():
-        return False
-    return not any(path.is_relative_to(folder) for folder in _LIBRARY_FOLDERS)
+def config_files(path: Path) -> list[Path]:
+    """Config file ``path`` (resolved) and the ``_base_`` files it names by
+    path (not ``mmdet::``/``mmseg::`` ones), theirs in turn, depth first."""
+    found: list[Path] = []
+
+    def visit(file: Path) -> None:
+        if file in found or not file.is_file():
+            return
+        found.append(file)
+        if file.suffix != '.py':
+            return
+        try:
+            tree = ast.parse(file.read_text(encoding='utf-8'), filename=str(file))
+        except SyntaxError:
+            return
+        for base in _local_bases(tree):
+            visit((file.parent / base).resolve())
+
+    visit(Path(path).resolve())
+    return found
 
 
-_LIBRARY_FOLDERS = tuple({Path(sysconfig.get_paths()[name]).resolve()
-                          for name in ('stdlib', 'platstdlib', 'purelib', 'platlib')})
-
-
-def first_syntax_error(path: Path, _seen: frozenset = frozenset()) -> SyntaxError | None:
-    """The first syntax error of config file ``path`` or of the ``_base_``
-    files it names by path (not ``mmdet::``/``mmseg::`` ones), depth first."""
-    if path in _seen or path.suffix != '.py' or not path.is_file():
-        return None
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except SyntaxError as error:
-        return error
-    for base in _local_bases(tree):
-        found = first_syntax_error((path.parent / base).resolve(), _seen | {path})
-        if found is not None:
-            return found
+def first_syntax_error(path: Path) -> SyntaxError | None:
+    """The first syntax error among :func:`config_files`, depth first."""
+    for file in config_files(path):
+        if file.suffix != '.py':
+            continue
+        try:
+            ast.parse(file.read_text(encoding='utf-8'), filename=str(file))
+        except SyntaxError as error:
+            return error
     return None
 
 

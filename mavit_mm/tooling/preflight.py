@@ -265,29 +265,27 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
 
 
 def check_load_from_fits(cfg, checkpoint: str) -> None:
-    """``load_from`` reads, and some of its tensors are the model's: mmengine
-    loads what fits and starts the rest afresh (fine-tuning with other heads),
-    so a file that shares no tensor with the model would train from scratch
-    without a word (a backbone checkpoint, whose keys lack ``backbone.``)."""
+    """``load_from`` reads, and some of its tensors are the model's as
+    mmengine will load them: it loads what fits and starts the rest afresh
+    (fine-tuning with other heads), so a file that shares no tensor with the
+    model would train from scratch without a word (a backbone checkpoint,
+    whose keys lack ``backbone.``)."""
     if not is_local_file_path(checkpoint):
         return
-    from ..models.checkpoint import extract_state_dict, read_checkpoint, strip_wrapper_prefixes
+    from ..models import checkpoint as checkpoints
     from .model_builder import meta_state_dict
     try:
-        state_dict = strip_wrapper_prefixes(extract_state_dict(
-            read_checkpoint(osp.expanduser(checkpoint))))
+        state_dict = checkpoints.mmengine_load_from_tensors(
+            checkpoints.read_checkpoint(osp.expanduser(checkpoint)))
     except ValueError as error:     # UnreadableCheckpointError among them
         raise ConfigCheckError(f'load_from: {error}') from None
     expected = meta_state_dict(cfg)
-
-    def fitting(prefix: str = '') -> int:
-        return sum(1 for key, value in state_dict.items() if prefix + key in expected
-                   and tuple(expected[prefix + key].shape) == tuple(value.shape))
-
-    if fitting() == 0:
-        hint = ('its tensors are a backbone\'s: a backbone checkpoint goes in '
+    if checkpoints.count_shared(expected, state_dict) == 0:
+        hint = ("its tensors are a backbone's: a backbone checkpoint goes in "
                 "model.backbone.init_cfg=dict(type='Pretrained', checkpoint=...)"
-                if fitting('backbone.') else 'a checkpoint of another model?')
+                if checkpoints.count_shared(expected, state_dict, 'backbone.')
+                else 'a checkpoint of another model, or one whose tensors mmengine does not '
+                     "find: under 'state_dict' or at the top, names as the model's")
         raise ConfigCheckError(f'load_from: no tensor of {checkpoint} is one of the '
                                f"config's model (same name and shape) ({hint})")
 

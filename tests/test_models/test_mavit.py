@@ -355,9 +355,15 @@ def test_init_cfg_pretrained_of_another_size_is_an_error(tmp_path):
 
 def test_missing_pretrained_checkpoint_names_the_path(tmp_path):
     missing = tmp_path / 'nowhere' / 'mavit_t.pth'
-    model = MAViT('t', init_cfg=dict(type='Pretrained', checkpoint=str(missing)))
+    model = MAViT('t', depths=[1, 1, 1, 1], init_cfg=dict(type='Pretrained', checkpoint=str(missing)))
     with pytest.raises(FileNotFoundError, match='nowhere/mavit_t.pth'):
         model.init_weights()
+    # Not initialised by the failed load: once the file is there, a retry loads it.
+    source = MAViT('t', depths=[1, 1, 1, 1])
+    missing.parent.mkdir()
+    torch.save(source.state_dict(), missing)
+    model.init_weights()
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
 
 
 # -- bad input ---------------------------------------------------------------------
@@ -493,8 +499,8 @@ def test_out_indices_must_be_a_sequence_of_stages(out_indices):
 
 
 @pytest.mark.parametrize('settings,match', [
-    (dict(depths=[-1, 2, 6, 2]), r'depths\[0\] must be a whole number >= 1, got -1'),
-    (dict(depths=[2, 2, 6, 2.5]), r'depths\[3\] must be a whole number >= 1, got 2.5'),
+    (dict(depths=[-1, 2, 6, 2]), r'depths\[0\] must be a whole number >= 0, got -1'),
+    (dict(depths=[2, 2, 6, 2.5]), r'depths\[3\] must be a whole number >= 0, got 2.5'),
     (dict(num_heads=[1, 2, 4, 0]), r'num_heads\[3\] must be a whole number >= 1, got 0'),
     (dict(out_indices=(1.7, 3)), r'out_indices\[0\] must be a whole number >= 0, got 1.7'),
     (dict(out_indices=(4,)), r'out_indices \(4,\) must lie in \[0, 3\]'),
@@ -506,6 +512,15 @@ def test_settings_that_cannot_build_a_mavit_are_named(settings, match):
     """Not an IndexError deep in the build, nor a value quietly rounded."""
     with pytest.raises(ValueError, match=match):
         MAViT('t', **settings)
+
+
+def test_whole_number_settings_may_be_floats_and_a_stage_may_have_no_block():
+    model = MAViT('t', embed_dims=[64.0, 128, 256, 512], depths=[1, 1, 0, 1]).eval()
+    assert model.embed_dims[0] == 64 and isinstance(model.embed_dims[0], int)
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, 64, 64))
+    assert [tuple(out.shape[1:]) for out in outs] == [(64, 16, 16), (128, 8, 8), (256, 4, 4),
+                                                     (512, 2, 2)]
 
 
 def test_input_must_be_4d():

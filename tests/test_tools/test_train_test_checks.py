@@ -261,6 +261,23 @@ def test_load_from_that_shares_no_tensor_with_the_model_is_refused(tiny, train_t
     assert re.search(r'load_from: cannot read .*notes\.pth as a checkpoint', message), message
 
 
+def test_load_from_is_judged_as_mmengine_loads_it(tiny, segmentor_checkpoint, tmp_path):
+    """mmengine takes 'state_dict' (else the whole dict) and drops 'module.':
+    a DDP checkpoint is fine; one under 'model' with compile's '_orig_mod.' it
+    loads nothing from."""
+    from mavit_mm.tooling import preflight
+    cfg = load_config(tiny['seg'])
+    weights = torch.load(segmentor_checkpoint, weights_only=True)['state_dict']
+    ddp = tmp_path / 'ddp.pth'
+    torch.save({'state_dict': {f'module.{k}': v for k, v in weights.items()}}, ddp)
+    preflight.check_load_from_fits(cfg, str(ddp))
+    compiled = tmp_path / 'compiled.pth'
+    torch.save({'model': {f'_orig_mod.{k}': v for k, v in weights.items()}}, compiled)
+    with pytest.raises(ConfigCheckError, match=r'load_from: no tensor of .*compiled\.pth .*'
+                                               r"under 'state_dict' or at the top"):
+        preflight.check_load_from_fits(cfg, str(compiled))
+
+
 def test_backbone_settings_are_checked_before_the_runner(tiny, train_tool, tmp_path):
     message = _train_error(train_tool, tiny['seg'], '--cfg-options',
                            'model.backbone.frozen_stages=9', work_dir=tmp_path / 'work')
@@ -309,16 +326,23 @@ def test_syntax_error_names_the_file_and_line_even_in_a_base(train_tool, tmp_pat
         train_tool.main([str(tmp_path / 'own.py')])
 
 
-def test_config_that_raises_names_its_line(train_tool, tmp_path):
+def test_config_that_raises_names_its_line(train_tool, tmp_path, monkeypatch):
     config = tmp_path / 'raises.py'
     config.write_text('scale = 2\nx = undefined_name * scale\n')
-    with pytest.raises(ConfigCheckError, match=rf'config {config}, line 2: cannot be read as a '
-                                               r"config \(NameError: name 'undefined_name'"):
+    with pytest.raises(ConfigCheckError, match=rf'config {config}, line 2: NameError: name '
+                                               r"'undefined_name' is not defined"):
         train_tool.main([str(config)])
     not_a_config = tmp_path / 'notes.txt'
     not_a_config.write_text('x = 1\n')
-    with pytest.raises(ConfigCheckError, match=rf'config {not_a_config}: cannot be read'):
+    with pytest.raises(ConfigCheckError, match=rf'config {not_a_config}: not a config file'):
         train_tool.main([str(not_a_config)])
+    # What a module of custom_imports raises is its own: it keeps its traceback.
+    (tmp_path / 'broken_plugin.py').write_text("raise RuntimeError('plugin bug')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / 'with_plugin.py'
+    config.write_text("custom_imports = dict(imports=['broken_plugin'], allow_failed_imports=False)\n")
+    with pytest.raises(RuntimeError, match='plugin bug'):
+        train_tool.main([str(config)])
 
 
 def test_command_line_reports_the_error_and_exits(tiny, tmp_path):
