@@ -41,7 +41,7 @@ _NO_CLASSES_WARNING = 'dataset_meta or class names are not saved'
 
 
 def parse_args(argv=None):
-    from mavit_mm.tooling.cli import ConfigOptions  # (mavit_mm where it is used, as below)
+    from mavit_mm.tooling.cli import ConfigOptions, device_option  # (mavit_mm where used, as below)
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,7 +50,8 @@ def parse_args(argv=None):
     parser.add_argument('checkpoint', help='trained checkpoint of that config')
     parser.add_argument('--out-dir', default='outputs/demo',
                         help='where vis/ and preds/ go (default: outputs/demo)')
-    parser.add_argument('--device', default=None, help='cuda or cpu (default: cuda if available)')
+    parser.add_argument('--device', type=device_option, default=None,
+                        help='cuda or cpu (default: cuda if available)')
     parser.add_argument('--score-thr', '--pred-score-thr', dest='score_thr', type=float,
                         default=0.3, help='detection: draw and count boxes scoring above this '
                                           '(default: 0.3); segmentation ignores it')

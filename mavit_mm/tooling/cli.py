@@ -39,6 +39,18 @@ def image_size(text: str) -> tuple[int, int]:
     return image_side(parts[0]), image_side(parts[1])
 
 
+def device_option(text: str) -> str:
+    """An argparse type: a device torch knows by name (``cpu``, ``cuda``,
+    ``cuda:1``, ...); whether this machine has it is :func:`resolve_device`'s."""
+    import torch
+    try:
+        torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(
+            f'expected a torch device such as cpu, cuda or cuda:1; got {text!r}') from None
+    return text
+
+
 class ConfigOptions(DictAction):
     """mmengine's ``--cfg-options`` action (``KEY=VALUE`` items merged into the
     config, values parsed as mmengine parses them), refusing through argparse,

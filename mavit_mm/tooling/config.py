@@ -152,7 +152,8 @@ def _local_bases(tree: ast.Module) -> list[str]:
                 value = ast.literal_eval(node.value)
             except ValueError:
                 return []
-            bases = [value] if isinstance(value, str) else list(value)
+            bases = [value] if isinstance(value, str) else \
+                list(value) if isinstance(value, (list, tuple)) else []
             return [base for base in bases if isinstance(base, str) and '::' not in base]
     return []
 

@@ -29,6 +29,10 @@ def test_int_at_least_and_image_sizes():
     ('analysis_tools/benchmark_fps', ['CONFIG', '--warmup', '-1'], '--warmup'),
     ('analysis_tools/benchmark_fps', ['CONFIG', '--batch-size', '0'], '--batch-size'),
     ('analysis_tools/visualize_attention', ['IMAGE', '--size', '8', '8'], '--size'),
+    ('analysis_tools/benchmark_fps', ['CONFIG', '--device', 'tpu'], '--device'),
+    ('analysis_tools/benchmark_fps', ['CONFIG', '--shape', '64', '64', '--shapes', '64x64'],
+     '--shapes: not allowed with argument --shape'),
+    ('demo', ['IMAGES', 'CONFIG', 'CHECKPOINT', '--device', 'gpu0'], '--device'),
 ])
 def test_options_that_cannot_run_are_refused(tool, argv, option, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -42,6 +46,16 @@ def test_a_cuda_device_that_is_not_there():
     assert cli.resolve_device(None).type == 'cpu'
     with pytest.raises(ValueError, match='this machine has no CUDA device'):
         cli.resolve_device('cuda')
+
+
+def test_a_bad_config_ends_benchmark_fps_without_a_traceback(tmp_path):
+    config = tmp_path / 'bad.py'
+    config.write_text('x = (\n')
+    result = run_tool('analysis_tools/benchmark_fps.py', config, '--shape', '64', '64')
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith(f'benchmark_fps.py: error: config {config}, line 1: '
+                                            'invalid Python'), result.stderr
+    assert 'Traceback' not in result.stderr
 
 
 def test_a_users_mistake_ends_without_a_traceback(tmp_path):

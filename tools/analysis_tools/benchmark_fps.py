@@ -64,7 +64,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 
-from mavit_mm.tooling.cli import ConfigOptions, image_side, image_size, int_at_least  # noqa: E402
+from mavit_mm.tooling.cli import (  # noqa: E402
+    ConfigOptions,
+    device_option,
+    image_side,
+    image_size,
+    int_at_least,
+)
 
 DTYPES = {'fp32': 'float32', 'fp16': 'float16', 'bf16': 'bfloat16'}
 MODES = ('eager', 'cuda-graph', 'compile')
@@ -79,17 +85,18 @@ def parse_args(argv=None):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('configs', nargs='+', metavar='CONFIG',
                         help='model configs (detection or segmentation), timed side by side')
-    parser.add_argument('--shape', type=image_side, nargs=2, metavar=('HEIGHT', 'WIDTH'),
-                        default=[512, 2048], help='input size (default: 512 2048)')
-    parser.add_argument('--shapes', type=image_size, nargs='+', metavar='HxW',
-                        help='sweep these input sizes instead of --shape, and plot them')
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument('--shape', type=image_side, nargs=2, metavar=('HEIGHT', 'WIDTH'),
+                       default=[512, 2048], help='input size (default: 512 2048)')
+    sizes.add_argument('--shapes', type=image_size, nargs='+', metavar='HxW',
+                       help='sweep these input sizes instead of --shape, and plot them')
     parser.add_argument('--batch-size', type=int_at_least(1), default=1,
                         help='images per run (default: 1)')
     parser.add_argument('--iters', type=int_at_least(1), default=50,
                         help='timed runs (default: 50)')
     parser.add_argument('--warmup', type=int_at_least(0), default=10,
                         help='untimed runs first, for autotuning and caches (default: 10)')
-    parser.add_argument('--device', default=None,
+    parser.add_argument('--device', type=device_option, default=None,
                         help='cuda or cpu (default: cuda when available)')
     parser.add_argument('--dtype', choices=sorted(DTYPES), default='fp32',
                         help='autocast precision on CUDA (default: fp32, no autocast)')
@@ -108,7 +115,8 @@ def parse_args(argv=None):
     parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions, default={},
                         help='override config entries of every config, key=value')
     parser.add_argument('--out', metavar='FILE',
-                        help='JSON output (default: benchmarks/results/fps-<device>-<time>.json)')
+                        help='JSON output (default: work_dirs/benchmark_fps/'
+                             'fps-<device>-<time>.json)')
     parser.add_argument('--plot', metavar='PNG',
                         help='latency and memory against pixels (default with --shapes: '
                              'the JSON path with .png)')
@@ -417,8 +425,8 @@ def main(argv=None) -> dict:
                   iters=args.iters, warmup=args.warmup, cpu_threads=torch.get_num_threads(),
                   versions=versions, date=datetime.now(UTC).isoformat(timespec='seconds'),
                   results=results, fps_ratios=ratios)
-    out = Path(args.out) if args.out else (
-        REPO_ROOT / 'benchmarks' / 'results' /
+    out = Path(args.out) if args.out else (     # beside the runs' work dirs, not committed
+        REPO_ROOT / 'work_dirs' / 'benchmark_fps' /
         f'fps-{device.type}-{datetime.now():%Y%m%d-%H%M%S}.json')
     from mavit_mm.tooling.results_file import write_json
     write_json(out, report)
@@ -439,4 +447,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == '__main__':
-    main()
+    from mavit_mm.tooling.cli import run_tool
+    run_tool(main, 'benchmark_fps.py')
