@@ -2,7 +2,7 @@
 """The main job: train and evaluate MAViT-T detection and segmentation on the
 bundled synthetic data, on whatever machine this is (a CPU is enough).
 
-    python tools/main_job.py                 # ~13 minutes on a 2-core CPU
+    python tools/main_job.py                 # minutes on a 2-core CPU: README, Results
 
 Steps, for Mask R-CNN + MAViT-T (COCO-format shapes) and UperNet + MAViT-T
 (ADE20K-format shapes):
@@ -41,6 +41,7 @@ from mavit_mm.data.synthetic import (  # noqa: E402
     make_ade20k_dataset,
     make_coco_dataset,
 )
+from mavit_mm.tooling.cli import int_at_least  # noqa: E402
 from mavit_mm.tooling.config import load_config, set_iterations  # noqa: E402
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS  # noqa: E402
 from mavit_mm.tooling.json_logs import latest_test_metrics, validation_metrics_by_step  # noqa: E402
@@ -61,10 +62,20 @@ BARS = (
 VALIDATIONS_DURING_TRAINING = 3
 # Validation images drawn (ground truth beside prediction) per model.
 PICTURED_IMAGES = 4
-# Minutes each model took on this project's 2-core CPU (train with its
-# validations + test + pictures; benchmarks/results/main-job-cpu-2026-11-25.json,
-# rounded up): the estimates printed.
-REFERENCE_MINUTES = {'mask_rcnn': 5.5, 'upernet': 2.5}
+# The committed records of `--record` (the README's Results): the estimates printed.
+RECORDS = REPO_ROOT / 'benchmarks' / 'results'
+
+
+def reference_minutes() -> dict[str, float]:
+    """Minutes each model took (training with its validations, test,
+    pictures) in the newest committed main-job record; none without one."""
+    import json
+    records = [json.loads(path.read_text()) for path in RECORDS.glob('main-job-cpu-*.json')]
+    if not records:
+        return {}
+    newest = max(records, key=lambda record: record.get('date', ''))
+    return {name: (job['train_seconds'] + job['test_seconds'] + job['picture_seconds']) / 60
+            for name, job in newest['summary']['results'].items()}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,7 +89,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              'root, where the job runs')
     parser.add_argument('--only', choices=JOBS, action='append',
                         help='run only this model (repeatable; default: all)')
-    parser.add_argument('--max-iters', type=int, default=None,
+    parser.add_argument('--max-iters', type=int_at_least(1), default=None,
                         help="training iterations per model (default: the demo config's); "
                              'the lr schedule is stretched to match')
     parser.add_argument('--record', type=Path, default=None, metavar='JSON',
@@ -283,11 +294,11 @@ def picture_lines(results: dict) -> str:
     return '\n'.join(lines)
 
 
-def time_left(jobs, done_index: int, elapsed_minutes: float) -> str:
-    """'; about N min left': the reference minutes of the models still to run,
-    scaled by how this machine compared on those done so far."""
-    done = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs[:done_index + 1])
-    left = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs[done_index + 1:])
+def time_left(jobs, done_index: int, elapsed_minutes: float, reference: dict) -> str:
+    """'; about N min left': the ``reference`` minutes of the models still to
+    run, scaled by how this machine compared on those done so far."""
+    done = sum(reference.get(name, 0) for name in jobs[:done_index + 1])
+    left = sum(reference.get(name, 0) for name in jobs[done_index + 1:])
     if not left or not done:
         return ''
     return f', about {left * elapsed_minutes / done:.0f} min left'
@@ -298,23 +309,22 @@ def main(argv=None) -> int:
     os.chdir(REPO_ROOT)  # the demo configs' data paths are relative to the repo root
     start = time.time()
     jobs = [name for name in JOBS if not args.only or name in args.only]
-    expected = sum(REFERENCE_MINUTES.get(name, 0) for name in jobs)
+    reference = {} if args.max_iters else reference_minutes()
+    expected = sum(reference.get(name, 0) for name in jobs)
     log(f'models: {", ".join(jobs)}' +
-        ('' if args.max_iters else
-         f'; about {expected:.0f} minutes on a 2-core CPU to the end'))
+        (f'; about {expected:.0f} minutes on a 2-core CPU to the end' if expected else ''))
     ensure_data(sorted({DEMO_JOBS[name].data_kind for name in jobs}), args.regenerate_data)
     results = {}
     for index, name in enumerate(jobs):
-        minutes = REFERENCE_MINUTES.get(name)
+        minutes = reference.get(name)
         log(f'=== model {index + 1}/{len(jobs)}, {name}: {DEMO_JOBS[name].config} ===' +
-            (f' (about {minutes:g} minutes on a 2-core CPU)' if minutes and not args.max_iters
-             else ''))
+            (f' (about {minutes:.1f} minutes on a 2-core CPU)' if minutes else ''))
         results[name] = run_job(name, args.work_dir, args.max_iters)
         elapsed = (time.time() - start) / 60
         log(f'{name}: trained {results[name]["train_seconds"]:.0f}s, '
             f'tested {results[name]["test_seconds"]:.0f}s, '
             f'pictures {results[name]["picture_seconds"]:.0f}s; {elapsed:.1f} min elapsed'
-            + time_left(jobs, index, elapsed))
+            + time_left(jobs, index, elapsed, reference))
     wall = time.time() - start
     verdict = check_results(results)
     table = summary_table(results)

@@ -67,6 +67,7 @@ def prepare_config(args: argparse.Namespace):
         runner_setup.configure_tta(cfg)
     if args.show_dir:
         runner_setup.configure_visualization(cfg, args.show_dir)
+    preflight.check_test_outputs(cfg, args.out, args.show_dir)
     if args.out:
         runner_setup.configure_prediction_output(cfg, args.out)
     preflight.check_for_testing(cfg, args.checkpoint)
@@ -89,5 +90,6 @@ if __name__ == '__main__':
     try:
         main()
     except ConfigCheckError as error:
-        sys.exit(f'test.py: error: {error}')
+        print(f'test.py: error: {error}', file=sys.stderr)
+        sys.exit(2)     # as argparse ends a bad command line, and the other tools
     runner_setup.exit_if_distributed()

@@ -84,5 +84,6 @@ if __name__ == '__main__':
     try:
         main()
     except ConfigCheckError as error:
-        sys.exit(f'train.py: error: {error}')
+        print(f'train.py: error: {error}', file=sys.stderr)
+        sys.exit(2)     # as argparse ends a bad command line, and the other tools
     runner_setup.exit_if_distributed()

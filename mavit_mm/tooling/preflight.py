@@ -9,6 +9,7 @@ against the config's model (:func:`check_checkpoint_fits`).
 from __future__ import annotations
 
 import json
+import os
 import os.path as osp
 
 from ..errors import UnreadableCheckpointError
@@ -290,8 +291,49 @@ def check_load_from_fits(cfg, checkpoint: str) -> None:
                                f"config's model (same name and shape) ({hint})")
 
 
+def check_output_folder(path: str, what: str) -> None:
+    """A folder the run will write into, made where missing: neither it nor a
+    folder above it may be a file, and the nearest one there must be
+    writable (mmengine would fail on it after the model and data are built,
+    a test's --out only once the whole test has run)."""
+    if not path or is_remote(path):
+        return
+    folder = osp.abspath(osp.expanduser(path))
+    while not osp.exists(folder):
+        folder = osp.dirname(folder)
+    if not osp.isdir(folder):
+        raise ConfigCheckError(f'{what}: {folder} is a file, not a folder')
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigCheckError(f'{what}: cannot write into {folder}')
+
+
+def check_batch_sizes(cfg) -> None:
+    """Every data loader's batch size is a whole number of at least 1 (torch's
+    DataLoader refuses others only once the Runner builds it)."""
+    for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        loader = cfg.get(name)
+        size = loader.get('batch_size') if isinstance(loader, dict) else None
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ConfigCheckError(f'{name}.batch_size must be a whole number >= 1, got {size!r}')
+
+
+def check_test_outputs(cfg, out: str | None, show_dir: str | None) -> None:
+    """``tools/test.py``'s --work-dir, --out and --show-dir can be written."""
+    check_output_folder(cfg.work_dir, f'work_dir {cfg.work_dir}')
+    if out and cfg.default_scope == 'mmdet':     # a pickle file
+        if osp.isdir(out):
+            raise ConfigCheckError(f'--out {out}: is a folder; give the pickle file to write')
+        check_output_folder(osp.dirname(out) or '.', f'--out {out}')
+    elif out:                                    # mmseg: a folder of label maps
+        check_output_folder(out, f'--out {out}')
+    if show_dir and (cfg.default_scope == 'mmseg' or osp.isabs(show_dir)):
+        check_output_folder(show_dir, f'--show-dir {show_dir}')   # mmdet's: under <work_dir>/<timestamp>/
+
+
 def check_for_training(cfg) -> None:
-    """Everything ``tools/train.py`` reads, checked before the Runner is built."""
+    """Everything ``tools/train.py`` reads and writes, checked before the Runner is built."""
+    check_output_folder(cfg.work_dir, f'work_dir {cfg.work_dir}')
+    check_batch_sizes(cfg)
     check_mavit_backbones(cfg, check_pretrained=True)
     resumed = None
     if cfg.get('resume'):
@@ -308,7 +350,9 @@ def check_for_training(cfg) -> None:
 
 
 def check_for_testing(cfg, checkpoint: str) -> None:
-    """Everything ``tools/test.py`` reads, checked before the Runner is built."""
+    """Everything ``tools/test.py`` reads, checked before the Runner is built
+    (what it writes: :func:`check_test_outputs`)."""
+    check_batch_sizes(cfg)
     check_checkpoint(checkpoint, 'test checkpoint')
     # The test checkpoint replaces all weights: a missing pretrained file is fine.
     check_mavit_backbones(cfg, check_pretrained=False)

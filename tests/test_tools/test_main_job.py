@@ -258,10 +258,26 @@ def test_training_curves_need_a_training_log(tmp_path):
 
 
 def test_time_left_scales_the_reference_by_this_machine():
+    """The reference is the newest committed record's minutes (the README's
+    Results), each model's training, test and pictures."""
+    import json
     jobs = list(main_job.JOBS)
-    minutes = main_job.REFERENCE_MINUTES
+    minutes = main_job.reference_minutes()
+    newest = max((json.loads(p.read_text()) for p in main_job.RECORDS.glob('main-job-cpu-*.json')),
+                 key=lambda record: record['date'])
+    upernet = newest['summary']['results']['upernet']
+    assert minutes['upernet'] == pytest.approx(
+        (upernet['train_seconds'] + upernet['test_seconds'] + upernet['picture_seconds']) / 60)
     first, second = jobs
     # Twice as slow as the reference on the first model: twice its minutes left.
-    assert main_job.time_left(jobs, 0, 2 * minutes[first]) == \
+    assert main_job.time_left(jobs, 0, 2 * minutes[first], minutes) == \
         f', about {2 * minutes[second]:.0f} min left'
-    assert main_job.time_left(jobs, 1, 1.0) == ''  # nothing left
+    assert main_job.time_left(jobs, 1, 1.0, minutes) == ''  # nothing left
+
+
+@pytest.mark.parametrize('value', ['0', '-1'])
+def test_max_iters_below_one_is_refused(value, capsys):
+    """0 ran the whole schedule (taken as not given); -1 failed inside train.py."""
+    with pytest.raises(SystemExit) as exit_info:
+        main_job.parse_args(['--max-iters', value])
+    assert exit_info.value.code == 2 and '--max-iters' in capsys.readouterr().err

@@ -294,6 +294,33 @@ def test_cfg_option_under_a_value_that_is_no_dict_is_refused(tiny, train_tool, t
     assert message.startswith('--cfg-options: init_cfg=') and 'NoneType' in message, message
 
 
+def test_outputs_that_cannot_be_written_are_refused_before_the_runner(
+        tiny, train_tool, test_tool, segmentor_checkpoint, tmp_path):
+    """A file where a folder must be: mmengine failed on it once all was built,
+    a detection --out only after the whole test."""
+    a_file = tmp_path / 'afile'
+    a_file.write_text('')
+    with pytest.raises(ConfigCheckError, match=re.escape(f'work_dir {a_file}: {a_file} is a file, '
+                                                         'not a folder')):
+        train_tool.main([str(tiny['seg']), '--work-dir', str(a_file)])
+    work = ['--work-dir', str(tmp_path / 'work')]
+    for options, problem in (
+            (['--out', str(a_file / 'preds')], f'--out {a_file / "preds"}: {a_file} is a file'),
+            (['--show-dir', str(a_file)], f'--show-dir {a_file}: {a_file} is a file')):
+        with pytest.raises(ConfigCheckError, match=re.escape(problem)):
+            test_tool.main([str(tiny['seg']), str(segmentor_checkpoint), *work, *options])
+    detector = save_initialised_checkpoint(tiny['det'], tmp_path / 'det.pth')
+    with pytest.raises(ConfigCheckError, match=re.escape(f'--out {a_file / "x.pkl"}: {a_file} is a file')):
+        test_tool.main([str(tiny['det']), str(detector), *work, '--out', str(a_file / 'x.pkl')])
+    assert not (tmp_path / 'work').exists()
+
+
+def test_batch_size_below_one_is_refused(tiny, train_tool, tmp_path):
+    message = _train_error(train_tool, tiny['seg'], '--cfg-options', 'train_dataloader.batch_size=0',
+                           work_dir=tmp_path / 'work')
+    assert message == 'train_dataloader.batch_size must be a whole number >= 1, got 0', message
+
+
 def test_missing_pretrained_backbone_of_the_published_config(tmp_path, train_tool, tiny):
     """The published configs start from ImageNet weights that are not bundled."""
     config = REPO_ROOT / 'configs' / 'mask_rcnn' / 'mask-rcnn_mavit-t_fpn_1x_coco.py'
@@ -352,7 +379,7 @@ def test_command_line_reports_the_error_and_exits(tiny, tmp_path):
     start = time.time()
     result = run_tool('train.py', tiny['det'], '--work-dir', work_dir, '--cfg-options',
                       f'train_dataloader.dataset.data_root={missing}')
-    assert result.returncode != 0
+    assert result.returncode == 2     # as argparse, and the other tools
     assert f'train.py: error: train_dataloader.dataset: data_root not found: {missing}' \
         in result.stderr
     assert 'Traceback' not in result.stderr
