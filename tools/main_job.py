@@ -68,14 +68,23 @@ RECORDS = REPO_ROOT / 'benchmarks' / 'results'
 
 def reference_minutes() -> dict[str, float]:
     """Minutes each model took (training with its validations, test,
-    pictures) in the newest committed main-job record; none without one."""
+    pictures) in the newest committed record of the whole job as shipped
+    (every model, its demo config's iterations); none without one."""
     import json
-    records = [json.loads(path.read_text()) for path in RECORDS.glob('main-job-cpu-*.json')]
-    if not records:
-        return {}
-    newest = max(records, key=lambda record: record.get('date', ''))
-    return {name: (job['train_seconds'] + job['test_seconds'] + job['picture_seconds']) / 60
-            for name, job in newest['summary']['results'].items()}
+    schedules = {name: load_config(REPO_ROOT / DEMO_JOBS[name].config).train_cfg.max_iters
+                 for name in JOBS}
+    full_runs = []
+    for path in RECORDS.glob('main-job-cpu-*.json'):
+        try:
+            record = json.loads(path.read_text())
+            jobs = record['summary']['results']
+            minutes = {name: (jobs[name]['train_seconds'] + jobs[name]['test_seconds']
+                              + jobs[name]['picture_seconds']) / 60 for name in JOBS}
+        except (ValueError, KeyError, TypeError):    # not a whole record: no reference
+            continue
+        if all(jobs[name].get('max_iters') == schedules[name] for name in JOBS):
+            full_runs.append((record.get('date', ''), minutes))
+    return max(full_runs, key=lambda run: run[0])[1] if full_runs else {}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -99,8 +99,9 @@ def check_dataset_cfg(dataset_cfg: dict, where: str) -> None:
 
 
 def check_datasets(cfg, mode: str) -> None:
-    """The datasets and evaluator files of the dataloaders a ``mode`` ('train'|'test')
-    run reads: a training run validates only with both val_cfg and val_dataloader."""
+    """The batch sizes, datasets and evaluator files of the dataloaders a
+    ``mode`` ('train'|'test') run reads: a training run validates only with
+    both val_cfg and val_dataloader."""
     names = [f'{mode}_dataloader']
     if mode == 'train' and cfg.get('val_cfg') is not None \
             and cfg.get('val_dataloader') is not None:
@@ -109,6 +110,10 @@ def check_datasets(cfg, mode: str) -> None:
         loader = cfg.get(name)
         if loader is None:
             raise ConfigCheckError(f'the config has no {name}, which a {mode} run needs')
+        # torch's DataLoader refuses another only once the Runner builds it.
+        size = loader.get('batch_size')
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ConfigCheckError(f'{name}.batch_size must be a whole number >= 1, got {size!r}')
         for dataset_cfg, where in iter_dataset_cfgs(loader.get('dataset'), f'{name}.dataset'):
             check_dataset_cfg(dataset_cfg, where)
         check_evaluator_files(cfg, name.replace('_dataloader', '_evaluator'))
@@ -298,23 +303,13 @@ def check_output_folder(path: str, what: str) -> None:
     a test's --out only once the whole test has run)."""
     if not path or is_remote(path):
         return
-    folder = osp.abspath(osp.expanduser(path))
+    folder = osp.abspath(path)      # as mmengine takes it: '~' is no home folder there
     while not osp.exists(folder):
         folder = osp.dirname(folder)
     if not osp.isdir(folder):
         raise ConfigCheckError(f'{what}: {folder} is a file, not a folder')
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigCheckError(f'{what}: cannot write into {folder}')
-
-
-def check_batch_sizes(cfg) -> None:
-    """Every data loader's batch size is a whole number of at least 1 (torch's
-    DataLoader refuses others only once the Runner builds it)."""
-    for name in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        loader = cfg.get(name)
-        size = loader.get('batch_size') if isinstance(loader, dict) else None
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-            raise ConfigCheckError(f'{name}.batch_size must be a whole number >= 1, got {size!r}')
 
 
 def check_test_outputs(cfg, out: str | None, show_dir: str | None) -> None:
@@ -333,7 +328,6 @@ def check_test_outputs(cfg, out: str | None, show_dir: str | None) -> None:
 def check_for_training(cfg) -> None:
     """Everything ``tools/train.py`` reads and writes, checked before the Runner is built."""
     check_output_folder(cfg.work_dir, f'work_dir {cfg.work_dir}')
-    check_batch_sizes(cfg)
     check_mavit_backbones(cfg, check_pretrained=True)
     resumed = None
     if cfg.get('resume'):
@@ -352,7 +346,6 @@ def check_for_training(cfg) -> None:
 def check_for_testing(cfg, checkpoint: str) -> None:
     """Everything ``tools/test.py`` reads, checked before the Runner is built
     (what it writes: :func:`check_test_outputs`)."""
-    check_batch_sizes(cfg)
     check_checkpoint(checkpoint, 'test checkpoint')
     # The test checkpoint replaces all weights: a missing pretrained file is fine.
     check_mavit_backbones(cfg, check_pretrained=False)

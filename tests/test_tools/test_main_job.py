@@ -257,17 +257,35 @@ def test_training_curves_need_a_training_log(tmp_path):
         plot_training_curves(tmp_path, tmp_path / 'curves.png', ['mIoU'])
 
 
-def test_time_left_scales_the_reference_by_this_machine():
-    """The reference is the newest committed record's minutes (the README's
-    Results), each model's training, test and pictures."""
+def test_reference_minutes_come_from_the_newest_record_of_the_whole_job(tmp_path, monkeypatch):
+    """Records of part of the job (--only, --max-iters) or that do not parse
+    set no reference: the estimates would be far off, or make demo fail."""
     import json
+    shipped = main_job.reference_minutes()     # the committed records: a whole job
+    assert set(shipped) == set(main_job.JOBS) and all(m > 0 for m in shipped.values())
+
+    schedules = {name: main_job.load_config(main_job.REPO_ROOT / main_job.DEMO_JOBS[name].config)
+                 .train_cfg.max_iters for name in main_job.JOBS}
+
+    def record(date, seconds, iters=None, jobs=main_job.JOBS):
+        iters = iters or schedules
+        results = {name: dict(train_seconds=seconds, test_seconds=6, picture_seconds=6,
+                              max_iters=iters[name]) for name in jobs}
+        return json.dumps(dict(date=date, summary=dict(results=results)))
+
+    monkeypatch.setattr(main_job, 'RECORDS', tmp_path)
+    assert main_job.reference_minutes() == {}
+    (tmp_path / 'main-job-cpu-1.json').write_text(record('2026-01-01', 108))
+    (tmp_path / 'main-job-cpu-2.json').write_text(record('2026-02-01', 48, jobs=['upernet']))
+    (tmp_path / 'main-job-cpu-3.json').write_text(
+        record('2026-03-01', 48, iters={'mask_rcnn': 2, 'upernet': 2}))
+    (tmp_path / 'main-job-cpu-4.json').write_text('{"date": "2026-04-01", "summ')
+    assert main_job.reference_minutes() == {'mask_rcnn': 2.0, 'upernet': 2.0}
+
+
+def test_time_left_scales_the_reference_by_this_machine():
     jobs = list(main_job.JOBS)
-    minutes = main_job.reference_minutes()
-    newest = max((json.loads(p.read_text()) for p in main_job.RECORDS.glob('main-job-cpu-*.json')),
-                 key=lambda record: record['date'])
-    upernet = newest['summary']['results']['upernet']
-    assert minutes['upernet'] == pytest.approx(
-        (upernet['train_seconds'] + upernet['test_seconds'] + upernet['picture_seconds']) / 60)
+    minutes = {'mask_rcnn': 3.0, 'upernet': 1.5}
     first, second = jobs
     # Twice as slow as the reference on the first model: twice its minutes left.
     assert main_job.time_left(jobs, 0, 2 * minutes[first], minutes) == \

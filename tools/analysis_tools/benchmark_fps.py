@@ -339,15 +339,15 @@ def main(argv=None) -> dict:
     import torch
 
     from mavit_mm.tooling.cli import resolve_device
-    try:
-        device = resolve_device(args.device)
-    except ValueError as error:
-        raise SystemExit(f'benchmark_fps.py: error: {error}') from None
+
+    # A user's mistake (a ValueError): 'benchmark_fps.py: error: ...', status 2
+    # (run_tool); status 1 is the runs that failed.
+    device = resolve_device(args.device)
     if 'cuda-graph' in args.modes and device.type != 'cuda':
-        raise SystemExit(f'--modes cuda-graph needs a CUDA device (got {device}): a CUDA graph '
+        raise ValueError(f'--modes cuda-graph needs a CUDA device (got {device}): a CUDA graph '
                          'replays CUDA kernels; time eager or compile here')
     if args.dtype != 'fp32' and device.type != 'cuda':
-        raise SystemExit(f'--dtype {args.dtype} needs a CUDA device (got {device})')
+        raise ValueError(f'--dtype {args.dtype} needs a CUDA device (got {device})')
 
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.device import device_name
