@@ -25,6 +25,7 @@ every headline metric and reaches the absolute bars of ``BARS``.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -66,13 +67,19 @@ PICTURED_IMAGES = 4
 RECORDS = REPO_ROOT / 'benchmarks' / 'results'
 
 
+@functools.cache
+def demo_schedules() -> dict[str, int]:
+    """Each model's training iterations in its demo config."""
+    return {name: load_config(REPO_ROOT / DEMO_JOBS[name].config).train_cfg.max_iters
+            for name in JOBS}
+
+
 def reference_minutes() -> dict[str, float]:
     """Minutes each model took (training with its validations, test,
     pictures) in the newest committed record of the whole job as shipped
     (every model, its demo config's iterations); none without one."""
     import json
-    schedules = {name: load_config(REPO_ROOT / DEMO_JOBS[name].config).train_cfg.max_iters
-                 for name in JOBS}
+    schedules = demo_schedules()
     full_runs = []
     for path in RECORDS.glob('main-job-cpu-*.json'):
         try:

@@ -19,8 +19,13 @@ def rope_angles(head_dim: int, base: float = 10000.0) -> torch.Tensor:
     """The published angle table: ``head_dim // 2`` values, each frequency twice."""
     if head_dim % 4 != 0:
         raise ValueError(f'2D RoPE needs a head dim divisible by 4, got {head_dim}')
-    freqs = 1.0 / base ** torch.linspace(0, 1, head_dim // 4, dtype=torch.float64)
-    return freqs.repeat_interleave(2).float()
+    # On the CPU whatever the device context: the published values, and no
+    # decomposition of the power on the meta device (a model built with no data
+    # for a pre-flight check), which imports Dynamo (about 0.8 s). The table
+    # then goes where the context puts new tensors.
+    exponents = torch.linspace(0, 1, head_dim // 4, dtype=torch.float64, device='cpu')
+    freqs = (1.0 / base ** exponents).repeat_interleave(2).float()
+    return freqs.to(torch.empty(()).device)
 
 
 def angles_repeat_in_pairs(angle: torch.Tensor) -> bool:

@@ -264,8 +264,7 @@ def test_reference_minutes_come_from_the_newest_record_of_the_whole_job(tmp_path
     shipped = main_job.reference_minutes()     # the committed records: a whole job
     assert set(shipped) == set(main_job.JOBS) and all(m > 0 for m in shipped.values())
 
-    schedules = {name: main_job.load_config(main_job.REPO_ROOT / main_job.DEMO_JOBS[name].config)
-                 .train_cfg.max_iters for name in main_job.JOBS}
+    schedules = main_job.demo_schedules()
 
     def record(date, seconds, iters=None, jobs=main_job.JOBS):
         iters = iters or schedules

@@ -47,24 +47,38 @@ def parse_args(argv=None):
 
 
 def measure(args) -> dict:
+    """The figures, counted on the meta device where the model's forward reads
+    no value (a backbone, a segmentor, RetinaNet's heads): shapes alone, in a
+    moment at any size; else (a two-stage detector's proposals, a constructor
+    that reads a value, as Swin's) on the CPU. Both count the same modules."""
+    try:
+        return count_on(args, 'meta')
+    except (RuntimeError, NotImplementedError):     # a value read on the meta device
+        return count_on(args, 'cpu')
+
+
+def count_on(args, device: str) -> dict:
     import torch
 
     height, width = args.shape
     if args.config is None:
         from mavit_mm.models import MAViT
-        model = MAViT(arch=args.arch).eval()
+        with torch.device(device):
+            model = MAViT(arch=args.arch).eval()
         backbone, full = model, None
         scope = 'backbone'
     else:
         from mavit_mm.tooling.config import load_config
         from mavit_mm.tooling.model_builder import build_model, dummy_forward_inputs
         cfg = load_config(args.config, args.cfg_options)
-        model = build_model(cfg).eval()
+        with torch.device(device):
+            model = build_model(cfg).eval()
         backbone = model.backbone
-        full = None if args.backbone_only else (model, dummy_forward_inputs(cfg, height, width))
+        full = None if args.backbone_only else (
+            model, dummy_forward_inputs(cfg, height, width, device=device))
         scope = cfg.default_scope
-    image = torch.randn(1, 3, height, width)
-    figures = dict(input_shape=[height, width], scope=scope,
+    image = torch.randn(1, 3, height, width, device=device)
+    figures = dict(input_shape=[height, width], scope=scope, counted_on=device,
                    backbone=count_complexity(backbone, lambda: backbone(image)).as_dict())
     if full is not None:
         model, (inputs, samples) = full
