@@ -113,35 +113,36 @@ def read_config_file(path) -> Config:
 def config_files(path: Path) -> list[Path]:
     """Config file ``path`` (resolved) and the ``_base_`` files it names by
     path (not ``mmdet::``/``mmseg::`` ones), theirs in turn, depth first."""
-    found: list[Path] = []
-
-    def visit(file: Path) -> None:
-        if file in found or not file.is_file():
-            return
-        found.append(file)
-        if file.suffix != '.py':
-            return
-        try:
-            tree = ast.parse(file.read_text(encoding='utf-8'), filename=str(file))
-        except SyntaxError:
-            return
-        for base in _local_bases(tree):
-            visit((file.parent / base).resolve())
-
-    visit(Path(path).resolve())
-    return found
+    return list(_config_tree(Path(path).resolve()))
 
 
 def first_syntax_error(path: Path) -> SyntaxError | None:
     """The first syntax error among :func:`config_files`, depth first."""
-    for file in config_files(path):
+    return next((error for error in _config_tree(Path(path).resolve()).values()
+                 if error is not None), None)
+
+
+def _config_tree(path: Path) -> dict[Path, SyntaxError | None]:
+    """:func:`config_files` in order, each with its syntax error (a file that
+    does not parse names no bases); each file parsed once."""
+    found: dict[Path, SyntaxError | None] = {}
+
+    def visit(file: Path) -> None:
+        if file in found or not file.is_file():
+            return
+        found[file] = None
         if file.suffix != '.py':
-            continue
+            return
         try:
-            ast.parse(file.read_text(encoding='utf-8'), filename=str(file))
+            tree = ast.parse(file.read_text(encoding='utf-8'), filename=str(file))
         except SyntaxError as error:
-            return error
-    return None
+            found[file] = error
+            return
+        for base in _local_bases(tree):
+            visit((file.parent / base).resolve())
+
+    visit(path)
+    return found
 
 
 def _local_bases(tree: ast.Module) -> list[str]:
