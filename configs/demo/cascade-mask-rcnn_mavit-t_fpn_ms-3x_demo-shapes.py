@@ -57,15 +57,17 @@ model = dict(
         ],
         mask_head=dict(num_classes=num_classes)),
     # Each cascade stage runs four 3x3 convs per RoI: on a CPU, 1000 proposals
-    # of a 160 px image would cost ~350 GMAC per stage. Fewer proposals and
-    # RoIs (these images hold at most 3 objects); the heads are unchanged.
+    # of a 160 px image would cost ~350 GMAC per stage. Fewer proposals, RoIs
+    # and detections (these images hold at most 3 objects; 20 detections, as
+    # the demo Mask R-CNN keeps, instead of 100: every detection of an
+    # untrained model is a mask to compute and paste); the heads are unchanged.
     train_cfg=dict(
         rpn_proposal=dict(nms_pre=1000, max_per_img=300),
         rcnn=[
             dict(stage, sampler=dict(stage.sampler, num=128))
             for stage in _base_.model.train_cfg.rcnn
         ]),
-    test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100)))
+    test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=100), rcnn=dict(max_per_img=20)))
 
 # --- schedule: the demo one (demos/detection.py), 4 images per iteration -----
 max_iters = _base_.demo_max_iters

@@ -82,8 +82,10 @@ def plain_qkv(head_dim, dtype=torch.float32, device=DEVICE, requires_grad=False)
 # default). With the default narrow tile (2 rows, 4 warps) and d = 32, a block
 # is 128 chunks for the means and 64 for the KV rows.
 COMBINE_CASES = {
-    # 225 chunks of one token: 2 mean blocks (128 + 97), 4 KV blocks (64 x 3 + 33).
-    'many chunks': (15, 15, 32, 1, None),
+    # 130 chunks of one token: 2 mean blocks (128 + 2), 3 KV blocks (64 + 64 + 2):
+    # a first, a middle and a partial last block, at the fewest chunks that
+    # have them (each chunk is a program in Triton's interpreter).
+    'many chunks': (10, 13, 32, 1, None),
     'one chunk': (HEIGHT, WIDTH, 16, 64, None),
     # odd N = 35 in 18 chunks, the last of 1 token; tiny tiles: 2 rows x 64
     # channels (d = 48 padded), 1 warp: mean blocks of 16 (16 + 2), KV blocks of
@@ -95,7 +97,7 @@ COMBINE_CASES = {
 
 
 
-COMBINE_BLOCKS = {'many chunks': (225, 128, 64), 'one chunk': (1, 1, 1),
+COMBINE_BLOCKS = {'many chunks': (130, 128, 64), 'one chunk': (1, 1, 1),
                   'odd N, tiny tiles': (18, 16, 8), 'rows past d': (12, 16, 1)}
 
 

@@ -4,7 +4,7 @@ fixtures: a folder the session's workers share, and a file lock).
 
 ``demo_detector_run`` is such a run: a demo detector trained with
 tools/train.py on the demo-sized synthetic data. The demo Mask R-CNN's
-(``demo_mask_rcnn_run``) is the detector-learns test's, which judges its
+(``demo_mask_rcnn_run``) is the detector-learns test's (make test-slow), which judges its
 iterations; ``demo_coco_data`` is also the deployment tests' data.
 """
 from __future__ import annotations

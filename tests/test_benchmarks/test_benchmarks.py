@@ -1,6 +1,7 @@
 """The GPU benchmark scripts, checked without a GPU: imports, plans, arguments."""
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -79,16 +80,15 @@ def test_gpu_check_dry_run_checks_the_plan(tmp_path):
     assert '12 shapes: 172 candidate timings, about 69 kernel compiles' in result.stdout
 
 
-def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
-    result = run_script('benchmarks/gpu_check.py', '--out', str(tmp_path),
-                        '--steps', 'env')
-    if result.returncode == 0:
-        pytest.skip('a CUDA GPU is present')
-    assert result.returncode == 2
-    assert '--dry-run' in result.stdout
+@pytest.mark.skipif(torch.cuda.is_available(), reason='a CUDA GPU is present')
+def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path, capsys):
+    # In this process (the command line itself: the dry run above).
+    assert runner.main(['--out', str(tmp_path), '--steps', 'env']) == 2
+    assert '--dry-run' in capsys.readouterr().out
+    assert not any(tmp_path.iterdir())
 
 
-def test_bench_mala_compile_report_takes_another_tile():
+def test_bench_mala_compile_report_takes_another_tile(monkeypatch):
     """--tile KERNEL=N,W,S compiles that kernel with the tile instead of the
     plan's (sm_90, ahead of time, no GPU); a malformed tile or a kernel the
     plan lacks is refused, naming it."""
@@ -104,9 +104,11 @@ def test_bench_mala_compile_report_takes_another_tile():
     assert 'sm_90 fp32 d=64 layout=channels_last pair_loads=auto query=16,8,1' in result.stdout
     query = next(line for line in result.stdout.splitlines() if '_backward_query_kernel' in line)
     assert 'BLOCK_N=16' in query and "'num_warps': 8," in query, query
-    result = run_script('benchmarks/bench_mala.py', '--compile-report', '90',
-                        '--tile', 'querry=16,8,1')
-    assert result.returncode != 0 and 'no kernel querry in the launch plan' in result.stderr
+    # In this process (the command line itself: the run above), which keeps its
+    # TRITON_INTERPRET: the report sets it for the kernels it compiles.
+    monkeypatch.setenv('TRITON_INTERPRET', os.environ.get('TRITON_INTERPRET', '0'))
+    with pytest.raises(SystemExit, match='no kernel querry in the launch plan'):
+        bench_mala.main(['--compile-report', '90', '--tile', 'querry=16,8,1'])
 
 
 def test_bench_mala_times_the_torch_path_on_cpu(tmp_path):
@@ -158,8 +160,9 @@ def test_backbone_ab_compares_another_commit_in_one_process(tmp_path):
         assert [len(times) for times in row['times_ms'].values()] == [2, 2]
         assert row['ratio_min'] <= row['ratio_median'] <= row['ratio_max']
     assert 'about' in result.stdout and 's left' in result.stdout
-    bad = run_script('benchmarks/backbone_ab.py', '--base', 'no-such-rev', '--pairs', '1')
-    assert bad.returncode != 0 and 'git archive no-such-rev' in bad.stdout + bad.stderr
+    from benchmarks import backbone_ab  # in this process: the command line ran above
+    with pytest.raises(SystemExit, match='git archive no-such-rev'):
+        backbone_ab.main(['--base', 'no-such-rev', '--pairs', '1'])
 
 
 def test_gpu_check_parts_fit_a_gpu_command(monkeypatch):
@@ -405,12 +408,15 @@ def test_gpu_check_sdpa_step_reports_a_math_fallback(tmp_path, monkeypatch):
     assert all(not row['ok'] and 'No available kernel' in row['error'] for row in rows)
 
 
-def test_ncu_mala_needs_a_gpu_and_says_so():
+def test_ncu_mala_needs_a_gpu_and_says_so(capsys):
     result = run_script('benchmarks/ncu_mala.py', '--batch-heads', '1')
     if result.returncode == 0:
         pytest.skip('a CUDA GPU is present')
     assert result.returncode == 2 and 'needs a CUDA GPU' in result.stdout
-    assert 'cudaProfilerStart' in run_script('benchmarks/ncu_mala.py', '--help').stdout
+    from benchmarks import ncu_mala  # --help in this process
+    with pytest.raises(SystemExit) as exit_info:
+        ncu_mala.parse_args(['--help'])
+    assert exit_info.value.code == 0 and 'cudaProfilerStart' in capsys.readouterr().out
 
 
 def test_gpu_check_cuda_graphs_need_cuda(tmp_path):

@@ -45,6 +45,12 @@ PIPELINES = {
     'upernet_160k': 'upernet/upernet_mavit-{}_8xb2-160k_ade20k-512x512.py',
 }
 CONFIGS = [(pipe, size) for pipe in PIPELINES for size in SIZES]
+# Recipes that train another recipe's model (the 3x schedule changes the data,
+# the schedule and, for L, the optimizer: not the model,
+# test_twin_recipes_train_the_same_model): the model tests build the model
+# once, under the recipe it twins, and check this recipe's optimizer on it.
+MODEL_TWIN_OF = {'mask_rcnn_3x': 'mask_rcnn_1x'}
+MODEL_CONFIGS = [(pipe, size) for pipe, size in CONFIGS if pipe not in MODEL_TWIN_OF]
 
 
 def config_path(pipe: str, size: str) -> str:
@@ -338,10 +344,18 @@ def test_data_pipelines_run(pipe):
 
 
 # -- models --------------------------------------------------------------------
-@pytest.fixture(scope='module', params=CONFIGS, ids=config_id)
+@pytest.mark.parametrize('twin', sorted(MODEL_TWIN_OF))
+@pytest.mark.parametrize('size', SIZES)
+def test_twin_recipes_train_the_same_model(twin, size):
+    model = load_config(config_path(twin, size)).model
+    assert model == load_config(config_path(MODEL_TWIN_OF[twin], size)).model
+
+
+@pytest.fixture(scope='module', params=MODEL_CONFIGS, ids=config_id)
 def built(request):
-    """(pipeline, size, config, model), built once per config; the tests below
-    are grouped per config so only one model is alive at a time."""
+    """(pipeline, size, config, model), built once per model config (not again
+    for a MODEL_TWIN_OF recipe); the tests below are grouped per config so only
+    one model is alive at a time."""
     pipe, size = request.param
     cfg = load_config(config_path(pipe, size))
     torch.manual_seed(0)
@@ -455,9 +469,14 @@ def test_weight_decay_follows_the_published_rule(built):
     """Which parameters the config's optimizer decays, as mmengine builds it
     from the config's own wrapper (an fp32 OptimWrapper on a CPU, an
     AmpOptimWrapper on a GPU): the published configs' rule (RECIPES' no_decay)."""
-    from mmengine.optim import build_optim_wrapper
+    pipe, size, cfg, model = built
+    _check_weight_decay(pipe, cfg, model)
+    for twin in (twin for twin, of in MODEL_TWIN_OF.items() if of == pipe):
+        _check_weight_decay(twin, load_config(config_path(twin, size)), model)
 
-    pipe, _, cfg, model = built
+
+def _check_weight_decay(pipe, cfg, model):
+    from mmengine.optim import build_optim_wrapper
     wrapper = build_optim_wrapper(model, cfg.optim_wrapper.copy())
     decay = {id(p): group['weight_decay'] for group in wrapper.optimizer.param_groups
              for p in group['params']}

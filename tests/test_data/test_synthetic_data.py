@@ -114,22 +114,25 @@ def test_manifest_records_the_parameters(tmp_path):
     assert not dataset_complete(tmp_path / 'missing', 'coco')
 
 
-def test_command_line(tmp_path):
-    tool = REPO_ROOT / 'tools' / 'make_demo_data.py'
-    help_result = run_script(tool, '--help')
-    assert help_result.returncode == 0, help_result.stderr
-    help_text = help_result.stdout
-    for flag in ('--out', '--kind', '--num-train', '--num-val', '--image-size', '--seed'):
-        assert flag in help_text
-    result = run_script(tool, '--out', tmp_path, '--num-train', '2', '--num-val', '1',
-                        '--image-size', '64', '--seed', '5')
+def test_command_line(tmp_path, capsys):
+    result = run_script(REPO_ROOT / 'tools' / 'make_demo_data.py', '--out', tmp_path,
+                        '--num-train', '2', '--num-val', '1', '--image-size', '64', '--seed', '5')
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / 'coco' / 'annotations' / 'instances_val.json').read_text())[
         'images'][0]['height'] == 64
     assert len(list((tmp_path / 'ade20k' / 'images' / 'training').glob('*.jpg'))) == 2
     assert read_manifest(tmp_path / 'ade20k')['seed'] == 5
-    bad = run_script(tool, '--num-train', '0')
-    assert bad.returncode != 0 and '--num-train' in bad.stderr
+    # Its parser in this process.
+    tool = load_tool('make_demo_data')
+    with pytest.raises(SystemExit) as exit_info:
+        tool.parse_args(['--help'])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    for flag in ('--out', '--kind', '--num-train', '--num-val', '--image-size', '--seed'):
+        assert flag in help_text
+    with pytest.raises(SystemExit) as exit_info:
+        tool.parse_args(['--num-train', '0'])
+    assert exit_info.value.code == 2 and '--num-train' in capsys.readouterr().err
 
 
 

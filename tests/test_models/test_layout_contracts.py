@@ -132,6 +132,36 @@ def test_outputs_are_contiguous_nchw(attn_type, layout):
             assert out.is_contiguous(), (attn_type, layout, training, level, out.stride())
 
 
+def test_the_rcnn_heads_read_the_roi_features_the_neck_computed():
+    """The demo Mask R-CNN as built from its config: mmcv's RoIAlign, which
+    reads raw memory as NCHW whatever the strides, gives the R-CNN heads the
+    RoI features of the maps the neck computed (a channels_last view would
+    scramble them; trained, the head then sat at "background for
+    everything" while the RPN learned: tests/test_tools/test_detector_learns.py,
+    under make test-slow)."""
+    pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for RoIAlign')
+    pytest.importorskip('mmdet.models')
+    from helpers.paths import REPO_ROOT
+    from helpers.shared_runs import MASK_RCNN_CONFIG
+
+    from mavit_mm.tooling.config import load_config
+    from mavit_mm.tooling.model_builder import build_model
+    torch.manual_seed(0)
+    model = build_model(load_config(REPO_ROOT / MASK_RCNN_CONFIG)).eval()
+    with torch.no_grad():
+        features = model.extract_feat(torch.randn(1, 3, 96, 128))
+        # (batch index, x1, y1, x2, y2) in image pixels: boxes on every FPN level.
+        rois = torch.tensor([[0, 4., 6., 40., 30.], [0, 10., 8., 120., 90.],
+                             [0, 0., 0., 128., 96.]])
+        for name in ('bbox_roi_extractor', 'mask_roi_extractor'):
+            extractor = getattr(model.roi_head, name)
+            maps = features[:extractor.num_inputs]
+            assert all(m.is_contiguous() for m in maps), (name, [m.stride() for m in maps])
+            torch.testing.assert_close(extractor(maps, rois),
+                                       extractor([m.contiguous() for m in maps], rois),
+                                       rtol=0, atol=0)
+
+
 # -- copies ----------------------------------------------------------------------
 
 @pytest.mark.parametrize('attn_type', ATTN_TYPES)

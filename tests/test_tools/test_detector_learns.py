@@ -10,6 +10,12 @@ its RoI sample; loss_cls about 1) for 1200 iterations.
 The first ITERS iterations of one real run of tools/train.py on the
 demo-sized data (64 images of 160 px), with the demo config's own schedule:
 the session's demo Mask R-CNN run (tests/helpers/shared_runs.py).
+
+Under make test-slow: it trains a model only to make its losses worth judging
+(65-70 s of a 2-core make test). make test checks the cause directly
+(test_layout_contracts.py: the backbone's outputs are contiguous NCHW, and the
+demo Mask R-CNN's RoI extractors read the maps its neck computed), and the
+main job (make demo) fails when the demo Mask R-CNN does not learn.
 """
 import statistics
 
@@ -21,7 +27,7 @@ from mavit_mm.tooling.json_logs import run_dirs, training_records
 pytest.importorskip('mmcv.ops', reason='mmcv with its C++ ops is needed for Mask R-CNN')
 pytest.importorskip('mmdet.models')
 
-pytestmark = pytest.mark.xdist_group(MASK_RCNN_GROUP)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(MASK_RCNN_GROUP)]
 
 ITERS = 40
 LAST = 10  # the iterations whose mean is judged

@@ -387,12 +387,21 @@ def test_command_line_reports_the_error_and_exits(tiny, tmp_path):
     assert time.time() - start < 120  # imports only; nothing was built
 
 
-def test_help_lists_the_flags():
-    train_help = run_tool('train.py', '--help').stdout
+def _help(tool, capsys) -> str:
+    """``--help`` of the tool's parser, in this process (the command line itself
+    runs in the tests above and in test_e2e.py)."""
+    with pytest.raises(SystemExit) as exit_info:
+        tool.parse_args(['--help'])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_lists_the_flags(train_tool, test_tool, capsys):
+    train_help = _help(train_tool, capsys)
     for flag in ('--work-dir', '--resume', '--amp', '--cfg-options', '--launcher',
                  '--auto-scale-lr', '--local-rank'):
         assert flag in train_help
-    test_help = run_tool('test.py', '--help').stdout
+    test_help = _help(test_tool, capsys)
     for flag in ('--work-dir', '--out', '--show-dir', '--cfg-options', '--launcher'):
         assert flag in test_help
 
