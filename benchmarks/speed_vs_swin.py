@@ -71,7 +71,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--mala-impl', choices=['auto', 'torch', 'triton'], default='auto',
                         help="MAViT's MALA implementation (default: auto)")
     parser.add_argument('--out', metavar='JSON',
-                        help='default: benchmarks/results/speed-vs-swin-<device>-<date>.json')
+                        help='default: benchmarks/results/speed-vs-swin-<device>-<date>-<HHMM>.json')
     parser.add_argument('--plot', metavar='PNG', help='default: the JSON path with .png')
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:

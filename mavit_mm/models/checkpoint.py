@@ -124,6 +124,9 @@ def load_pretrained_backbone(model: nn.Module, checkpoint: str, prefix: str | No
             raise unreadable(checkpoint, error) from None
     else:
         checkpoint = os.path.expanduser(checkpoint)     # as mmengine's own loader
+        if os.path.isdir(checkpoint):
+            raise IsADirectoryError(f'MAViT pretrained checkpoint is a folder, not a file: '
+                                    f'{checkpoint}')
         if not os.path.isfile(checkpoint):
             raise FileNotFoundError(f'MAViT pretrained checkpoint not found: {checkpoint}')
         loaded = read_checkpoint(checkpoint, mmap=False)
@@ -164,12 +167,23 @@ def fit_backbone(expected: Mapping, state_dict: Mapping, source: str = 'the chec
     if mismatched:
         shown = '; '.join(mismatched[:6]) + (' ...' if len(mismatched) > 6 else '')
         raise ValueError(f'{source} does not fit this MAViT ({len(mismatched)} tensors '
-                         f'differ in shape: {shown}); is it a checkpoint of another size? '
-                         'Set the arch that matches it.')
+                         f'differ in shape: {shown}); {_likely_cause(expected, state_dict)}')
     if not usable:
         raise ValueError(f'no tensor of {source} matches the MAViT backbone: is it a '
                          'MAViT checkpoint?')
     return usable, unexpected
+
+
+def _likely_cause(expected: Mapping, state_dict: Mapping) -> str:
+    """Why shapes differ: the stem's input channels when only they differ,
+    else another size."""
+    stem = 'patch_embed.proj.0.weight'
+    differ = [key for key, value in state_dict.items() if key in expected
+              and tuple(expected[key].shape) != tuple(value.shape)]
+    if differ == [stem] and expected[stem].shape[0] == state_dict[stem].shape[0]:
+        return (f'its stem takes {state_dict[stem].shape[1]}-channel images, this MAViT '
+                f'{expected[stem].shape[1]} (in_channels)')
+    return 'is it a checkpoint of another size? Set the arch that matches it.'
 
 
 def mmengine_load_from_tensors(checkpoint) -> OrderedDict:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..ops.amp import autocast_disabled
 from ..ops.channel_split import channel_split
@@ -25,19 +26,29 @@ _MIXED_LAYER_NORM_DEVICES = ('cpu',)
 
 
 def build_norm2d(norm_cfg: dict | None, num_features: int) -> nn.Module:
-    """``BN`` or ``SyncBN`` (``eps``, ``momentum``, ``requires_grad``) for the stem and
-    the downsampling layers: a torch-only stand-in for mmcv's ``build_norm_layer``
-    (mmengine reverts SyncBN to BN when not distributed)."""
+    """``BN``, ``SyncBN`` or another batch norm of mmengine's registry (such as
+    ``CPUSyncBN``), with ``eps``, ``momentum``, ``requires_grad``, for the stem
+    and the downsampling layers: a torch-only stand-in for mmcv's
+    ``build_norm_layer`` (mmengine reverts SyncBN to BN when not distributed)."""
     cfg = dict(type='BN') if norm_cfg is None else dict(norm_cfg)
     norm_type = cfg.pop('type')
     requires_grad = cfg.pop('requires_grad', True)
     layers = {'BN': nn.BatchNorm2d, 'BN2d': nn.BatchNorm2d, 'SyncBN': nn.SyncBatchNorm}
-    if norm_type not in layers:
-        raise ValueError(f'norm_cfg type must be one of {sorted(layers)}, got {norm_type!r}')
-    norm = layers[norm_type](num_features, **cfg)
+    layer = layers.get(norm_type) or _registered_batch_norm(norm_type)
+    if layer is None:
+        raise ValueError(f'norm_cfg type must be a batch norm: one of {sorted(layers)} or '
+                         f'another registered in mmengine\'s MODELS, got {norm_type!r}')
+    norm = layer(num_features, **cfg)
     for param in norm.parameters():
         param.requires_grad = requires_grad
     return norm
+
+
+def _registered_batch_norm(name) -> type | None:
+    """The batch norm class mmengine's MODELS registry holds as ``name``, if any."""
+    from mmengine.registry import MODELS
+    layer = MODELS.get(name) if isinstance(name, str) else None
+    return layer if isinstance(layer, type) and issubclass(layer, _BatchNorm) else None
 
 
 def split_heads(t: torch.Tensor, head_dim: int) -> torch.Tensor:

@@ -96,12 +96,14 @@ class MAViTStage(nn.Module):
         self.downsample = (Downsample(dim, out_dim, norm_cfg, options=options)
                            if out_dim is not None else None)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (stage output, input of the next stage)."""
+    def forward(self, x: torch.Tensor, downsample: bool = True
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (stage output, input of the next stage); without
+        ``downsample`` (no later stage runs) the output twice."""
         rope = self.RoPE(x.shape[2], x.shape[3])
         for block in self.blocks:
             x = block(x, rope)
-        return x, (self.downsample(x) if self.downsample is not None else x)
+        return x, (self.downsample(x) if downsample and self.downsample is not None else x)
 
 
 class MAViTBlock(nn.Module):
@@ -302,7 +304,10 @@ class MAViT(BaseModule):
         drop_path_rate: Stochastic depth rate, linear over all blocks.
         projection: Accepted for compatibility with published configs; unused.
         in_channels: Channels of the input image.
-        out_indices: Stages whose (normed) outputs are returned.
+        out_indices: Stages whose (normed) outputs are returned. Stages after
+            the last of them do not run: their weights stay (published
+            checkpoints load strictly) but take no gradient, so that none
+            goes unused under DDP.
         attn_types: Per stage, one of ``mavit_mm.ops.ATTN_TYPES`` (published:
             ``'mala'`` in stages 1-2, ``'softmax'`` in 3-4; formulas in
             :mod:`mavit_mm.ops.attention_variants`), each with the published keys.
@@ -371,16 +376,19 @@ class MAViT(BaseModule):
         self.options.check_stages(self.attn_types)
         if not all(0 <= index < NUM_STAGES for index in self.out_indices):
             raise ValueError(f'out_indices {self.out_indices} must lie in [0, {NUM_STAGES - 1}]')
-        whole_number('in_channels', in_channels, 1)
-        if not -1 <= frozen_stages <= NUM_STAGES:
+        self.in_channels = whole_number('in_channels', in_channels, 1)
+        try:
+            self.frozen_stages = whole_number('frozen_stages', frozen_stages, -1)
+            known = self.frozen_stages <= NUM_STAGES
+        except ValueError:
+            known = False
+        if not known:
             raise ValueError(f'frozen_stages must lie in [-1, {NUM_STAGES}] (-1: none, 0: the '
-                             f'stem, k: the stem and stages 1-k), got {frozen_stages}')
-        self.frozen_stages = frozen_stages
+                             f'stem, k: the stem and stages 1-k), got {frozen_stages!r}')
         self.norm_eval = norm_eval
-        self.in_channels = in_channels
 
         options = self.options
-        self.patch_embed = ConvStem(in_channels, self.embed_dims[0], norm_cfg, options=options)
+        self.patch_embed = ConvStem(self.in_channels, self.embed_dims[0], norm_cfg, options=options)
         drop_paths = torch.linspace(0, self.drop_path_rate, sum(self.depths), device='cpu').tolist()
         self.layers = nn.ModuleList()
         for i in range(NUM_STAGES):
@@ -400,6 +408,16 @@ class MAViT(BaseModule):
             {str(i): LayerNorm2d(self.embed_dims[i], cached_weights=options.fast_paths.cached_weights)
              for i in self.out_indices})
         self._freeze_stages()
+        for module in self._unused_modules():
+            module.requires_grad_(False)
+
+    def _unused_modules(self) -> list[nn.Module]:
+        """What no returned output depends on: the downsampling after the
+        last returned stage, and the stages after it."""
+        last = self.out_indices[-1]
+        downsample = self.layers[last].downsample
+        unused = [downsample] if downsample is not None else []
+        return unused + list(self.layers[last + 1:])
 
     # -- mmdet backbone conventions -------------------------------------------
     def _freeze_stages(self) -> None:
@@ -487,10 +505,13 @@ class MAViT(BaseModule):
         x = self.patch_embed(x.to(dtype=compute_dtype or x.dtype,
                                   memory_format=torch.channels_last))
         outs: list[torch.Tensor] = []
+        last = self.out_indices[-1]       # no later stage runs (_unused_modules)
         for i, stage in enumerate(self.layers):
-            out, x = stage(x)
+            out, x = stage(x, downsample=i < last)
             if i in self.out_indices:
                 outs.append(self.extra_norms[str(i)](out).contiguous())
+            if i == last:
+                break
         return tuple(outs)
 
     def _check_input_dtype(self, x: torch.Tensor, autocast: torch.dtype | None) -> None:
@@ -498,15 +519,27 @@ class MAViT(BaseModule):
             raise TypeError(f'MAViT expects a floating-point image (normalised, as the data '
                             f'preprocessor gives it), got {x.dtype}')
         weight_dtype = self.patch_embed.proj[0].weight.dtype
-        if x.dtype != weight_dtype and autocast is None:
-            raise TypeError(f'MAViT got a {x.dtype} input but its weights are {weight_dtype}: '
-                            f'cast the input or the model, or run under torch.autocast')
+        if autocast is None:
+            if x.dtype != weight_dtype:
+                raise TypeError(f'MAViT got a {x.dtype} input but its weights are '
+                                f'{weight_dtype}: cast the input or the model, or run under '
+                                f'torch.autocast')
+        # Autocast casts fp32 and half tensors to its dtype, never float64; what
+        # it leaves alone must already be in it.
+        elif weight_dtype not in (torch.float32, autocast) or x.dtype == torch.float64:
+            raise TypeError(f'under torch.autocast to {autocast}, MAViT takes torch.float32 or '
+                            f'{autocast} weights and a torch.float32, torch.float16 or '
+                            f'torch.bfloat16 input; got {weight_dtype} weights and a {x.dtype} '
+                            f'input')
 
     def _empty_outputs(self, x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         """An empty batch's outputs: the maps a batch of images of this size
         gets, with no image (as mmdet's ResNet gives; the blocks' reshapes
         cannot take a batch of 0). Every stride-2 conv halves a side, rounding
-        up: two in the stem, one before each later stage."""
+        up: two in the stem, one before each later stage. With gradients they
+        are in the graph as a batch's would be: a backward gives the input and
+        every trainable weight a zero gradient (DDP needs one from every
+        process)."""
         height, width = x.shape[2:]
         outs = []
         for i in range(NUM_STAGES):
@@ -514,4 +547,9 @@ class MAViT(BaseModule):
                 height, width = -(-height // 2), -(-width // 2)
             if i in self.out_indices:
                 outs.append(x.new_empty(0, self.embed_dims[i], height, width, dtype=dtype))
+        if torch.is_grad_enabled():
+            sources = [t for t in (x, *self.parameters()) if t.requires_grad]
+            if sources:
+                zero = sum(t.flatten()[:0].sum() for t in sources)   # exactly 0, in the graph
+                outs = [out + zero for out in outs]
         return tuple(outs)

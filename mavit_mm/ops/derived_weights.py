@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from .amp import autocast_dtype
-from .graph_capture import recording_graph
+from .graph_capture import building_kept_tensors, recording_graph
 
 
 def takes_no_gradient(*tensors: torch.Tensor) -> bool:
@@ -47,6 +47,8 @@ class DerivedWeights:
     the tensor's version counter). With gradients, under tracing or
     compiling, or when ``enabled`` is off, nothing is cached: the caller's
     ``build`` runs each time. One entry per name, so the cache stays bounded.
+    An entry built inside ``inference_mode`` serves later calls with
+    gradients too (:func:`~.graph_capture.building_kept_tensors`).
     """
 
     def __init__(self, enabled: bool = True):
@@ -93,7 +95,8 @@ class DerivedWeights:
         key = (dtype, device, state, *[(t.data_ptr(), t._version) for t in sources])
         entry = self._entries.get(name)
         if entry is None or entry[0] != key:
-            entry = self._entries[name] = (key, build())
+            with building_kept_tensors():
+                entry = self._entries[name] = (key, build())
         return entry[1]
 
     def clear(self) -> None:

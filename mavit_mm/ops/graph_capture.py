@@ -1,8 +1,12 @@
-"""Whether a graph is being recorded: a TorchScript trace, an ONNX export or a
-Dynamo compile. Python-side state (cached tables or derived weights, in-place
-shortcuts taken because no gradient flows) must not enter such a graph: the
-graph computes what it needs itself."""
+"""Python-side state across calls (cached tables or derived weights, in-place
+shortcuts taken because no gradient flows): whether a graph is being recorded
+(a TorchScript trace, an ONNX export or a Dynamo compile), where such state
+must not enter, since the graph computes what it needs itself; and how a
+tensor kept for later calls is built."""
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 
@@ -18,4 +22,15 @@ def recording_graph() -> bool:
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
-__all__ = ['recording_graph']
+@contextlib.contextmanager
+def building_kept_tensors() -> Iterator[None]:
+    """Where a tensor kept for later calls is built: outside ``inference_mode``
+    and without gradients. Built inside ``inference_mode`` it would be an
+    inference tensor, which autograd cannot save for backward: a later forward
+    that records gradients (a training step, an input whose gradient is asked
+    for) would fail on it."""
+    with torch.inference_mode(False), torch.no_grad():
+        yield
+
+
+__all__ = ['recording_graph', 'building_kept_tensors']

@@ -12,7 +12,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from .graph_capture import recording_graph
+from .graph_capture import building_kept_tensors, recording_graph
 
 
 def rope_angles(head_dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -41,14 +41,17 @@ class RotaryTables:
     paths' tables, built once per (dtype, device) asked for: the ``(N, head_dim)``
     cos / signed-sin of :func:`apply_rope`, for fp32 / fp64 the ``(N, head_dim /
     2)`` complex rotations of :meth:`rotate`; they broadcast over batch and heads.
+    ``kept``: the tables serve later calls too (:class:`RoPE2d`'s cache), so
+    they are built as :func:`~.graph_capture.building_kept_tensors` says.
     """
 
     def __init__(self, angle: torch.Tensor, height: int, width: int,
-                 paired: bool | None = None):
+                 paired: bool | None = None, kept: bool = False):
         self.angle = angle
         self.height = height
         self.width = width
         self._paired = paired
+        self.kept = kept
         self._tables = {}
         self._rotations = {}
         self._angles = {}
@@ -67,7 +70,7 @@ class RotaryTables:
         if _same_device(self.angle.device, device):
             return self.angle
         if device not in self._angles:
-            self._angles[device] = self.angle.to(device)
+            self._angles[device] = self._built(self.angle.to, device)
         return self._angles[device]
 
     def tables(self, dtype: torch.dtype, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,7 +79,7 @@ class RotaryTables:
         angle = self.angle if device is None else self.angle_on(device)
         key = (dtype, angle.device)
         if key not in self._tables:
-            self._tables[key] = _build_tables(angle, self.height, self.width, dtype)
+            self._tables[key] = self._built(_build_tables, angle, self.height, self.width, dtype)
         return self._tables[key]
 
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,10 +94,17 @@ class RotaryTables:
             angle = self.angle_on(x.device)
             key = (x.dtype, angle.device)
             if key not in self._rotations:
-                self._rotations[key] = _build_rotations(angle, self.height, self.width, x.dtype)
+                self._rotations[key] = self._built(_build_rotations, angle, self.height,
+                                                   self.width, x.dtype)
             pairs = torch.view_as_complex(x.unflatten(-1, (-1, 2)))
             return torch.view_as_real(pairs * self._rotations[key]).flatten(-2)
         return apply_rope(x, *self.tables(x.dtype, x.device))
+
+    def _built(self, build, *args):
+        if not self.kept:
+            return build(*args)
+        with building_kept_tensors():
+            return build(*args)
 
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -268,7 +278,7 @@ class RoPE2d(nn.Module):
                 and cached[0][1:] == angle_state[1:]:
             self._rotary.move_to_end(key)
             return cached[1]
-        rotary = RotaryTables(self.angle, height, width, paired=self.angles_paired)
+        rotary = RotaryTables(self.angle, height, width, paired=self.angles_paired, kept=True)
         self._rotary[key] = (angle_state, rotary)
         while len(self._rotary) > self.CACHED_SIZES:
             self._rotary.popitem(last=False)

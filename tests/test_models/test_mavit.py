@@ -143,6 +143,32 @@ def test_out_indices_subset_has_no_unused_parameters():
     assert unused == []
 
 
+def test_stages_after_the_last_returned_one_do_not_run_and_take_no_gradient():
+    """Their weights stay (published checkpoints load strictly) but no output
+    depends on them: no compute, and under DDP no parameter without a
+    gradient."""
+    torch.manual_seed(0)
+    full = MAViT('t', depths=[1, 1, 1, 1], drop_path_rate=0.0).eval()
+    early = MAViT('t', depths=[1, 1, 1, 1], drop_path_rate=0.0, out_indices=(0, 2)).eval()
+    assert early.state_dict().keys() - full.state_dict().keys() == set()
+    early.load_state_dict({k: v for k, v in full.state_dict().items() if k in early.state_dict()})
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        expected = full(x)
+    ran = []
+    for module in (early.layers[2].downsample, early.layers[3]):
+        module.register_forward_hook(lambda *args: ran.append(args[0]))
+    outputs = early(x)                  # eval mode (the batch norms' running statistics)
+    assert ran == []
+    for ours, reference in zip(outputs, (expected[0], expected[2])):
+        assert torch.allclose(ours, reference, atol=1e-5)
+    sum(out.sum() for out in outputs).backward()
+    idle = [name for name, p in early.named_parameters() if not p.requires_grad]
+    assert idle == [name for name, _ in early.named_parameters()
+                    if name.startswith(('layers.2.downsample.', 'layers.3.'))]
+    assert all(p.grad is not None for p in early.parameters() if p.requires_grad)
+
+
 def test_frozen_stages_and_norm_eval():
     model = MAViT('t', depths=[1, 1, 1, 1], frozen_stages=2, norm_eval=True)
     model.train()
@@ -276,6 +302,33 @@ def test_inference_mode_built_or_only_run():
             assert torch.equal(ours, reference)
 
 
+@pytest.mark.parametrize('autocast', [False, True], ids=['fp32', 'autocast-bf16'])
+def test_a_forward_in_inference_mode_keeps_nothing_a_later_backward_cannot_use(autocast):
+    """What a forward under ``torch.inference_mode`` keeps for later calls (the
+    rotary tables, folded kernels, half weights) serves the calls that
+    record gradients after it: a training step, a frozen model asked for its
+    input's gradient (autograd cannot save inference tensors)."""
+    x = torch.randn(1, 3, 64, 64)
+
+    def backward(model, frozen):
+        if not frozen:
+            model.train()             # (which also clears the folded kernels and half weights)
+        image = x.clone().requires_grad_(frozen)
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+            sum(out.float().square().mean() for out in model(image)).backward()
+        return [image.grad] if frozen else [p.grad for p in model.parameters()]
+
+    for frozen in (True, False):
+        model, fresh = _small_model(), _small_model()
+        if frozen:
+            model.requires_grad_(False)
+            fresh.requires_grad_(False)
+        with torch.inference_mode(), torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+            model.eval()(x)                                 # fills the caches
+        for ours, expected in zip(backward(model, frozen), backward(fresh, frozen)):
+            assert torch.equal(ours, expected)
+
+
 def test_bf16_forward_matches_fp32_forward():
     """The lean bf16 forward (half norms, bf16 residual stream, cached folded
     kernels) stays close to the fp32 one, with gradients and without."""
@@ -364,6 +417,22 @@ def test_missing_pretrained_checkpoint_names_the_path(tmp_path):
     torch.save(source.state_dict(), missing)
     model.init_weights()
     assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
+
+
+def test_pretrained_checkpoint_of_other_input_channels_names_them(tmp_path):
+    path = tmp_path / 'rgb.pth'
+    torch.save(MAViT('t', depths=[1, 1, 1, 1]).state_dict(), path)
+    model = MAViT('t', depths=[1, 1, 1, 1], in_channels=4,
+                  init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    with pytest.raises(ValueError, match=r'its stem takes 3-channel images, this MAViT 4 '
+                                         r'\(in_channels\)'):
+        model.init_weights()
+
+
+def test_pretrained_checkpoint_that_is_a_folder_says_so(tmp_path):
+    model = MAViT('t', depths=[1, 1, 1, 1], init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path)))
+    with pytest.raises(IsADirectoryError, match=rf'a folder, not a file: {tmp_path}'):
+        model.init_weights()
 
 
 # -- bad input ---------------------------------------------------------------------
@@ -514,9 +583,21 @@ def test_settings_that_cannot_build_a_mavit_are_named(settings, match):
         MAViT('t', **settings)
 
 
+def test_norm_cfg_takes_the_registered_batch_norms_and_names_the_others():
+    from mavit_mm.engine.cpu_distributed import CPUSyncBatchNorm
+    model = MAViT('t', depths=[1, 1, 1, 1], norm_cfg=dict(type='CPUSyncBN', momentum=0.05))
+    norms = [model.patch_embed.proj[1], model.layers[0].downsample.norm]
+    assert all(type(norm) is CPUSyncBatchNorm and norm.momentum == 0.05 for norm in norms)
+    with pytest.raises(ValueError, match=r"norm_cfg type must be a batch norm: .*got 'GN'"):
+        MAViT('t', depths=[1, 1, 1, 1], norm_cfg=dict(type='GN', num_groups=8))
+
+
 def test_whole_number_settings_may_be_floats_and_a_stage_may_have_no_block():
-    model = MAViT('t', embed_dims=[64.0, 128, 256, 512], depths=[1, 1, 0, 1]).eval()
+    model = MAViT('t', embed_dims=[64.0, 128, 256, 512], depths=[1, 1, 0, 1], in_channels=3.0,
+                  frozen_stages=1.0).eval()
     assert model.embed_dims[0] == 64 and isinstance(model.embed_dims[0], int)
+    assert (model.in_channels, model.frozen_stages) == (3, 1)
+    assert all(isinstance(n, int) for n in (model.in_channels, model.frozen_stages))
     with torch.no_grad():
         outs = model(torch.randn(1, 3, 64, 64))
     assert [tuple(out.shape[1:]) for out in outs] == [(64, 16, 16), (128, 8, 8), (256, 4, 4),
@@ -548,9 +629,30 @@ def test_input_dtype_must_be_the_weights_outside_autocast():
         assert [out.dtype for out in model(image)] == [torch.bfloat16] * 4
 
 
-@pytest.mark.parametrize('frozen_stages', [-2, 5])
+@pytest.mark.parametrize('weights,image,autocast', [
+    (torch.float32, torch.float64, torch.bfloat16),
+    (torch.float16, torch.float32, torch.bfloat16),
+    (torch.bfloat16, torch.bfloat16, torch.float16),
+    (torch.float64, torch.float64, torch.bfloat16),
+], ids=['fp64-image', 'fp16-model-bf16-autocast', 'bf16-model-fp16-autocast', 'fp64-model'])
+def test_what_autocast_cannot_cast_is_named(weights, image, autocast):
+    """Autocast casts fp32 and half tensors, never float64, and runs half
+    weights of another dtype into mixed-dtype kernel errors."""
+    model = MAViT('t', depths=[1, 1, 1, 1]).eval().to(weights)
+    with torch.no_grad(), torch.autocast('cpu', dtype=autocast), pytest.raises(
+            TypeError, match=rf'under torch.autocast to {autocast}, .* got {weights} weights '
+                             rf'and a {image} input'):
+        model(torch.randn(1, 3, 64, 64, dtype=image))
+    # What it can cast runs: the model's own dtype, or fp32 weights.
+    with torch.no_grad(), torch.autocast('cpu', dtype=autocast):
+        outputs = model.to(autocast if weights != torch.float32 else weights)(
+            torch.randn(1, 3, 64, 64, dtype=torch.float16))
+    assert [out.dtype for out in outputs] == [autocast] * 4
+
+
+@pytest.mark.parametrize('frozen_stages', [-2, 5, 2.5, '1', None, True])
 def test_frozen_stages_beyond_the_stages_is_an_error(frozen_stages):
-    with pytest.raises(ValueError, match=rf'frozen_stages must lie in \[-1, 4\].*got {frozen_stages}'):
+    with pytest.raises(ValueError, match=rf'frozen_stages must lie in \[-1, 4\].*got {frozen_stages!r}'):
         MAViT('t', depths=[1, 1, 1, 1], frozen_stages=frozen_stages)
 
 
@@ -566,6 +668,18 @@ def test_an_empty_batch_gives_the_maps_of_a_batch_without_images(autocast):
     assert [(t.shape[1:], t.dtype, t.is_contiguous()) for t in empty] == \
         [(t.shape[1:], t.dtype, t.is_contiguous()) for t in one]
     assert [t.shape[0] for t in empty] == [0, 0]
+
+
+def test_an_empty_batch_in_training_gives_every_trainable_weight_a_zero_gradient():
+    """As a batch's outputs would (mmdet's ResNet's do): DDP waits for a
+    gradient of every parameter from every process."""
+    model = MAViT('t', depths=[1, 1, 1, 1], frozen_stages=1).train()
+    image = torch.randn(0, 3, 65, 77, requires_grad=True)
+    sum(out.sum() for out in model(image)).backward()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable and all(p.grad is not None and not p.grad.any() for p in trainable)
+    assert image.grad is not None and image.grad.shape == image.shape
+    assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
 
 
 def test_unknown_arch():
