@@ -140,7 +140,7 @@ def _angles_theta(angle: torch.Tensor, height: int, width: int) -> torch.Tensor:
     cols = torch.arange(width, device=angle.device, dtype=compute_dtype)
     theta_rows = (rows[:, None] * angle[None, :])[:, None, :].expand(height, width, -1)
     theta_cols = (cols[:, None] * angle[None, :])[None, :, :].expand(height, width, -1)
-    return torch.cat([theta_rows, theta_cols], dim=-1).reshape(height * width, -1)
+    return torch.cat([theta_rows, theta_cols], dim=-1).reshape(height * width, 2 * angle.shape[-1])
 
 
 def _build_tables(angle: torch.Tensor, height: int, width: int, dtype: torch.dtype):
@@ -225,8 +225,9 @@ def rotated_projection(x: torch.Tensor, pair_weights: torch.Tensor, bias_table: 
 def _pairs(x: torch.Tensor) -> torch.Tensor:
     """(..., d) -> (..., d / 2, 2), a view. ``reshape`` rather than ``unflatten``:
     the TorchScript ONNX exporter has ``unflatten`` only from opset 13, and
-    mmdeploy's detectors export at opset 11."""
-    return x.reshape(*x.shape[:-1], -1, 2)
+    mmdeploy's detectors export at opset 11. ``d / 2`` given, not ``-1``,
+    which no empty tensor (a batch of 0) can resolve."""
+    return x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
 
 
 class RoPE2d(nn.Module):

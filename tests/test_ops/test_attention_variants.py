@@ -470,3 +470,34 @@ def test_inline_residual_macs_are_counted_as_layers():
     assert a.layer_macs - b.layer_macs == mlp + 9 * tokens * dim
     assert a.per_module_type['inline_residual'] == 9 * tokens * dim
     assert a.attention_macs == b.attention_macs
+
+
+@pytest.mark.parametrize('attn_type', ['mala', 'linear', 'softmax'])
+def test_inputs_no_attention_can_take_are_named(attn_type):
+    """Rotary tables of another head dim, q, k and v of mixed dtypes, no
+    token at all: each a ValueError naming it on every path (the fused MALA
+    kernels would read past the angle table; the PyTorch paths failed on a
+    broadcast, a matmul's dtype or a division by zero)."""
+    q = torch.randn(1, 2, 6, 32)
+    impls = ('torch', 'triton') if attn_type == 'mala' else ('auto',)
+    for impl in impls:
+        with pytest.raises(ValueError, match=r'rotate a head dim of 16 \(8 angles\), but q and k '
+                                             r'have head dim 32'):
+            attention(q, q, q, attn_type, RoPE2d(16)(2, 3), impl=impl)
+        with pytest.raises(ValueError, match=r'share one dtype and device, got torch.float32 on '
+                                             r'cpu, torch.float16 on cpu'):
+            attention(q, q.half(), q, attn_type, RoPE2d(32)(2, 3), impl=impl)
+        empty = torch.randn(1, 2, 0, 32)
+        with pytest.raises(ValueError, match=r'at least one token, got N = 0'):
+            attention(empty, empty, empty, attn_type, RoPE2d(32)(0, 3), impl=impl)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
+def test_a_batch_of_no_image_attends_to_nothing(dtype):
+    """Batch 0 passes through every variant with the PyTorch paths' rotation
+    (half inputs rotate with flipped pairs, which could not reshape an empty map)."""
+    q = torch.randn(0, 2, 6, 32, dtype=dtype)
+    for attn_type in ('mala', 'linear', 'softmax'):
+        out = attention(q, q, q, attn_type, RoPE2d(32)(2, 3), impl='torch' if attn_type == 'mala'
+                        else 'auto')
+        assert out.shape == q.shape and out.dtype == dtype

@@ -227,11 +227,43 @@ def test_triton_names_what_it_cannot_run():
     weight, bias, norm_weight, norm_bias = parameters(8, 3)
     with pytest.raises(ValueError, match=r'dtype torch.float64 is not supported'):
         ffn_middle(h.double(), weight, bias, impl='triton')
-    with pytest.raises(ValueError, match=r'depthwise \(C, 1, k, k\) kernel of odd k, got '
-                                         r'\(8, 1, 2, 2\)'):
+    with pytest.raises(ValueError, match=r'depthwise \(8, 1, k, k\) kernel of odd k for the '
+                                         r"map's 8 channels, got \(8, 1, 2, 2\)"):
         ffn_middle(h, weight[..., :2, :2], bias, impl='triton')
+    with pytest.raises(ValueError, match=r"\(8, 1, k, k\) kernel .* got \(4, 1, 3, 3\)"):
+        ffn_middle(h, weight[:4], bias, impl='triton')
+    with pytest.raises(ValueError, match=r'take \(B, C, H, W\) maps, got shape \(8, 3, 5\)'):
+        ffn_middle(h[0], weight, bias, impl='triton')
+    gate = channels_last(1, 8, 3, 5, seed=2)
+    with pytest.raises(ValueError, match=r'maps must share one shape, got \(1, 8, 3, 5\) and '
+                                         r'\(1, 8, 1, 1\)'):
+        gated_lepe(h, weight, bias, h, gate[..., :1, :1], impl='triton')
     with pytest.raises(ValueError, match='depthwise_impl must be one of'):
         depthwise.check_depthwise_impl('cuda')
+
+
+def test_the_fused_ops_refuse_operands_not_shaped_for_the_map():
+    """The kernels index every operand by the map's shape: a kernel, bias,
+    norm parameter or map of another shape would be read out of bounds, so
+    the ops themselves name it (for callers that skip ``kernels_run``)."""
+    h = channels_last(1, 8, 3, 5).detach()
+    weight, bias, norm_weight, norm_bias = parameters(8, 3)
+    taps = depthwise.tap_major(weight)
+    cases = [
+        (lambda: depthwise.fused_ffn_middle(h, depthwise.tap_major(weight[:4]), bias),
+         r'taps must be the \(k \* k, 8\) kernel .* got \(9, 4\)'),
+        (lambda: depthwise.fused_ffn_middle(h, taps[:8], bias), r'got \(8, 8\)'),
+        (lambda: depthwise.fused_ffn_middle(h, taps, bias[:4]), r'must be \(8,\), got \(4,\)'),
+        (lambda: depthwise.fused_position_norm(h, taps, bias, norm_weight[:4], norm_bias, 1e-6),
+         r'must be \(8,\), got \(4,\)'),
+        (lambda: depthwise.fused_gated_lepe(h, depthwise.tap_major(parameters(8, 5)[0]), bias, h,
+                                            h[..., :1, :1]),
+         r'maps must share one shape, got \(1, 8, 3, 5\) and \(1, 8, 1, 1\)'),
+        (lambda: depthwise.fused_ffn_middle(h[0], taps, bias), r'\(B, C, H, W\) maps'),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match):
+            call()
 
 
 def test_a_slice_reaching_past_int32_in_its_image_is_refused(monkeypatch):

@@ -11,6 +11,8 @@ run a call (raising under ``'triton'`` where they cannot), and then the stage's
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..triton_support import FusedOpDispatch, Unsupported, index_extent
@@ -34,6 +36,13 @@ def kernels_unsupported(x: torch.Tensor, *others: torch.Tensor, weight: torch.Te
     unsupported = DEPTHWISE_DISPATCH.device_unsupported(device, allow_interpreter)
     if unsupported is not None:
         return unsupported
+    if x.dim() != 4:
+        return Unsupported(f'the fused stages take (B, C, H, W) maps, got shape {tuple(x.shape)}',
+                           ValueError)
+    for t in others:
+        if t.shape != x.shape:
+            return Unsupported(f'the maps must share one shape, got {tuple(x.shape)} and '
+                               f'{tuple(t.shape)}', ValueError)
     for t in (x, *others):
         if t.dtype not in KERNEL_DTYPES:
             return Unsupported(f'dtype {t.dtype} is not supported (float16, bfloat16 or float32)',
@@ -41,10 +50,11 @@ def kernels_unsupported(x: torch.Tensor, *others: torch.Tensor, weight: torch.Te
         if t.device != device:
             return Unsupported(f'the maps must share one device, got {device} and {t.device}',
                                ValueError)
-    if weight.dim() != 4 or weight.shape[1] != 1 or weight.shape[-1] % 2 == 0 \
-            or weight.shape[-1] != weight.shape[-2]:
-        return Unsupported(f'the weight must be a depthwise (C, 1, k, k) kernel of odd k, got '
-                           f'{tuple(weight.shape)}', ValueError)
+    if weight.dim() != 4 or weight.shape[0] != x.shape[1] or weight.shape[1] != 1 \
+            or weight.shape[-1] % 2 == 0 or weight.shape[-1] != weight.shape[-2]:
+        return Unsupported(f'the weight must be a depthwise ({x.shape[1]}, 1, k, k) kernel of odd '
+                           f'k for the map\'s {x.shape[1]} channels, got {tuple(weight.shape)}',
+                           ValueError)
     if norm_channels is not None and norm_channels > MAX_NORM_CHANNELS:
         return Unsupported(f'{norm_channels} channels: the fused norm holds at most '
                            f'{MAX_NORM_CHANNELS}', ValueError)
@@ -84,12 +94,35 @@ def tap_view(weight: torch.Tensor) -> torch.Tensor:
     return weight.reshape(weight.shape[0], -1).t()
 
 
+def check_operands(x: torch.Tensor, taps: torch.Tensor, *vectors: torch.Tensor,
+                   maps: tuple[torch.Tensor, ...] = ()) -> None:
+    """What a fused op reads, shaped for ``x``'s ``C`` channels: ``taps`` the
+    ``(k * k, C)`` kernel, each of ``vectors`` (bias, norm weight and bias)
+    ``(C,)``, each of ``maps`` ``x``'s shape; else a ValueError naming it
+    (the kernels index them by ``x``'s shape)."""
+    if x.dim() != 4:
+        raise ValueError(f'the fused stages take (B, C, H, W) maps, got shape {tuple(x.shape)}')
+    channels = x.shape[1]
+    if taps.dim() != 2 or taps.shape[1] != channels or math.isqrt(taps.shape[0]) ** 2 != taps.shape[0]:
+        raise ValueError(f'taps must be the (k * k, {channels}) kernel of the map\'s {channels} '
+                         f'channels (tap_major or tap_view of it), got {tuple(taps.shape)}')
+    for t in vectors:
+        if t.shape != (channels,):
+            raise ValueError(f'a bias or norm parameter of the map\'s {channels} channels must be '
+                             f'({channels},), got {tuple(t.shape)}')
+    for t in maps:
+        if t.shape != x.shape:
+            raise ValueError(f'the maps must share one shape, got {tuple(x.shape)} and '
+                             f'{tuple(t.shape)}')
+
+
 # The fused ops, for a call kernels_run has let through; ``taps`` is the
 # depthwise kernel as (k * k, C) (tap_major or tap_view).
 
 def fused_position_norm(x, taps, bias, norm_weight, norm_bias, eps: float):
     """``(x + dwconv(x) + b, LN(x + dwconv(x) + b))``
     (:func:`.reference.position_norm_reference`)."""
+    check_operands(x, taps, bias, norm_weight, norm_bias)
     stream, normed, _, _ = DEPTHWISE_DISPATCH.function().position_norm_op(
         x, taps, bias, norm_weight, norm_bias, float(eps))
     return stream, normed
@@ -97,6 +130,7 @@ def fused_position_norm(x, taps, bias, norm_weight, norm_bias, eps: float):
 
 def fused_gated_lepe(v, taps, bias, attention, gate):
     """``gate * (attention + dwconv(v) + b)`` (:func:`.reference.gated_lepe_reference`)."""
+    check_operands(v, taps, bias, maps=(attention, gate))
     keep_sum = torch.is_grad_enabled() and any(
         t.requires_grad for t in (v, taps, bias, attention, gate))
     return DEPTHWISE_DISPATCH.function().gated_lepe_op(v, taps, bias, attention, gate,
@@ -105,4 +139,5 @@ def fused_gated_lepe(v, taps, bias, attention, gate):
 
 def fused_ffn_middle(h, taps, bias):
     """``GELU(h) + dwconv(GELU(h)) + b`` (:func:`.reference.ffn_middle_reference`)."""
+    check_operands(h, taps, bias)
     return DEPTHWISE_DISPATCH.function().ffn_middle_op(h, taps, bias)

@@ -135,15 +135,27 @@ def _int32_offset_overflow(*tensors: torch.Tensor) -> str | None:
 
 
 def check_shapes(q, k, v=None, rope: RotaryTables | None = None) -> None:
-    """q, k (and v, where given) of one ``(B, heads, N, d)`` shape, ``N`` the
-    tokens of ``rope``'s map (where given)."""
+    """q, k (and v, where given) of one ``(B, heads, N, d)`` shape, dtype and
+    device, with at least one token; ``N`` the tokens of ``rope``'s map and
+    ``d`` the head dim its angles rotate (where given)."""
     if q.dim() != 4 or q.shape != k.shape or (v is not None and q.shape != v.shape):
         which = 'q and k must both be' if v is None else 'q, k and v must all be'
         shapes = ', '.join(str(tuple(t.shape)) for t in (q, k, v) if t is not None)
         raise ValueError(f'{which} (B, heads, N, d), got {shapes}')
-    if rope is not None and q.shape[-2] != rope.height * rope.width:
-        raise ValueError(f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
-                         'feature map of the rotary tables')
+    if q.dtype != k.dtype or q.device != k.device or (
+            v is not None and (q.dtype != v.dtype or q.device != v.device)):
+        kinds = ', '.join(f'{t.dtype} on {t.device}' for t in (q, k, v) if t is not None)
+        raise ValueError(f'q, k and v must share one dtype and device, got {kinds}')
+    if q.shape[-2] == 0:
+        raise ValueError(f'attention needs at least one token, got N = 0 (shape {tuple(q.shape)})')
+    if rope is not None:
+        if q.shape[-2] != rope.height * rope.width:
+            raise ValueError(f'{q.shape[-2]} tokens do not fill the {rope.height}x{rope.width} '
+                             'feature map of the rotary tables')
+        if 2 * rope.angle.shape[-1] != q.shape[-1]:
+            raise ValueError(f'the rotary tables rotate a head dim of {2 * rope.angle.shape[-1]} '
+                             f'({rope.angle.shape[-1]} angles), but q and k have head dim '
+                             f'{q.shape[-1]}')
 
 
 def _torch_mala(q, k, v, rope: RotaryTables) -> torch.Tensor:
