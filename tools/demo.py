@@ -10,7 +10,10 @@ name). Under --out-dir:
                            (--opacity); not with --no-save-vis
   preds/<image stem>.json  detection: every box the model returned (labels,
                            scores, bboxes, RLE masks), mmdet's format
-  preds/<image stem>.png   segmentation: the label map (class index per pixel)
+  preds/<image stem>.png   segmentation: the label map (class index per pixel,
+                           0 the config's first class; tools/test.py --out
+                           writes the dataset's own encoding instead, one
+                           higher for ADE20K, whose 0 is "ignore")
                            (neither with --no-save-pred)
 
 --show also opens a window per image; without it nothing is displayed and the

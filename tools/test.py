@@ -2,7 +2,8 @@
 """Evaluate a trained detector (mmdet config) or segmentor (mmseg config).
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out PATH]
-                         [--show-dir DIR] [--tta] [--cfg-options k=v ...]
+                         [--show-dir DIR] [--show [--wait-time S]] [--tta]
+                         [--cfg-options k=v ...]
     bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [same options]
 
 The checkpoint must hold exactly the config's model (a checkpoint of another
@@ -40,7 +41,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                              'that receives one predicted label PNG per image')
     parser.add_argument('--show-dir', metavar='DIR',
                         help='draw predictions on the images and save them: detection - '
-                             'under <work-dir>/<timestamp>/DIR; segmentation - under DIR')
+                             'under <work-dir>/<timestamp>/DIR (DIR itself if absolute); '
+                             'segmentation - under DIR/vis_data/vis_image/')
+    parser.add_argument('--show', action='store_true',
+                        help='also show each drawn prediction in a window (needs a display)')
+    parser.add_argument('--wait-time', type=float, default=2.0, metavar='SECONDS',
+                        help='with --show: how long each image stays (default: 2)')
     parser.add_argument('--tta', action='store_true',
                         help="test-time augmentation: the config's tta_model and tta_pipeline "
                              "(mmseg's ADE20K: flips at six scales; mmdet: image and flip, "
@@ -65,12 +71,12 @@ def prepare_config(args: argparse.Namespace):
     cfg.resume = False
     if args.tta:
         runner_setup.configure_tta(cfg)
-    if args.show_dir:
-        runner_setup.configure_visualization(cfg, args.show_dir)
+    if args.show_dir or args.show:
+        runner_setup.configure_visualization(cfg, args.show_dir, args.show, args.wait_time)
     preflight.check_test_outputs(cfg, args.out, args.show_dir)
-    if args.out:
-        runner_setup.configure_prediction_output(cfg, args.out)
     preflight.check_for_testing(cfg, args.checkpoint)
+    if args.out:    # (creates the folder a segmentor's maps go to: after the checks)
+        runner_setup.configure_prediction_output(cfg, args.out)
     return cfg
 
 

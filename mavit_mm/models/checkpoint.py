@@ -53,7 +53,25 @@ def read_checkpoint(path: str, mmap: bool = True):
 
 
 def unreadable(path: str, error: BaseException) -> UnreadableCheckpointError:
-    return UnreadableCheckpointError(f'cannot read {path} as a checkpoint ({load_failure(error)})')
+    reason = _not_a_checkpoint_file(path) or load_failure(error)
+    return UnreadableCheckpointError(f'cannot read {path} as a checkpoint ({reason})')
+
+
+def _not_a_checkpoint_file(path: str) -> str | None:
+    """Why a local file is no checkpoint at all, where its first bytes tell:
+    neither torch's zip format nor a pickle (torch's own error then says
+    nothing of use, e.g. 'pop from empty list' for a config file)."""
+    try:
+        with open(path, 'rb') as file:
+            head = file.read(4)
+    except OSError:
+        return None
+    if not head:
+        return 'an empty file'
+    if head.startswith(b'PK') or head.startswith(b'\x80'):
+        return None     # zip or pickle: torch's own reason is the one to give
+    return ('not a PyTorch checkpoint: neither torch\'s zip format nor a pickle; a config, '
+            'an image or a text file?')
 
 
 def load_failure(error: BaseException) -> str:

@@ -320,6 +320,9 @@ def check_test_outputs(cfg, out: str | None, show_dir: str | None) -> None:
             raise ConfigCheckError(f'--out {out}: is a folder; give the pickle file to write')
         check_output_folder(osp.dirname(out) or '.', f'--out {out}')
     elif out:                                    # mmseg: a folder of label maps
+        if out.endswith(('.pkl', '.pickle', '.json')):
+            raise ConfigCheckError(f'--out {out}: a segmentor writes one label PNG per image '
+                                   'into a folder; give the folder')
         check_output_folder(out, f'--out {out}')
     if show_dir and (cfg.default_scope == 'mmseg' or osp.isabs(show_dir)):
         check_output_folder(show_dir, f'--show-dir {show_dir}')   # mmdet's: under <work_dir>/<timestamp>/

@@ -108,20 +108,29 @@ def configure_auto_scale_lr(cfg: Config) -> None:
     auto_scale_lr.enable = True
 
 
-def configure_visualization(cfg: Config, show_dir: str) -> None:
-    """Draw predictions of the test run into ``show_dir``."""
+def configure_visualization(cfg: Config, show_dir: str | None, show: bool = False,
+                            wait_time: float = 2.0) -> None:
+    """Draw predictions of the test run into ``show_dir`` and / or, with
+    ``show``, in a window for ``wait_time`` seconds each (mmdet's and mmseg's
+    ``tools/test.py --show-dir / --show / --wait-time``)."""
     hooks = cfg.get('default_hooks') or {}
     hook = hooks.get('visualization')
     if hook is None:
-        raise ConfigCheckError("--show-dir needs default_hooks.visualization (a "
+        raise ConfigCheckError("--show-dir and --show need default_hooks.visualization (a "
                                "DetVisualizationHook / SegVisualizationHook) in the config")
     hook['draw'] = True
+    if show:
+        hook['show'] = True
+        hook['wait_time'] = wait_time
+    if cfg.default_scope != 'mmdet':
+        # SegVisualizationHook draws every `interval` images through the visualizer.
+        hook['interval'] = 1
+    if show_dir is None:
+        return
     if cfg.default_scope == 'mmdet':
         # DetVisualizationHook saves to <work_dir>/<timestamp>/<test_out_dir>.
         hook['test_out_dir'] = show_dir
     else:
-        # SegVisualizationHook draws every `interval` images through the visualizer.
-        hook['interval'] = 1
         cfg.visualizer['save_dir'] = show_dir
 
 

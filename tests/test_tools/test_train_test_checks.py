@@ -159,6 +159,11 @@ def test_a_file_that_is_no_checkpoint_is_refused(tiny, test_tool, tmp_path):
     garbage.write_bytes(b'not a checkpoint')
     with pytest.raises(ConfigCheckError, match=r'cannot read .*garbage\.pth as a checkpoint'):
         test_tool.main([str(tiny['seg']), str(garbage), '--work-dir', str(tmp_path / 'work')])
+    # The config given twice (the arguments swapped): torch's own reason would
+    # be 'pop from empty list'.
+    with pytest.raises(ConfigCheckError, match=r"\.py as a checkpoint \(not a PyTorch checkpoint: "
+                                               r"neither torch's zip format nor a pickle"):
+        test_tool.main([str(tiny['seg']), str(tiny['seg']), '--work-dir', str(tmp_path / 'work')])
     assert not (tmp_path / 'work').exists()   # refused before the Runner
 
 
@@ -228,7 +233,7 @@ def backbone_files(tmp_path_factory):
         small, tiny = MAViT('s'), MAViT('t')
     for name, model in (('mavit_s.pth', small), ('mavit_t.pth', tiny)):
         torch.save({k: torch.zeros(v.shape) for k, v in model.state_dict().items()}, root / name)
-    (root / 'notes.pth').write_text('not a checkpoint\n')
+    (root / 'notes.pth').write_bytes(b'\x80\x02not a checkpoint\n')     # a pickle's first bytes
     return root
 
 
@@ -313,6 +318,39 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_runner(
     with pytest.raises(ConfigCheckError, match=re.escape(f'--out {a_file / "x.pkl"}: {a_file} is a file')):
         test_tool.main([str(tiny['det']), str(detector), *work, '--out', str(a_file / 'x.pkl')])
     assert not (tmp_path / 'work').exists()
+
+
+def test_a_segmentors_out_is_a_folder_made_only_once_the_checks_pass(
+        tiny, test_tool, segmentor_checkpoint, tmp_path):
+    """A .pkl --out (mmdet's habit) would quietly become a folder of PNGs; and a
+    run refused for its checkpoint leaves no empty --out folder behind."""
+    work = ['--work-dir', str(tmp_path / 'work')]
+    pickle = tmp_path / 'preds.pkl'
+    with pytest.raises(ConfigCheckError, match=re.escape(f'--out {pickle}: a segmentor writes one '
+                                                         'label PNG per image into a folder')):
+        test_tool.main([str(tiny['seg']), str(segmentor_checkpoint), *work, '--out', str(pickle)])
+    out = tmp_path / 'preds'
+    with pytest.raises(ConfigCheckError, match='test checkpoint: checkpoint not found'):
+        test_tool.main([str(tiny['seg']), str(tmp_path / 'missing.pth'), *work, '--out', str(out)])
+    assert not pickle.exists() and not out.exists()
+
+
+@pytest.mark.parametrize('kind', ['det', 'seg'])
+def test_show_and_wait_time_reach_the_visualisation_hook(tiny, test_tool, segmentor_checkpoint,
+                                                         tmp_path, kind):
+    """mmdet's and mmseg's test.py --show / --wait-time: drawn, shown for that
+    long, and saved only where --show-dir says."""
+    checkpoint = (segmentor_checkpoint if kind == 'seg'
+                  else save_initialised_checkpoint(tiny['det'], tmp_path / 'det.pth'))
+    common = [str(tiny[kind]), str(checkpoint), '--work-dir', str(tmp_path / 'work')]
+    cfg = test_tool.prepare_config(test_tool.parse_args([*common, '--show', '--wait-time', '0.5']))
+    hook = cfg.default_hooks.visualization
+    assert (hook.draw, hook.show, hook.wait_time) == (True, True, 0.5)
+    assert hook.get('test_out_dir') is None and cfg.visualizer.get('save_dir') is None
+    cfg = test_tool.prepare_config(test_tool.parse_args([*common, '--show-dir', 'painted']))
+    hook = cfg.default_hooks.visualization
+    assert hook.draw and not hook.get('show', False)
+    assert (hook.test_out_dir if kind == 'det' else cfg.visualizer.save_dir) == 'painted'
 
 
 def test_batch_size_below_one_is_refused(tiny, train_tool, tmp_path):
@@ -402,7 +440,8 @@ def test_help_lists_the_flags(train_tool, test_tool, capsys):
                  '--auto-scale-lr', '--local-rank'):
         assert flag in train_help
     test_help = _help(test_tool, capsys)
-    for flag in ('--work-dir', '--out', '--show-dir', '--cfg-options', '--launcher'):
+    for flag in ('--work-dir', '--out', '--show-dir', '--show ', '--wait-time', '--cfg-options',
+                 '--launcher'):
         assert flag in test_help
 
 

@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import platform
+import statistics
 import sys
 import time
 from datetime import UTC, datetime
@@ -251,8 +252,7 @@ def time_model(forward, mode: str, args, device, progress, pixels: int) -> dict:
             memory = peak_extra_mib(run, device)
     if mode == 'compile':
         torch._dynamo.reset()  # frees the compiled graphs (and their CUDA-graph pools)
-    times.sort()
-    median = times[len(times) // 2]
+    median = statistics.median(times)      # (of an even count, the mean of the middle two)
     return dict(fps=args.batch_size / median, ms_per_image=median * 1e3 / args.batch_size,
                 fps_mean=args.batch_size * len(times) / sum(times),
                 fps_median=args.batch_size / median, latency_ms_median=median * 1e3,

@@ -31,10 +31,11 @@ def parse_args(argv=None):
     parser.add_argument('config', nargs='?',
                         help='model config; omit and give --arch to count the backbone alone')
     parser.add_argument('--arch', help='backbone size t|s|b|l when no config is given')
-    parser.add_argument('--shape', type=image_side, nargs=2, metavar=('HEIGHT', 'WIDTH'),
-                        default=[800, 1280],
-                        help='input height and width (default: 800 1280, the detection '
-                             'convention; segmentation papers use 512 2048)')
+    parser.add_argument('--shape', type=image_side, nargs='+', metavar='SIDE',
+                        help='input height and width, or one side for a square (default: '
+                             '800 1280 for a detector or a backbone alone, the detection '
+                             'convention; 512 2048 for a segmentor, as the segmentation papers '
+                             'count)')
     parser.add_argument('--backbone-only', action='store_true',
                         help='count only the backbone of the config')
     parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions, default={},
@@ -43,7 +44,16 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if (args.config is None) == (args.arch is None):
         parser.error('give a config or --arch (one of them)')
+    if args.shape is not None:
+        if len(args.shape) > 2:
+            parser.error(f'--shape takes HEIGHT WIDTH or one side, got {len(args.shape)} values')
+        args.shape = args.shape * (3 - len(args.shape))     # one side: a square
     return args
+
+
+# The default input of each scope: the sizes the papers count at.
+DEFAULT_SHAPES = {'mmseg': [512, 2048]}
+DETECTION_SHAPE = [800, 1280]
 
 
 def measure(args) -> dict:
@@ -60,9 +70,9 @@ def measure(args) -> dict:
 def count_on(args, device: str) -> dict:
     import torch
 
-    height, width = args.shape
     if args.config is None:
         from mavit_mm.models import MAViT
+        height, width = args.shape or DETECTION_SHAPE
         with torch.device(device):
             model = MAViT(arch=args.arch).eval()
         backbone, full = model, None
@@ -71,6 +81,7 @@ def count_on(args, device: str) -> dict:
         from mavit_mm.tooling.config import load_config
         from mavit_mm.tooling.model_builder import build_model, dummy_forward_inputs
         cfg = load_config(args.config, args.cfg_options)
+        height, width = args.shape or DEFAULT_SHAPES.get(cfg.default_scope, DETECTION_SHAPE)
         with torch.device(device):
             model = build_model(cfg).eval()
         backbone = model.backbone

@@ -51,7 +51,15 @@ def parse_args(argv=None):
     parser.add_argument('--strict', action='store_true',
                         help='fail unless every backbone tensor is present (a dense-prediction '
                              'checkpoint); by default extra_norms may be missing (classification)')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.config and (args.prefix is not None or args.strict):
+        parser.error('--prefix and --strict go with --arch (--config converts the whole model, '
+                     'every key checked)')
+    if args.arch and args.cfg_options:
+        parser.error('--cfg-options goes with --config')
+    if Path(args.dst).is_dir():
+        parser.error(f'{args.dst} is a folder: give the file to write')
+    return args
 
 
 def convert(src: str, dst: str, arch: str, prefix=None, strict: bool = False) -> dict:

@@ -163,3 +163,19 @@ def test_benchmark_fps_refuses_cuda_graph_on_a_cpu(tmp_path, capsys):
     assert stderr.strip().startswith('benchmark_fps.py: error: --modes cuda-graph needs '
                                      'a CUDA device'), stderr
     assert 'Traceback' not in stderr and not out.exists()
+
+
+def test_the_median_of_an_even_count_of_times_is_the_mean_of_the_middle_two(monkeypatch):
+    """Not the upper middle time: two runs 1 and 3 s apart have a median of 2 s."""
+    import argparse
+    tool = load_tool(BENCHMARK_FPS.removesuffix('.py'))
+    times = iter([9.0, 1.0, 4.0, 3.0])      # a warm-up, then the timed runs
+    monkeypatch.setattr(tool, 'timed', lambda run, device: next(times))
+    monkeypatch.setattr(tool, 'peak_extra_mib', lambda run, device: None)
+    args = argparse.Namespace(dtype='fp32', warmup=1, iters=3, batch_size=2)
+    row = tool.time_model(lambda: None, 'eager', args, torch.device('cpu'), lambda pixels: None, 1)
+    assert row['latency_ms_median'] == pytest.approx(3000.0)
+    times = iter([1.0, 3.0])
+    args.warmup, args.iters = 0, 2
+    row = tool.time_model(lambda: None, 'eager', args, torch.device('cpu'), lambda pixels: None, 1)
+    assert row['latency_ms_median'] == pytest.approx(2000.0) and row['fps'] == pytest.approx(1.0)

@@ -68,3 +68,16 @@ def test_a_forward_that_reads_values_is_counted_on_the_cpu():
 def test_get_flops_needs_a_config_or_an_arch():
     with pytest.raises(SystemExit):
         get_flops.parse_args([])
+
+
+def test_shape_takes_one_side_and_defaults_by_the_configs_task(capsys):
+    """As mmseg's get_flops.py: one value is a square; and a segmentor is
+    counted at 512x2048 (the segmentation papers' size), a detector or a
+    backbone alone at 800x1280, unless --shape says otherwise."""
+    assert get_flops.parse_args(['--arch', 't', '--shape', '64']).shape == [64, 64]
+    with pytest.raises(SystemExit):
+        get_flops.parse_args(['--arch', 't', '--shape', '64', '64', '96'])
+    assert 'takes HEIGHT WIDTH or one side, got 3 values' in capsys.readouterr().err
+    segmentor = get_flops.count_on(get_flops.parse_args([UPERNET_T, '--backbone-only']), 'meta')
+    backbone = get_flops.count_on(get_flops.parse_args(['--arch', 't']), 'meta')
+    assert (segmentor['input_shape'], backbone['input_shape']) == ([512, 2048], [800, 1280])

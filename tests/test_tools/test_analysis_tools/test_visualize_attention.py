@@ -120,7 +120,7 @@ def test_bad_requests_are_clear_errors(tool, image, tmp_path):
     with pytest.raises(FileNotFoundError, match='no image at'):
         tool.main([str(tmp_path / 'missing.png'), '--config', CONFIG] + out)
     notes = tmp_path / 'notes.pth'
-    notes.write_text('not a checkpoint')
+    notes.write_bytes(b'\x80\x02not a checkpoint')       # a pickle's first bytes
     with pytest.raises(ValueError, match=r'cannot read .*notes\.pth as a checkpoint \(torch.load '
                                          r'with weights_only=True refused it: [^W]'):
         tool.main([str(image), '--config', CONFIG, '--checkpoint', str(notes)] + out)

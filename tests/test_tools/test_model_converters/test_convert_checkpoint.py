@@ -318,3 +318,17 @@ def test_command_line_needs_a_target_and_a_file(tiny, tmp_path):
     for target in (['--arch', 't'], ['--config', str(tiny['upernet'][0])]):
         with pytest.raises(ValueError, match=r'cannot read .*notes\.pth as a checkpoint'):
             convert_checkpoint.main([str(notes), str(tmp_path / 'b.pth'), *target])
+
+
+def test_options_that_do_not_apply_and_a_folder_to_write_are_refused(tmp_path, capsys):
+    """Not a traceback from torch.save, nor a flag silently ignored."""
+    for argv, message in (
+            (['--config', 'c.py', '--prefix', 'backbone.'], '--prefix and --strict go with --arch'),
+            (['--config', 'c.py', '--strict'], '--prefix and --strict go with --arch'),
+            (['--arch', 't', '--cfg-options', 'a=1'], '--cfg-options goes with --config')):
+        with pytest.raises(SystemExit) as exit_info:
+            convert_checkpoint.parse_args(['a.pth', 'b.pth', *argv])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        convert_checkpoint.parse_args(['a.pth', str(tmp_path), '--arch', 't'])
+    assert f'{tmp_path} is a folder: give the file to write' in capsys.readouterr().err
