@@ -53,7 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              'boxes only)')
     parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                         metavar='KEY=VALUE', help=runner_setup.CFG_OPTIONS_HELP)
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
+    parser.add_argument('--launcher', choices=runner_setup.LAUNCHERS, default='none',
                         help=runner_setup.LAUNCHER_HELP)
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0,
                         help=runner_setup.LOCAL_RANK_HELP)

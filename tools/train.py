@@ -46,7 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              'auto_scale_lr.base_batch_size')
     parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                         metavar='KEY=VALUE', help=runner_setup.CFG_OPTIONS_HELP)
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
+    parser.add_argument('--launcher', choices=runner_setup.LAUNCHERS, default='none',
                         help=runner_setup.LAUNCHER_HELP)
     # torch.distributed.launch passes --local-rank (torch >= 2) or --local_rank.
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0,

@@ -181,8 +181,9 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
 # -- the launch side -------------------------------------------------------------
 def rank_from_environment() -> int:
     """This process's global rank as the launcher set it (before the process
-    group exists): RANK (torchrun), SLURM_PROCID (srun), else 0."""
-    for name in ('RANK', 'SLURM_PROCID'):
+    group exists): RANK (torchrun), SLURM_PROCID (srun), OMPI_COMM_WORLD_RANK
+    (mpirun), else 0."""
+    for name in ('RANK', 'SLURM_PROCID', 'OMPI_COMM_WORLD_RANK'):
         value = os.environ.get(name)
         if value is not None and value.strip().isdigit():
             return int(value)
@@ -190,7 +191,7 @@ def rank_from_environment() -> int:
 
 
 def adapt_to_cpu(cfg: Config, log: Callable[[str, int], None]) -> None:
-    """The config of a distributed run (``cfg.launcher`` pytorch or slurm) made
+    """The config of a distributed run (``cfg.launcher`` pytorch, slurm or mpi) made
     runnable without CUDA: gloo, and the model wrapped by CPUDistributedDataParallel."""
     if cfg.get('env_cfg') is None:
         cfg.env_cfg = dict()
@@ -237,10 +238,30 @@ def _slurm_environment(port: int | None) -> None:
     os.environ.update(WORLD_SIZE=str(ntasks), LOCAL_RANK=str(local_rank), RANK=str(proc_id))
 
 
+def _mpi_environment(port: int | None) -> None:
+    """RANK, WORLD_SIZE, LOCAL_RANK and MASTER_PORT from Open MPI's variables,
+    as mmengine's ``_init_dist_mpi`` reads them; MASTER_ADDR the user's."""
+    try:
+        rank = os.environ['OMPI_COMM_WORLD_RANK']
+        world_size = os.environ['OMPI_COMM_WORLD_SIZE']
+    except KeyError as missing:
+        raise ConfigCheckError(f'--launcher mpi: {missing.args[0]} is not set; start the '
+                               'processes with mpirun (Open MPI)') from None
+    if 'MASTER_ADDR' not in os.environ:
+        raise ConfigCheckError('--launcher mpi: MASTER_ADDR is not set; set it to the first '
+                               "process's host, as mmengine's MPI launch needs")
+    if port is not None:
+        os.environ['MASTER_PORT'] = str(port)
+    os.environ.setdefault('MASTER_PORT', str(DEFAULT_PORT))
+    os.environ.update(RANK=rank, WORLD_SIZE=world_size,
+                      LOCAL_RANK=os.environ.get('OMPI_COMM_WORLD_LOCAL_RANK', '0'))
+
+
 def init_process_group(cfg: Config) -> None:
     """Create the default process group of a CPU run the way mmengine's
-    ``init_dist`` would (launcher pytorch: torchrun's variables; slurm: srun's),
-    without its ``torch.cuda.set_device``. No-op if it exists already."""
+    ``init_dist`` would (launcher pytorch: torchrun's variables; slurm: srun's;
+    mpi: Open MPI's), without its ``torch.cuda.set_device``. No-op if it exists
+    already."""
     import torch.multiprocessing as mp
 
     if dist.is_initialized():
@@ -255,8 +276,10 @@ def init_process_group(cfg: Config) -> None:
         mp.set_start_method('spawn')  # as init_dist
     if cfg.launcher == 'slurm':
         _slurm_environment(port)
+    elif cfg.launcher == 'mpi':
+        _mpi_environment(port)
     elif cfg.launcher != 'pytorch':
-        raise ValueError(f'launcher {cfg.launcher!r}: a CPU run supports pytorch or slurm')
+        raise ValueError(f'launcher {cfg.launcher!r}: a CPU run supports pytorch, slurm or mpi')
     for name in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'):
         if name not in os.environ:
             raise ConfigCheckError(f'--launcher {cfg.launcher}: {name} is not set; start the '

@@ -20,7 +20,9 @@ CFG_OPTIONS_HELP = (
     'key="[a,b]" or key=a,b, nested lists/tuples as key="[(a,b),(c,d)]" (quotes needed, '
     'no spaces).')
 LAUNCHER_HELP = ('how the processes were started: none (one process), pytorch (torchrun / '
-                 'tools/dist_train.sh, tools/dist_test.sh) or slurm (srun)')
+                 'tools/dist_train.sh, tools/dist_test.sh), slurm (srun) or mpi (Open MPI\'s '
+                 'mpirun, with MASTER_ADDR set)')
+LAUNCHERS = ['none', 'pytorch', 'slurm', 'mpi']
 LOCAL_RANK_HELP = ('rank of this process on its node; set by older launchers '
                    '(torch.distributed.launch). torchrun sets the LOCAL_RANK variable instead')
 

@@ -13,6 +13,7 @@ tests/test_tools/test_distributed_launch.py.
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 import torch
@@ -222,3 +223,33 @@ def test_slurm_launcher_outside_srun_is_a_clear_error(fake_scontrol, monkeypatch
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ConfigCheckError, match='SLURM_PROCID is not set'):
         cpu_distributed._slurm_environment(port=None)
+
+
+def test_mpi_launcher_takes_open_mpis_variables(fake_scontrol, monkeypatch):
+    """--launcher mpi, as mmengine's _init_dist_mpi reads mpirun's variables;
+    MASTER_ADDR is the user's to set. A group of one then really forms."""
+    for name in ('OMPI_COMM_WORLD_RANK', 'OMPI_COMM_WORLD_SIZE', 'OMPI_COMM_WORLD_LOCAL_RANK'):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigCheckError, match='--launcher mpi: OMPI_COMM_WORLD_RANK is not set'):
+        cpu_distributed._mpi_environment(port=None)
+    monkeypatch.setenv('OMPI_COMM_WORLD_RANK', '5')
+    monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '8')
+    monkeypatch.setenv('OMPI_COMM_WORLD_LOCAL_RANK', '1')
+    with pytest.raises(ConfigCheckError, match='--launcher mpi: MASTER_ADDR is not set'):
+        cpu_distributed._mpi_environment(port=None)
+    monkeypatch.setenv('MASTER_ADDR', '127.0.0.1')
+    cpu_distributed._mpi_environment(port=29612)
+    assert {k: os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_PORT')} == \
+        dict(RANK='5', WORLD_SIZE='8', LOCAL_RANK='1', MASTER_PORT='29612')
+    assert cpu_distributed.rank_from_environment() == 5
+    monkeypatch.setenv('OMPI_COMM_WORLD_RANK', '0')
+    monkeypatch.setenv('OMPI_COMM_WORLD_SIZE', '1')
+    with socket.socket() as probe:      # a free port for the group's store
+        probe.bind(('127.0.0.1', 0))
+        port = probe.getsockname()[1]
+    cfg = Config(dict(launcher='mpi', env_cfg=dict(dist_cfg=dict(backend='gloo', port=port))))
+    cpu_distributed.init_process_group(cfg)
+    try:
+        assert dist.get_rank() == 0 and dist.get_world_size() == 1
+    finally:
+        dist.destroy_process_group()
