@@ -425,8 +425,8 @@ def main(argv=None) -> dict:
                   iters=args.iters, warmup=args.warmup, cpu_threads=torch.get_num_threads(),
                   versions=versions, date=datetime.now(UTC).isoformat(timespec='seconds'),
                   results=results, fps_ratios=ratios)
-    out = Path(args.out) if args.out else (     # beside the runs' work dirs, not committed
-        REPO_ROOT / 'work_dirs' / 'benchmark_fps' /
+    out = Path(args.out) if args.out else (     # beside the runs' work dirs (./work_dirs, as
+        Path('work_dirs') / 'benchmark_fps' /     # train.py's and test.py's), not committed
         f'fps-{device.type}-{datetime.now():%Y%m%d-%H%M%S}.json')
     from mavit_mm.tooling.results_file import write_json
     write_json(out, report)

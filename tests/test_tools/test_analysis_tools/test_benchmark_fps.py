@@ -16,13 +16,14 @@ UPERNET_T = str(CONFIG_DIR / 'upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.p
 
 
 def test_benchmark_fps_writes_json(tmp_path):
-    out = tmp_path / 'fps.json'
+    """By default under ./work_dirs/benchmark_fps/, where train.py and test.py
+    keep their runs: the folder the tool runs in, not the checkout."""
     result = run_tool(
         BENCHMARK_FPS, UPERNET_T,
         '--shape', '64', '128', '--iters', '2', '--warmup', '1', '--device', 'cpu',
-        '--out', str(out),
-        timeout=600, cwd=REPO_ROOT)
+        timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
+    (out,) = (tmp_path / 'work_dirs' / 'benchmark_fps').glob('fps-cpu-*.json')
     report = json.loads(out.read_text())
     assert report['device_type'] == 'cpu' and report['iters'] == 2
     assert report['versions']['torch'] == torch.__version__
@@ -34,7 +35,7 @@ def test_benchmark_fps_writes_json(tmp_path):
     assert (record['height'], record['width'], record['batch_size'], record['dtype']) == (
         64, 128, 1, 'fp32')
     assert record['fps'] == record['fps_median']
-    assert 'img/s' in result.stdout and not (tmp_path / 'fps.png').exists()
+    assert 'img/s' in result.stdout and not list(out.parent.glob('*.png'))
 
 
 SWIN_UPERNET = 'configs/baselines/upernet_swin-t_8xb2-160k_ade20k-512x512.py'
