@@ -117,6 +117,17 @@ def on_device(device: torch.device):
     return torch.cuda.device(device) if device.type == 'cuda' else contextlib.nullcontext()
 
 
+def refuse_second_derivative(backward_op, what: str, option: str) -> None:
+    """Register on a fused op's backward an autograd formula that names the
+    way out: the kernels have no second derivative (gradients of gradients,
+    ``create_graph=True``), and torch's own error would not say what to do."""
+    def refuse(ctx, *grads):
+        raise RuntimeError(f'{what} have no second derivative (a gradient of their gradients, '
+                           f"as create_graph=True asks): run them on the PyTorch path, {option}='torch'")
+
+    backward_op.register_autograd(refuse, setup_context=lambda ctx, inputs, output: None)
+
+
 class Unsupported(NamedTuple):
     """Why the fused kernels cannot run a case, and the error ``'triton'`` raises."""
     reason: str
@@ -229,4 +240,4 @@ def _import_function_module(package: str) -> str | None:
 
 __all__ = ['FUSED_IMPLS', 'SUPPORTED_TRITON', 'FusedOpDispatch', 'Unsupported',
            'check_triton_release', 'compile_constant', 'exporting', 'index_extent', 'on_device',
-           'triton_interpreter_enabled']
+           'refuse_second_derivative', 'triton_interpreter_enabled']

@@ -501,3 +501,22 @@ def test_a_batch_of_no_image_attends_to_nothing(dtype):
         out = attention(q, q, q, attn_type, RoPE2d(32)(2, 3), impl='torch' if attn_type == 'mala'
                         else 'auto')
         assert out.shape == q.shape and out.dtype == dtype
+
+
+def test_a_second_derivative_through_the_fused_kernels_names_the_path_that_has_one():
+    """Gradients of gradients (create_graph=True): the PyTorch paths have them,
+    the fused ops' backward kernels do not, and say which option to set
+    (torch's own error named no way out)."""
+    from helpers.depthwise_stages import ffn_middle
+    rope = RoPE2d(16)(2, 3)
+    q, k, v = (torch.randn(1, 1, 6, 16, requires_grad=True) for _ in range(3))
+    h = torch.randn(1, 8, 3, 5).contiguous(memory_format=torch.channels_last).requires_grad_()
+    weight, bias = torch.randn(8, 1, 3, 3), torch.randn(8)
+    cases = ((lambda impl: attention(q, k, v, 'mala', rope, impl=impl), (q,), 'mala_impl'),
+             (lambda impl: ffn_middle(h, weight, bias, impl=impl), (h,), 'depthwise_impl'))
+    for run, inputs, option in cases:
+        first = torch.autograd.grad(run('torch').square().sum(), inputs, create_graph=True)
+        torch.autograd.grad(first[0].sum(), inputs)                  # the PyTorch path has one
+        first = torch.autograd.grad(run('triton').square().sum(), inputs, create_graph=True)
+        with pytest.raises(RuntimeError, match=rf"no second derivative .* {option}='torch'"):
+            torch.autograd.grad(first[0].sum(), inputs)

@@ -20,7 +20,13 @@ from typing import NamedTuple
 
 import torch
 
-from ..triton_support import cdiv, check_triton_release, next_power_of_2, on_device
+from ..triton_support import (
+    cdiv,
+    check_triton_release,
+    next_power_of_2,
+    on_device,
+    refuse_second_derivative,
+)
 
 check_triton_release()
 
@@ -259,6 +265,7 @@ def _position_norm_autograd(ctx, d_stream, d_normed, _d_mean, _d_rstd):
 
 
 position_norm_op.register_autograd(_position_norm_autograd, setup_context=_position_norm_setup)
+refuse_second_derivative(position_norm_backward_op, 'the fused depthwise kernels', 'depthwise_impl')
 
 
 # -- LePE + gate ----------------------------------------------------------------------
@@ -321,6 +328,7 @@ def _gated_lepe_autograd(ctx, dout, _dtotal):
 
 
 gated_lepe_op.register_autograd(_gated_lepe_autograd, setup_context=_gated_lepe_setup)
+refuse_second_derivative(gated_lepe_backward_op, 'the fused depthwise kernels', 'depthwise_impl')
 
 
 # -- the FFN's middle -----------------------------------------------------------------
@@ -361,3 +369,4 @@ def _ffn_middle_autograd(ctx, dout):
 
 
 ffn_middle_op.register_autograd(_ffn_middle_autograd, setup_context=_ffn_middle_setup)
+refuse_second_derivative(ffn_middle_backward_op, 'the fused depthwise kernels', 'depthwise_impl')

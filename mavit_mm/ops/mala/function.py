@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..triton_support import cdiv, check_triton_release, on_device
+from ..triton_support import cdiv, check_triton_release, on_device, refuse_second_derivative
 
 check_triton_release()
 
@@ -395,6 +395,7 @@ def _mala_autograd(ctx, dout, _dstats):
 
 
 mala_op.register_autograd(_mala_autograd, setup_context=_mala_setup_context)
+refuse_second_derivative(mala_backward_op, 'the fused MALA kernels', 'mala_impl')
 
 
 def fused_mala(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, angle: torch.Tensor,
