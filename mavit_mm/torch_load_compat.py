@@ -7,14 +7,26 @@ checkpoint of mmengine's ``Runner`` holds, in ``message_hub``,
 statistics methods pickled as ``getattr(HistoryBuffer, 'min')`` etc.), and
 numpy scalars in metrics and hook messages.
 
+The published MALA classification code (DeiT's training script) saves its
+command line beside the weights, an ``argparse.Namespace`` of plain values.
+
 Rather than switching ``weights_only`` off (which would let a malicious
 checkpoint run code), exactly those types are allow-listed
 (:func:`mmengine_checkpoint_safe_globals`). ``getattr`` itself would be a
 universal gadget: a stand-in under its name resolves only the HistoryBuffer
 statistics methods. Object arrays and any other class still fail to load.
+
+One path of mmengine does switch it off: checkpoints at ``http(s)://``
+(``load_from``, ``init_cfg``'s ``Pretrained``) go through
+``torch.hub.load_state_dict_from_url``, whose ``weights_only`` defaults to
+False. Its loader is replaced, through mmengine's public
+``CheckpointLoader.register_scheme``, by the same download read weights-only
+(:func:`load_from_http_weights_only`).
 """
 from __future__ import annotations
 
+import argparse
+import os
 import pickle
 
 import numpy as np
@@ -49,11 +61,13 @@ def _numpy_core_names(attr: str) -> list:
 
 
 def mmengine_checkpoint_safe_globals() -> list:
-    """The globals an mmengine checkpoint needs beyond torch's defaults."""
+    """The globals an mmengine checkpoint (and a published classification
+    checkpoint: its ``args``) needs beyond torch's defaults."""
     from mmengine.logging import HistoryBuffer
     dtype_classes = sorted({type(np.dtype(t)) for t in _SAFE_NUMPY_SCALAR_TYPES},
                            key=lambda cls: cls.__name__)
     return [
+        argparse.Namespace,     # a plain attribute bag: its values pass the same unpickler
         HistoryBuffer,
         (restricted_getattr, 'builtins.getattr'),
         np.ndarray,
@@ -64,8 +78,37 @@ def mmengine_checkpoint_safe_globals() -> list:
     ]
 
 
+def load_from_http_weights_only(filename: str, map_location=None, model_dir=None,
+                                progress: bool = os.isatty(0)):
+    """mmengine's ``load_from_http`` (downloaded once per machine, by the first
+    process, while the others wait), read with ``weights_only=True``; a file
+    that is refused is an :class:`~mavit_mm.errors.UnreadableCheckpointError`
+    saying why, without torch's advice to switch ``weights_only`` off."""
+    from mmengine.dist import get_dist_info
+
+    from .models.checkpoint import unreadable
+
+    def load():
+        try:
+            return torch.hub.load_state_dict_from_url(
+                filename, model_dir=model_dir, map_location=map_location, progress=progress,
+                weights_only=True)
+        except pickle.UnpicklingError as error:
+            raise unreadable(filename, error) from None
+
+    rank, world_size = get_dist_info()
+    if rank == 0:
+        checkpoint = load()
+    if world_size > 1:
+        torch.distributed.barrier()
+        if rank > 0:
+            checkpoint = load()
+    return checkpoint
+
+
 def install() -> None:
-    """Register the allow-list once per process (idempotent)."""
+    """Register the allow-list, and the weights-only loader of http(s)
+    checkpoints, once per process (idempotent)."""
     global _installed
     if _installed:
         return
@@ -73,6 +116,9 @@ def install() -> None:
     if add_safe_globals is None:  # torch < 2.4 loads with weights_only=False anyway
         return
     add_safe_globals(mmengine_checkpoint_safe_globals())
+    from mmengine.runner import CheckpointLoader
+    CheckpointLoader.register_scheme(prefixes=('http://', 'https://'),
+                                     loader=load_from_http_weights_only, force=True)
     _installed = True
 
 

@@ -163,3 +163,50 @@ def test_numeric_numpy_payloads_load(tmp_path):
     assert loaded['f'] == np.float32(1.5) and loaded['i'] == 3
     np.testing.assert_array_equal(loaded['a'], payload['a'])
     np.testing.assert_array_equal(loaded['b'], payload['b'])
+
+
+@pytest.fixture
+def http_server(tmp_path, monkeypatch):
+    """Serves ``tmp_path / 'served'`` at http://127.0.0.1:<port>/; torch.hub
+    downloads into ``tmp_path / 'hub'``."""
+    import functools
+    import http.server
+    import threading
+    served = tmp_path / 'served'
+    served.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hub_dir = torch.hub.get_dir()
+    torch.hub.set_dir(str(tmp_path / 'hub'))
+    yield served, f'http://127.0.0.1:{server.server_address[1]}'
+    torch.hub.set_dir(hub_dir)
+    server.shutdown()
+
+
+def test_checkpoints_at_a_url_load_weights_only_too(http_server, tmp_path):
+    """mmengine reads http(s) checkpoints (load_from, a Pretrained init_cfg)
+    through torch.hub's loader, whose weights_only defaults to False: a
+    checkpoint there could run code. Ours reads them as the local files are."""
+    from mmengine.runner import CheckpointLoader
+
+    from mavit_mm import MAViT
+    from mavit_mm.errors import UnreadableCheckpointError
+    served, url = http_server
+    source = MAViT('t', depths=[1, 1, 1, 1])
+    torch.save({'state_dict': source.state_dict()}, served / 'mavit_t.pth')
+    model = MAViT('t', depths=[1, 1, 1, 1],
+                  init_cfg=dict(type='Pretrained', checkpoint=f'{url}/mavit_t.pth'))
+    model.init_weights()
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
+    marker = tmp_path / 'code_ran'
+    torch.save({'state_dict': source.state_dict(), 'meta': _RunsCode(marker)}, served / 'evil.pth')
+    for load in (lambda: CheckpointLoader.load_checkpoint(f'{url}/evil.pth', map_location='cpu'),
+                 MAViT('t', depths=[1, 1, 1, 1], init_cfg=dict(
+                     type='Pretrained', checkpoint=f'{url}/evil.pth')).init_weights):
+        with pytest.raises(UnreadableCheckpointError,
+                           match=r'cannot read http://.*/evil\.pth as a checkpoint \(torch.load '
+                                 r'with weights_only=True refused it'):
+            load()
+    assert not marker.exists()

@@ -63,11 +63,14 @@ def _not_a_checkpoint_file(path: str) -> str | None:
     nothing of use, e.g. 'pop from empty list' for a config file)."""
     try:
         with open(path, 'rb') as file:
-            head = file.read(4)
+            head = file.read(9)
     except OSError:
         return None
     if not head:
         return 'an empty file'
+    if len(head) == 9 and head[8:9] == b'{':     # 8 bytes of header length, then its JSON
+        return ('a safetensors file, which this loader does not read: load it with '
+                'safetensors.torch.load_file and save that dict with torch.save')
     if head.startswith(b'PK') or head.startswith(b'\x80'):
         return None     # zip or pickle: torch's own reason is the one to give
     return ('not a PyTorch checkpoint: neither torch\'s zip format nor a pickle; a config, '
@@ -84,20 +87,38 @@ def load_failure(error: BaseException) -> str:
         reason = message.split(marker, 1)[1].split('Check the documentation', 1)[0]
         reason = ' '.join(reason.split())
         return f'torch.load with weights_only=True refused it: {reason}'
+    if message.startswith('Weights only load failed'):
+        # The advice is the first paragraph, torch's pointer to its docs the
+        # last; the reason (a blocked module's global) lies between.
+        paragraphs = [p for p in message.split('\n\n')[1:]
+                      if p.strip() and not p.strip().startswith('Check the documentation')]
+        reason = ' '.join(' '.join(paragraphs).split())
+        return 'torch.load with weights_only=True refused it' + (f': {reason}' if reason else '')
     first_line = message.strip().splitlines()[0] if message.strip() else ''
     return f'{type(error).__name__}: {first_line}' if first_line else type(error).__name__
 
 
-def extract_state_dict(checkpoint) -> OrderedDict[str, torch.Tensor]:
-    """The tensor dict of a loaded checkpoint, unwrapped from its container."""
+def extract_state_dict(checkpoint, key: str | None = None) -> OrderedDict[str, torch.Tensor]:
+    """The tensor dict of a loaded checkpoint, unwrapped from its container:
+    under ``key`` where given (``'model_ema'``, the EMA weights the published
+    classification code saves beside ``'model'``), else the first of
+    ``'state_dict'``, ``'model'``, ``'module'``, else the top level."""
     state_dict = checkpoint
-    for key in _STATE_DICT_KEYS:
-        if isinstance(state_dict, dict) and key in state_dict and isinstance(state_dict[key], dict):
-            state_dict = state_dict[key]
-            break
+    if key is not None:
+        if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get(key), dict):
+            found = sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__
+            raise ValueError(f'checkpoint has no state dict under {key!r} (it holds {found})')
+        state_dict = checkpoint[key]
+    else:
+        for name in _STATE_DICT_KEYS:
+            if isinstance(state_dict, dict) and isinstance(state_dict.get(name), dict):
+                state_dict = state_dict[name]
+                break
     if not isinstance(state_dict, dict) or not all(torch.is_tensor(v) for v in state_dict.values()):
+        found = sorted(map(str, checkpoint))[:12] if isinstance(checkpoint, dict) else \
+            type(checkpoint).__name__
         raise ValueError('checkpoint holds no state dict of tensors (looked at the top '
-                         f'level and under {_STATE_DICT_KEYS})')
+                         f'level and under {_STATE_DICT_KEYS}; it holds {found})')
     return OrderedDict(state_dict)
 
 
@@ -223,14 +244,16 @@ def count_shared(expected: Mapping, state_dict: Mapping, prefix: str = '') -> in
                and tuple(expected[prefix + key].shape) == tuple(value.shape))
 
 
-def fit_whole_model(expected: Mapping, state_dict: Mapping,
-                    source: str = 'the checkpoint') -> OrderedDict[str, torch.Tensor]:
-    """``state_dict`` (wrapper prefixes stripped) checked against a whole
-    model's ``expected`` state dict: the same keys and the same shapes, or a
-    ValueError naming what does not fit (keys missing, keys the model does
-    not have, shapes). Returns the tensors in the model's order, ready for
-    ``load_state_dict(..., strict=True)``."""
-    state_dict = strip_wrapper_prefixes(state_dict)
+def fit_whole_model(expected: Mapping, state_dict: Mapping, source: str = 'the checkpoint',
+                    strip_wrappers: bool = True) -> OrderedDict[str, torch.Tensor]:
+    """``state_dict`` (wrapper prefixes stripped, unless ``strip_wrappers`` is
+    off: the keys as a loader that strips none will see them) checked against
+    a whole model's ``expected`` state dict: the same keys and the same
+    shapes, or a ValueError naming what does not fit (keys missing, keys the
+    model does not have, shapes). Returns the tensors in the model's order,
+    ready for ``load_state_dict(..., strict=True)``."""
+    if strip_wrappers:
+        state_dict = strip_wrapper_prefixes(state_dict)
     missing = [k for k in expected if k not in state_dict]
     unexpected = [k for k in state_dict if k not in expected]
     wrong_shape = [f'{k}: checkpoint {tuple(state_dict[k].shape)} vs model '

@@ -239,14 +239,20 @@ def check_resume(cfg) -> str | None:
 
 def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
     """A checkpoint that replaces every weight of the config's model (a test,
-    a resumed run) holds exactly its tensors (the policy of ``tools/demo.py``
-    and the converter: :func:`~mavit_mm.models.checkpoint.fit_whole_model`).
-    mmengine alone loads what fits, logs the rest and goes on with a
-    part-random model. The model is built here, with no data (meta
-    tensors), before the Runner. Remote checkpoints are left to mmengine."""
+    a resumed run) holds exactly its tensors where mmengine's loader reads
+    them (the policy of ``tools/demo.py`` and the converter:
+    :func:`~mavit_mm.models.checkpoint.fit_whole_model`). mmengine alone
+    loads what fits, logs the rest and goes on with a part-random model. The
+    model is built here, with no data (meta tensors), before the Runner.
+    Remote checkpoints are left to mmengine."""
     if not is_local_file_path(checkpoint):
         return
-    from ..models.checkpoint import extract_state_dict, fit_whole_model, read_checkpoint
+    from ..models.checkpoint import (
+        extract_state_dict,
+        fit_whole_model,
+        mmengine_load_from_tensors,
+        read_checkpoint,
+    )
     from .model_builder import meta_state_dict
 
     # The model the checkpoint's keys name: inside --tta's wrapper, as
@@ -262,12 +268,20 @@ def check_checkpoint_fits(cfg, checkpoint: str, what: str) -> None:
     except UnreadableCheckpointError as error:
         raise ConfigCheckError(f'{what}: {error}') from None
     try:
-        fit_whole_model(expected, extract_state_dict(loaded), source=checkpoint)
+        # What mmengine's loader takes: 'state_dict' or the top level, 'module.' stripped.
+        fit_whole_model(expected, mmengine_load_from_tensors(loaded), source=checkpoint,
+                        strip_wrappers=False)
     except ValueError as error:
-        raise ConfigCheckError(
-            f'{what}: {error} (a checkpoint of another config? an mmdet 2.x / mmseg 0.x '
-            'one converts with tools/model_converters/convert_checkpoint.py --config)'
-        ) from None
+        hint = ('a checkpoint of another config? an mmdet 2.x / mmseg 0.x one converts with '
+                'tools/model_converters/convert_checkpoint.py --config')
+        try:      # where the converter and tools/demo.py look too
+            fit_whole_model(expected, extract_state_dict(loaded))
+            hint = ("its tensors fit the model, but not where mmengine's loader reads them: "
+                    "under 'state_dict' or at the top level, with no prefix but 'module.'; "
+                    'tools/model_converters/convert_checkpoint.py --config writes them so')
+        except ValueError:
+            pass
+        raise ConfigCheckError(f'{what}: {error} ({hint})') from None
 
 
 def check_load_from_fits(cfg, checkpoint: str) -> None:

@@ -58,7 +58,9 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
     ``AmpWhereAvailableOptimWrapper`` (:mod:`mavit_mm.engine.amp`) chooses itself
     and is left as it is; mmengine's AmpOptimWrapper becomes OptimWrapper without
     CUDA. ``--amp`` turns a plain OptimWrapper into AmpOptimWrapper on a GPU and is
-    ignored, loudly, on a CPU.
+    ignored, loudly, on a CPU. A plain OptimWrapper (the config's, or set with
+    ``--cfg-options optim_wrapper.type=OptimWrapper`` to train in fp32) drops
+    the recipe's AMP-only settings (``loss_scale``, ...), which it would refuse.
     """
     optim_wrapper = cfg.get('optim_wrapper')
     if optim_wrapper is None:
@@ -75,6 +77,7 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
                 '(fp32 training; mixed precision needs a GPU).', logging.WARNING)
         if amp_requested:
             log('--amp ignored: no CUDA device, training in fp32.', logging.WARNING)
+        _drop_amp_only_settings(optim_wrapper)
         return
     if amp_requested:
         if wrapper_type in ('AmpOptimWrapper', amp.NAME):
@@ -83,6 +86,19 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
             optim_wrapper.type = 'AmpOptimWrapper'
             optim_wrapper.setdefault('loss_scale', 'dynamic')
             log('--amp: training with AmpOptimWrapper (dynamic loss scale).')
+    _drop_amp_only_settings(optim_wrapper)
+
+
+def _drop_amp_only_settings(optim_wrapper) -> None:
+    """A plain OptimWrapper without AmpOptimWrapper's own arguments."""
+    if optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
+        return
+    dropped = [key for key in amp.AMP_ONLY_KEYS if key in optim_wrapper]
+    for key in dropped:
+        optim_wrapper.pop(key)
+    if dropped:
+        log(f'optim_wrapper is a plain OptimWrapper (fp32): {", ".join(dropped)} dropped '
+            '(settings of AmpOptimWrapper).')
 
 
 def configure_dist_backend(cfg: Config) -> None:

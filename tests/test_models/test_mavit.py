@@ -453,9 +453,14 @@ def test_unreadable_pretrained_checkpoint_says_why_not_how_to_unsafely_load_it(t
                 'meta': _NotAllowListed()}, pickled)
     empty = tmp_path / 'empty.pth'
     empty.write_bytes(b'')
+    safetensors = tmp_path / 'mavit_t.safetensors'      # 8 bytes of header length, the header
+    header = b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    safetensors.write_bytes(len(header).to_bytes(8, 'little') + header + bytes(4))
     for path, reason in (
             (text, r"not a PyTorch checkpoint: neither torch's zip format nor a pickle"),
             (empty, r'an empty file'),
+            (safetensors, r'a safetensors file, which this loader does not read: load it with '
+                          r'safetensors.torch.load_file'),
             (pickled, r'torch.load with weights_only=True refused it: Unsupported global: '
                       r'GLOBAL .*_NotAllowListed')):
         model = MAViT('t', depths=[1, 1, 1, 1], init_cfg=dict(type='Pretrained', checkpoint=str(path)))

@@ -167,6 +167,24 @@ def test_a_file_that_is_no_checkpoint_is_refused(tiny, test_tool, tmp_path):
     assert not (tmp_path / 'work').exists()   # refused before the Runner
 
 
+def test_a_checkpoint_whose_weights_mmengine_would_not_find_is_refused(
+        tiny, test_tool, segmentor_checkpoint, tmp_path):
+    """mmengine's loader reads 'state_dict' (or the top level) and strips only
+    'module.': the model's tensors under 'model', or behind torch.compile's
+    '_orig_mod.', would leave it random, and the test would score it."""
+    weights = torch.load(segmentor_checkpoint, weights_only=True)['state_dict']
+    for name, content in (('under_model.pth', {'model': weights}),
+                          ('compiled.pth', {'state_dict': {f'_orig_mod.{k}': v
+                                                           for k, v in weights.items()}})):
+        torch.save(content, tmp_path / name)
+        with pytest.raises(ConfigCheckError, match=r"test checkpoint: .* does not fit the model: "
+                                                   r".*its tensors fit the model, but not where "
+                                                   r"mmengine's loader reads them"):
+            test_tool.main([str(tiny['seg']), str(tmp_path / name), '--work-dir',
+                            str(tmp_path / 'work')])
+    assert not (tmp_path / 'work').exists()
+
+
 def test_tta_runs_the_configs_test_time_augmentation(tiny, test_tool, tmp_path):
     """mmseg's ADE20K flips at six scales (SegTTAModel), through the real runner."""
     checkpoint = save_initialised_checkpoint(tiny['seg'], tmp_path / 'seg.pth')
@@ -509,6 +527,26 @@ def test_amp_flag_with_cuda(monkeypatch):
     kept = _amp_config()
     runner_setup.configure_amp(kept, amp_requested=False)
     assert kept.optim_wrapper.type == 'AmpOptimWrapper'
+
+
+@pytest.mark.parametrize('cuda', [False, True], ids=['cpu', 'cuda'])
+def test_a_plain_optim_wrapper_over_a_recipe_drops_its_amp_settings(monkeypatch, cuda):
+    """``--cfg-options optim_wrapper.type=OptimWrapper`` (fp32 on a GPU) on a
+    recipe: mmengine's OptimWrapper refused the recipe's loss_scale once the
+    model and data were built."""
+    from mmengine.optim import build_optim_wrapper
+    messages = []
+    monkeypatch.setattr(runner_setup, 'cuda_available', lambda: cuda)
+    monkeypatch.setattr(runner_setup, 'log', lambda message, level=logging.INFO: messages.append(message))
+    cfg = load_config(REPO_ROOT / 'configs/upernet/upernet_mavit-t_8xb2-160k_ade20k-512x512.py',
+                      {'optim_wrapper.type': 'OptimWrapper'})
+    assert 'loss_scale' in cfg.optim_wrapper
+    runner_setup.configure_amp(cfg, amp_requested=False)
+    assert 'loss_scale' not in cfg.optim_wrapper and cfg.optim_wrapper.type == 'OptimWrapper'
+    assert messages == ['optim_wrapper is a plain OptimWrapper (fp32): loss_scale dropped '
+                        '(settings of AmpOptimWrapper).']
+    wrapper = build_optim_wrapper(torch.nn.Linear(2, 2), cfg.optim_wrapper)
+    assert type(wrapper).__name__ == 'OptimWrapper'
 
 
 def test_amp_where_available_wrapper_left_to_itself(monkeypatch):

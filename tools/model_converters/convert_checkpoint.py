@@ -33,6 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
+EMA_KEYS = ('model_ema', 'state_dict_ema')
+
+
 def parse_args(argv=None):
     from mavit_mm.tooling.cli import ConfigOptions  # (mavit_mm where it is used, as below)
 
@@ -46,15 +49,19 @@ def parse_args(argv=None):
                                          'model, heads included, for it')
     parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions, default={},
                         help='override entries of --config, key=value (mmengine syntax)')
+    parser.add_argument('--state-dict-key', metavar='KEY', default=None,
+                        help="with --arch: the container to convert, e.g. 'model_ema' (the EMA "
+                             "weights the published classification code saves beside 'model'; "
+                             "default: 'state_dict', 'model', 'module', else the top level)")
     parser.add_argument('--prefix', default=None,
                         help="keep only keys under this prefix (default: 'backbone.' when present)")
     parser.add_argument('--strict', action='store_true',
                         help='fail unless every backbone tensor is present (a dense-prediction '
                              'checkpoint); by default extra_norms may be missing (classification)')
     args = parser.parse_args(argv)
-    if args.config and (args.prefix is not None or args.strict):
-        parser.error('--prefix and --strict go with --arch (--config converts the whole model, '
-                     'every key checked)')
+    if args.config and (args.prefix is not None or args.strict or args.state_dict_key):
+        parser.error('--prefix, --strict and --state-dict-key go with --arch (--config converts '
+                     'the whole model, every key checked)')
     if args.arch and args.cfg_options:
         parser.error('--cfg-options goes with --config')
     if Path(args.dst).is_dir():
@@ -62,7 +69,8 @@ def parse_args(argv=None):
     return args
 
 
-def convert(src: str, dst: str, arch: str, prefix=None, strict: bool = False) -> dict:
+def convert(src: str, dst: str, arch: str, prefix=None, strict: bool = False,
+            state_dict_key: str | None = None) -> dict:
     import torch
 
     from mavit_mm.models import MAViT
@@ -71,7 +79,11 @@ def convert(src: str, dst: str, arch: str, prefix=None, strict: bool = False) ->
     if not Path(src).is_file():
         raise FileNotFoundError(f'checkpoint not found: {src}')
     # Read whole, not mapped: the output may overwrite the input.
-    state_dict = backbone_state_dict(extract_state_dict(read_checkpoint(src, mmap=False)), prefix)
+    checkpoint = read_checkpoint(src, mmap=False)
+    state_dict = backbone_state_dict(extract_state_dict(checkpoint, state_dict_key), prefix)
+    # EMA weights the file holds beside the converted ones (the published code's 'model_ema').
+    ema_copies = [key for key in EMA_KEYS if key != state_dict_key
+                  and isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict)]
     with torch.device('meta'):      # keys and shapes: no data needed
         expected = MAViT(arch=arch).state_dict()
     kept = {k: v for k, v in state_dict.items() if k in expected}
@@ -85,7 +97,7 @@ def convert(src: str, dst: str, arch: str, prefix=None, strict: bool = False) ->
         raise ValueError(f'{src} does not fit MAViT-{arch.upper()}: ' + '; '.join(problems[:10]))
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     torch.save({'state_dict': kept, 'meta': dict(source=str(src), arch=arch)}, dst)
-    return dict(kept=len(kept), dropped=dropped, missing=missing)
+    return dict(kept=len(kept), dropped=dropped, missing=missing, not_converted=ema_copies)
 
 
 def convert_full(src: str, dst: str, config: str, cfg_options=None) -> dict:
@@ -127,13 +139,15 @@ def main(argv=None) -> dict:
         if report['dropped']:
             print(f'dropped: {", ".join(report["dropped"])} (training state)')
         return report
-    report = convert(args.src, args.dst, args.arch, args.prefix, args.strict)
+    report = convert(args.src, args.dst, args.arch, args.prefix, args.strict, args.state_dict_key)
     print(f'wrote {args.dst}: {report["kept"]} backbone tensors')
     if report['dropped']:
         print(f'dropped {len(report["dropped"])} non-backbone tensors '
               f'(e.g. {", ".join(report["dropped"][:4])})')
     if report['missing']:
         print(f'not in the source (initialised by the model): {", ".join(report["missing"])}')
+    for key in report['not_converted']:
+        print(f'also in the source, not converted: {key!r} (--state-dict-key {key} converts it)')
     return report
 
 

@@ -323,8 +323,8 @@ def test_command_line_needs_a_target_and_a_file(tiny, tmp_path):
 def test_options_that_do_not_apply_and_a_folder_to_write_are_refused(tmp_path, capsys):
     """Not a traceback from torch.save, nor a flag silently ignored."""
     for argv, message in (
-            (['--config', 'c.py', '--prefix', 'backbone.'], '--prefix and --strict go with --arch'),
-            (['--config', 'c.py', '--strict'], '--prefix and --strict go with --arch'),
+            (['--config', 'c.py', '--prefix', 'backbone.'], '--prefix, --strict and --state-dict-key go with --arch'),
+            (['--config', 'c.py', '--strict'], '--prefix, --strict and --state-dict-key go with --arch'),
             (['--arch', 't', '--cfg-options', 'a=1'], '--cfg-options goes with --config')):
         with pytest.raises(SystemExit) as exit_info:
             convert_checkpoint.parse_args(['a.pth', 'b.pth', *argv])
@@ -332,3 +332,26 @@ def test_options_that_do_not_apply_and_a_folder_to_write_are_refused(tmp_path, c
     with pytest.raises(SystemExit):
         convert_checkpoint.parse_args(['a.pth', str(tmp_path), '--arch', 't'])
     assert f'{tmp_path} is a folder: give the file to write' in capsys.readouterr().err
+
+
+def test_a_checkpoint_of_the_published_classification_code_converts_model_or_ema(tmp_path,
+                                                                                 capsys):
+    """The published MALA training script (DeiT's) saves its command line
+    (an argparse.Namespace) and the EMA weights beside 'model': both read with
+    weights_only=True; 'model' converts by default, the EMA copy on request."""
+    import argparse
+    weights, ema = (MAViT('t').state_dict() for _ in range(2))
+    source = tmp_path / 'best.pth'
+    torch.save({'model': weights, 'model_ema': ema, 'optimizer': {'state': {}},
+                'epoch': 299, 'max_accuracy': 82.4,
+                'args': argparse.Namespace(model='MALA_T', lr=5e-4, opt_betas=None,
+                                           cutmix_minmax=None, lr_noise=[0.1])}, source)
+    for argv, expected in (([], weights), (['--state-dict-key', 'model_ema'], ema)):
+        out = tmp_path / 'converted.pth'
+        convert_checkpoint.main([str(source), str(out), '--arch', 't', *argv])
+        converted = torch.load(out, weights_only=True)['state_dict']
+        assert all(torch.equal(converted[k], expected[k]) for k in converted)
+        printed = capsys.readouterr().out
+        assert ("also in the source, not converted: 'model_ema'" in printed) == (not argv)
+    with pytest.raises(ValueError, match=r"no state dict under 'ema' \(it holds \['args', "):
+        convert_checkpoint.main([str(source), str(out), '--arch', 't', '--state-dict-key', 'ema'])
