@@ -45,7 +45,11 @@ from mavit_mm.data.synthetic import (  # noqa: E402
 from mavit_mm.tooling.cli import int_at_least  # noqa: E402
 from mavit_mm.tooling.config import load_config, set_iterations  # noqa: E402
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS  # noqa: E402
-from mavit_mm.tooling.json_logs import latest_test_metrics, validation_metrics_by_step  # noqa: E402
+from mavit_mm.tooling.json_logs import (  # noqa: E402
+    latest_test_metrics,
+    run_dirs,
+    validation_metrics_by_step,
+)
 from mavit_mm.tooling.results_file import write_json  # noqa: E402
 from mavit_mm.tooling.run_script import run_script  # noqa: E402
 
@@ -179,9 +183,12 @@ def run_job(name: str, work_root: Path, max_iters) -> dict:
     log(f'{name} step 1/3: tools/train.py, {iters} iterations from scratch; evaluates the '
         f'untrained model first and every {val_interval} iterations (mmengine prints the eta '
         f'every {cfg.default_hooks.logger.interval} iterations)')
+    earlier_runs = set(run_dirs(work_dir))
     train_seconds = run_tool('train.py', job_config, '--work-dir', work_dir,
                              log_name='train_console.log', work_dir=work_dir)
-    by_step = validation_metrics_by_step(work_dir)
+    # This run's validations only: the work dir keeps the runs of earlier jobs.
+    by_step = validation_metrics_by_step(
+        work_dir, [run for run in run_dirs(work_dir) if run not in earlier_runs])
     untrained = by_step.get(0)
     if untrained is None:
         raise RuntimeError(f'no baseline evaluation (step 0) in the logs of {work_dir}')

@@ -71,10 +71,13 @@ def latest_test_metrics(work_dir) -> dict[str, float] | None:
     return None
 
 
-def validation_metrics_by_step(work_dir) -> dict[int, dict[str, float]]:
-    """``{iteration (or epoch): metrics}`` of every validation of the training runs."""
+def validation_metrics_by_step(work_dir, runs=None) -> dict[int, dict[str, float]]:
+    """``{iteration (or epoch): metrics}`` of every validation of the training
+    runs: each run folder of ``work_dir`` (a resumed run's earlier part
+    included), or only those of ``runs`` (a run from scratch, in a work dir
+    that earlier runs used too)."""
     found = {}
-    for run_dir in run_dirs(work_dir):
+    for run_dir in run_dirs(work_dir) if runs is None else runs:
         for record in training_records(run_dir):
             if is_metric_record(record):
                 found[int(record.get('step', -1))] = metrics_only(record)

@@ -298,3 +298,31 @@ def test_max_iters_below_one_is_refused(value, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main_job.parse_args(['--max-iters', value])
     assert exit_info.value.code == 2 and '--max-iters' in capsys.readouterr().err
+
+
+def test_a_job_reads_only_its_own_runs_of_a_reused_work_dir(tmp_path, monkeypatch):
+    """The work dir keeps the runs of earlier jobs (``work_dirs/main_job`` by
+    default): the baseline, the validations and the summary come from this
+    job's training run alone."""
+    work_root = tmp_path / 'jobs'
+    earlier = work_root / 'mask_rcnn' / '20250101_000000' / 'vis_data'
+    earlier.mkdir(parents=True)
+    (earlier / '20250101_000000.json').write_text(''.join(json.dumps(record) + '\n' for record in (
+        {'coco/bbox_mAP': 0.9, 'coco/bbox_mAP_50': 0.9, 'step': 0},
+        {'coco/bbox_mAP': 0.7, 'coco/bbox_mAP_50': 0.8, 'step': 15})))
+
+    def fake_tool(tool, *args, log_name, work_dir):
+        if tool == 'train.py':
+            write_training_log(work_dir, timestamp='20260101_000000')
+        else:
+            test_run = work_dir / '20260101_000100'
+            test_run.mkdir()
+            (test_run / '20260101_000100.json').write_text(
+                json.dumps({'coco/bbox_mAP': 0.5, 'coco/bbox_mAP_50': 0.8, 'step': 20}) + '\n')
+        return 1.0
+
+    monkeypatch.setattr(main_job, 'run_tool', fake_tool)
+    monkeypatch.setattr(main_job, 'draw_pictures', lambda *args, **kwargs: {})
+    summary = main_job.run_job('mask_rcnn', work_root, 20)
+    assert sorted(summary['validation_by_iteration'], key=int) == ['0', '10', '20']
+    assert summary['untrained']['coco/bbox_mAP'] == 0.0
