@@ -1,5 +1,6 @@
-"""Hooks for the demo and the main job, in mmengine's root HOOKS registry: configs
-of any scope find them once this module is imported, e.g. with
+"""Hooks for the demo and the main job, and the one the tools add beside an
+EMAHook, in mmengine's root HOOKS registry: configs of any scope find them
+once this module is imported, e.g. with
 ``custom_imports = dict(imports=['mavit_mm', 'mavit_mm.engine.hooks'])``.
 """
 from __future__ import annotations
@@ -27,8 +28,20 @@ class EvaluateBeforeTrainingHook(Hook):
             return
         if runner.iter > 0:  # resumed run: the start is not an untrained model
             return
+        _start_ema_copies_from_the_model(runner)
         runner.logger.info('Evaluating the model before training (baseline) ...')
         runner.val_loop.run()
+
+
+def _start_ema_copies_from_the_model(runner) -> None:
+    """mmengine's EMAHook copies the model in ``before_run``, before its weights
+    are initialised or loaded, and syncs the copy only at the first training
+    iteration; a validation now would evaluate that stale copy (EMAHook swaps
+    it in). Until EMA starts its copy is the model, so it is made so here."""
+    from mmengine.hooks import EMAHook
+    for hook in runner.hooks:
+        if isinstance(hook, EMAHook) and getattr(hook, 'ema_model', None) is not None:
+            hook.ema_model.module.load_state_dict(hook.src_model.state_dict())
 
 
 @HOOKS.register_module()
@@ -77,3 +90,27 @@ class EvaluationProgressHook(Hook):
 
     def after_test_iter(self, runner, batch_idx, data_batch=None, outputs=None) -> None:
         self._report(runner, batch_idx, 'test')
+
+
+@HOOKS.register_module()
+class FreshDerivedWeightsAfterEMAHook(Hook):
+    """After a validation or test, MAViT's caches of derived weights start
+    afresh: mmengine's EMAHook swaps the training weights back in through
+    ``param.data`` (:meth:`~mavit_mm.models.MAViT.clear_derived_weights`), and
+    the model stays in eval mode after the last validation of a run.
+    ``tools/train.py`` and ``tools/test.py`` add it to a config with an EMAHook."""
+
+    priority = 'LOWEST'   # after EMAHook's swap
+
+    def after_val_epoch(self, runner, metrics=None) -> None:
+        _clear_derived_weights(runner.model)
+
+    def after_test_epoch(self, runner, metrics=None) -> None:
+        _clear_derived_weights(runner.model)
+
+
+def _clear_derived_weights(model) -> None:
+    from ..models import MAViT
+    for module in model.modules():
+        if isinstance(module, MAViT):
+            module.clear_derived_weights()

@@ -433,18 +433,23 @@ class MAViT(BaseModule):
 
     def train(self, mode: bool = True):
         super().train(mode)
-        # Edits through ``param.data`` (mmengine's EMAHook swaps its averaged
-        # weights so) leave no trace in the version counters the caches key on;
-        # a runner sets the mode after such a swap, so the caches start afresh.
-        for module in self.modules():
-            if isinstance(getattr(module, 'derived', None), DerivedWeights):
-                module.derived.clear()
+        # A runner sets the mode after a swap of the weights (clear_derived_weights).
+        self.clear_derived_weights()
         self._freeze_stages()
         if mode and self.norm_eval:
             for module in self.modules():
                 if isinstance(module, _BatchNorm):
                     module.eval()
         return self
+
+    def clear_derived_weights(self) -> None:
+        """Start the caches of derived weights (half copies, folded kernels)
+        afresh. Edits through ``param.data`` (mmengine's EMAHook swaps its
+        averaged weights so) leave no trace in the version counters the caches
+        key on: after one, call this (or set the mode: ``train`` / ``eval``)."""
+        for module in self.modules():
+            if isinstance(getattr(module, 'derived', None), DerivedWeights):
+                module.derived.clear()
 
     def init_weights(self) -> None:
         """The published initialisation, then ``init_cfg``'s: mmengine's

@@ -249,6 +249,23 @@ def exit_if_distributed() -> None:
     os._exit(0)
 
 
+def add_cache_reset_after_ema(cfg: Config) -> None:
+    """Beside an EMAHook, the hook that starts MAViT's cached derived weights
+    afresh after its swaps (:class:`~mavit_mm.engine.hooks.FreshDerivedWeightsAfterEMAHook`)."""
+    hooks = list(cfg.get('custom_hooks') or [])
+    names = [_hook_name(hook.get('type')) for hook in hooks]
+    if 'EMAHook' in names and 'FreshDerivedWeightsAfterEMAHook' not in names:
+        from ..engine import hooks as _registers_the_hook  # noqa: F401
+        cfg.custom_hooks = hooks + [dict(type='FreshDerivedWeightsAfterEMAHook')]
+
+
+def _hook_name(hook_type) -> str:
+    """A hook's registered name as a config gives it: a name (with a scope,
+    'mmengine.EMAHook', or without) or the class."""
+    name = hook_type if isinstance(hook_type, str) else getattr(hook_type, '__name__', '')
+    return name.split('.')[-1]
+
+
 def build_runner(cfg: Config):
     """mmengine's Runner (or the config's runner_type), built from the config.
 
@@ -256,6 +273,7 @@ def build_runner(cfg: Config):
     mmengine's ``init_dist`` would call ``torch.cuda.set_device``."""
     if cfg.get('launcher', 'none') != 'none' and not cuda_available():
         cpu_distributed.init_process_group(cfg)
+    add_cache_reset_after_ema(cfg)
     cfg = FormattedOnceConfig.of(cfg)   # yapf once, not at every log, dump and checkpoint
     if 'runner_type' in cfg:
         from mmengine.registry import RUNNERS

@@ -326,3 +326,75 @@ def test_a_job_reads_only_its_own_runs_of_a_reused_work_dir(tmp_path, monkeypatc
     summary = main_job.run_job('mask_rcnn', work_root, 20)
     assert sorted(summary['validation_by_iteration'], key=int) == ['0', '10', '20']
     assert summary['untrained']['coco/bbox_mAP'] == 0.0
+
+
+def test_the_baseline_under_ema_evaluates_the_model_training_starts_from():
+    """mmengine's EMAHook copies the model in before_run, before the weights are
+    initialised, and swaps that copy in for a validation: the baseline would
+    score the stale copy, not the model training starts from."""
+    import types
+
+    import torch
+    from mmengine.hooks import EMAHook
+
+    from mavit_mm.engine.hooks import EvaluateBeforeTrainingHook
+    model = torch.nn.Linear(3, 2)
+    runner = types.SimpleNamespace(model=model, iter=0, logger=logging.getLogger('test'))
+    ema = EMAHook()
+    ema.before_run(runner)                  # the copy, before the weights are set
+    with torch.no_grad():
+        model.weight.fill_(0.5)             # init_weights / a Pretrained load
+    seen = []
+
+    class ValLoop:
+        def run(self):
+            ema.before_val_epoch(runner)    # the validation's swap
+            seen.append(model.weight.detach().clone())
+            ema.after_val_epoch(runner)
+
+    runner.hooks, runner.val_loop = [ema], ValLoop()
+    EvaluateBeforeTrainingHook().before_train(runner)
+    assert torch.equal(seen[0], torch.full((2, 3), 0.5))
+    assert torch.equal(model.weight, torch.full((2, 3), 0.5))
+
+
+def test_after_emas_swap_back_the_backbone_computes_with_the_training_weights(monkeypatch):
+    """EMAHook swaps the averaged weights in for a validation and the training
+    weights back after it through param.data, which the cached derived weights
+    (folded kernels) cannot see; the model stays in eval mode after the last
+    validation. The hook the tools add beside an EMAHook starts them afresh."""
+    import types
+
+    import torch
+    from mmengine.config import Config
+    from mmengine.hooks import EMAHook
+
+    from mavit_mm import MAViT
+    from mavit_mm.engine.hooks import FreshDerivedWeightsAfterEMAHook
+    from mavit_mm.tooling import runner_setup
+    torch.manual_seed(0)
+    model = MAViT('t', depths=[1, 1, 1, 1], mala_impl='torch')
+    runner = types.SimpleNamespace(model=model, iter=0, epoch=0)
+    ema = EMAHook()
+    ema.before_run(runner)
+    with torch.no_grad():
+        for param in ema.ema_model.module.parameters():
+            param.mul_(0.5)                      # the average drifts from the model
+    image = torch.randn(1, 3, 64, 64)
+    ema.before_val_epoch(runner)
+    model.eval()
+    with torch.no_grad():
+        model(image)                             # caches built from the EMA weights
+    ema.after_val_epoch(runner)
+    FreshDerivedWeightsAfterEMAHook().after_val_epoch(runner)
+    fresh = MAViT('t', depths=[1, 1, 1, 1], mala_impl='torch').eval()
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for ours, expected in zip(model(image), fresh(image)):
+            assert torch.equal(ours, expected)
+    # tools/train.py and tools/test.py add it beside an EMAHook, once.
+    cfg = Config(dict(custom_hooks=[dict(type='mmengine.EMAHook')]))
+    for _ in range(2):
+        runner_setup.add_cache_reset_after_ema(cfg)
+    assert [hook['type'] for hook in cfg.custom_hooks] == ['mmengine.EMAHook',
+                                                           'FreshDerivedWeightsAfterEMAHook']
