@@ -106,8 +106,8 @@ def extract_state_dict(checkpoint, key: str | None = None) -> OrderedDict[str, t
     state_dict = checkpoint
     if key is not None:
         if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get(key), dict):
-            found = sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__
-            raise ValueError(f'checkpoint has no state dict under {key!r} (it holds {found})')
+            raise ValueError(f'checkpoint has no state dict under {key!r} (it holds '
+                             f'{_contents(checkpoint)})')
         state_dict = checkpoint[key]
     else:
         for name in _STATE_DICT_KEYS:
@@ -115,11 +115,16 @@ def extract_state_dict(checkpoint, key: str | None = None) -> OrderedDict[str, t
                 state_dict = state_dict[name]
                 break
     if not isinstance(state_dict, dict) or not all(torch.is_tensor(v) for v in state_dict.values()):
-        found = sorted(map(str, checkpoint))[:12] if isinstance(checkpoint, dict) else \
-            type(checkpoint).__name__
         raise ValueError('checkpoint holds no state dict of tensors (looked at the top '
-                         f'level and under {_STATE_DICT_KEYS}; it holds {found})')
+                         f'level and under {_STATE_DICT_KEYS}; it holds {_contents(checkpoint)})')
     return OrderedDict(state_dict)
+
+
+def _contents(checkpoint) -> str:
+    """What a loaded checkpoint holds, for an error: its first keys, or its type."""
+    if not isinstance(checkpoint, dict):
+        return type(checkpoint).__name__
+    return str(sorted(map(str, checkpoint))[:12])
 
 
 def strip_wrapper_prefixes(state_dict: Mapping) -> OrderedDict[str, torch.Tensor]:

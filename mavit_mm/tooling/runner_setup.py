@@ -71,13 +71,12 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
     if not cuda_available():
         if wrapper_type == 'AmpOptimWrapper':
             optim_wrapper.type = 'OptimWrapper'
-            for key in amp.AMP_ONLY_KEYS:
-                optim_wrapper.pop(key, None)
             log('No CUDA device: the config\'s AmpOptimWrapper is replaced by OptimWrapper '
                 '(fp32 training; mixed precision needs a GPU).', logging.WARNING)
         if amp_requested:
             log('--amp ignored: no CUDA device, training in fp32.', logging.WARNING)
-        _drop_amp_only_settings(optim_wrapper)
+        # (the replacement's own line says why, so its drop is not announced again)
+        _drop_amp_only_settings(optim_wrapper, announce=wrapper_type != 'AmpOptimWrapper')
         return
     if amp_requested:
         if wrapper_type in ('AmpOptimWrapper', amp.NAME):
@@ -89,14 +88,14 @@ def configure_amp(cfg: Config, amp_requested: bool) -> None:
     _drop_amp_only_settings(optim_wrapper)
 
 
-def _drop_amp_only_settings(optim_wrapper) -> None:
+def _drop_amp_only_settings(optim_wrapper, announce: bool = True) -> None:
     """A plain OptimWrapper without AmpOptimWrapper's own arguments."""
     if optim_wrapper.get('type', 'OptimWrapper') != 'OptimWrapper':
         return
     dropped = [key for key in amp.AMP_ONLY_KEYS if key in optim_wrapper]
     for key in dropped:
         optim_wrapper.pop(key)
-    if dropped:
+    if dropped and announce:
         log(f'optim_wrapper is a plain OptimWrapper (fp32): {", ".join(dropped)} dropped '
             '(settings of AmpOptimWrapper).')
 

@@ -36,13 +36,9 @@ def kernels_unsupported(x: torch.Tensor, *others: torch.Tensor, weight: torch.Te
     unsupported = DEPTHWISE_DISPATCH.device_unsupported(device, allow_interpreter)
     if unsupported is not None:
         return unsupported
-    if x.dim() != 4:
-        return Unsupported(f'the fused stages take (B, C, H, W) maps, got shape {tuple(x.shape)}',
-                           ValueError)
-    for t in others:
-        if t.shape != x.shape:
-            return Unsupported(f'the maps must share one shape, got {tuple(x.shape)} and '
-                               f'{tuple(t.shape)}', ValueError)
+    problem = _maps_problem(x, others)
+    if problem is not None:
+        return Unsupported(problem, ValueError)
     for t in (x, *others):
         if t.dtype not in KERNEL_DTYPES:
             return Unsupported(f'dtype {t.dtype} is not supported (float16, bfloat16 or float32)',
@@ -100,8 +96,9 @@ def check_operands(x: torch.Tensor, taps: torch.Tensor, *vectors: torch.Tensor,
     ``(k * k, C)`` kernel, each of ``vectors`` (bias, norm weight and bias)
     ``(C,)``, each of ``maps`` ``x``'s shape; else a ValueError naming it
     (the kernels index them by ``x``'s shape)."""
-    if x.dim() != 4:
-        raise ValueError(f'the fused stages take (B, C, H, W) maps, got shape {tuple(x.shape)}')
+    problem = _maps_problem(x, maps)
+    if problem is not None:
+        raise ValueError(problem)
     channels = x.shape[1]
     if taps.dim() != 2 or taps.shape[1] != channels or math.isqrt(taps.shape[0]) ** 2 != taps.shape[0]:
         raise ValueError(f'taps must be the (k * k, {channels}) kernel of the map\'s {channels} '
@@ -110,10 +107,17 @@ def check_operands(x: torch.Tensor, taps: torch.Tensor, *vectors: torch.Tensor,
         if t.shape != (channels,):
             raise ValueError(f'a bias or norm parameter of the map\'s {channels} channels must be '
                              f'({channels},), got {tuple(t.shape)}')
-    for t in maps:
+
+
+def _maps_problem(x: torch.Tensor, others) -> str | None:
+    """Why the maps cannot go to the kernels as they are: ``x`` not 4-D, or
+    another map of another shape (``kernels_unsupported`` and ``check_operands``)."""
+    if x.dim() != 4:
+        return f'the fused stages take (B, C, H, W) maps, got shape {tuple(x.shape)}'
+    for t in others:
         if t.shape != x.shape:
-            raise ValueError(f'the maps must share one shape, got {tuple(x.shape)} and '
-                             f'{tuple(t.shape)}')
+            return f'the maps must share one shape, got {tuple(x.shape)} and {tuple(t.shape)}'
+    return None
 
 
 # The fused ops, for a call kernels_run has let through; ``taps`` is the
