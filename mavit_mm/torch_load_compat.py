@@ -21,7 +21,10 @@ One path of mmengine does switch it off: checkpoints at ``http(s)://``
 ``torch.hub.load_state_dict_from_url``, whose ``weights_only`` defaults to
 False. Its loader is replaced, through mmengine's public
 ``CheckpointLoader.register_scheme``, by the same download read weights-only
-(:func:`load_from_http_weights_only`).
+(:func:`load_from_http_weights_only`). So are the model-zoo names that
+mmengine resolves to such an address and then downloads past that registry
+(``open-mmlab://``, ``torchvision://``, ``mmcls://``): they are resolved by
+mmengine's own tables and read the same way (:func:`load_from_model_zoo_weights_only`).
 """
 from __future__ import annotations
 
@@ -106,9 +109,50 @@ def load_from_http_weights_only(filename: str, map_location=None, model_dir=None
     return checkpoint
 
 
+# mmengine's model-zoo schemes: which table names their addresses.
+MODEL_ZOO_SCHEMES = {'open-mmlab://': 'get_external_models', 'openmmlab://': 'get_external_models',
+                     'torchvision://': 'get_torchvision_models',
+                     'modelzoo://': 'get_torchvision_models', 'mmcls://': 'get_mmcls_models'}
+
+
+def load_from_model_zoo_weights_only(filename: str, map_location=None):
+    """A model-zoo name (``MODEL_ZOO_SCHEMES``) resolved to its address by
+    mmengine's tables (``mmengine.runner.checkpoint.get_*_models``, deprecated
+    open-mmlab names renamed as mmengine renames them), then read by
+    :func:`load_from_http_weights_only`; an ``mmcls://`` checkpoint keeps its
+    ``backbone.`` weights without the prefix, as mmengine's loader keeps them.
+    An open-mmlab name for a file under mmengine's home stays with mmengine's
+    loader, which reads local files with ``torch.load``'s default,
+    weights-only since torch 2.6."""
+    from mmengine.runner import checkpoint as mmengine_checkpoint
+
+    from .errors import UnreadableCheckpointError
+    scheme = next(prefix for prefix in MODEL_ZOO_SCHEMES if filename.startswith(prefix))
+    name = filename[len(scheme):]
+    table = getattr(mmengine_checkpoint, MODEL_ZOO_SCHEMES[scheme])()
+    if scheme in ('open-mmlab://', 'openmmlab://'):
+        name = mmengine_checkpoint.get_deprecated_model_names().get(name, name)
+    if name not in table:
+        raise UnreadableCheckpointError(
+            f'cannot read {filename}: {scheme} knows no model {name!r} (mmengine.runner.'
+            f'checkpoint.{MODEL_ZOO_SCHEMES[scheme]}() lists the {len(table)} names it has)')
+    url = table[name]
+    if not url.startswith(('http://', 'https://')):
+        return mmengine_checkpoint.load_from_openmmlab(filename, map_location=map_location)
+    try:
+        checkpoint = load_from_http_weights_only(url, map_location=map_location)
+    except UnreadableCheckpointError as error:
+        raise UnreadableCheckpointError(f'{filename} is {url}: {error}') from None
+    if scheme == 'mmcls://':
+        weights = checkpoint.get('state_dict', checkpoint)
+        checkpoint = dict(state_dict={key[len('backbone.'):]: value for key, value in
+                                      weights.items() if key.startswith('backbone.')})
+    return checkpoint
+
+
 def install() -> None:
-    """Register the allow-list, and the weights-only loader of http(s)
-    checkpoints, once per process (idempotent)."""
+    """Register the allow-list, and the weights-only loaders of http(s)
+    checkpoints and model-zoo names, once per process (idempotent)."""
     global _installed
     if _installed:
         return
@@ -119,6 +163,8 @@ def install() -> None:
     from mmengine.runner import CheckpointLoader
     CheckpointLoader.register_scheme(prefixes=('http://', 'https://'),
                                      loader=load_from_http_weights_only, force=True)
+    CheckpointLoader.register_scheme(prefixes=tuple(MODEL_ZOO_SCHEMES),
+                                     loader=load_from_model_zoo_weights_only, force=True)
     _installed = True
 
 

@@ -1,5 +1,6 @@
 """Checkpoints written by mmengine's Runner load under torch.load(weights_only=True)
 once mavit_mm is imported; nothing beyond the allow-list does."""
+import json
 import os
 import pickle
 import subprocess
@@ -210,3 +211,53 @@ def test_checkpoints_at_a_url_load_weights_only_too(http_server, tmp_path):
                                  r'with weights_only=True refused it'):
             load()
     assert not marker.exists()
+
+
+def test_model_zoo_names_load_weights_only_too(http_server, tmp_path, monkeypatch):
+    """mmengine resolves open-mmlab://, torchvision:// and mmcls:// names to an
+    address and downloads it past the http(s) loader, with torch.hub's
+    weights_only=False. Ours resolve them by mmengine's own tables (here
+    pointed at a local server) and read them weights-only."""
+    from mmengine.runner import CheckpointLoader
+    from mmengine.runner import checkpoint as mmengine_checkpoint
+
+    from mavit_mm import MAViT
+    from mavit_mm.errors import UnreadableCheckpointError
+    served, url = http_server
+    weights = MAViT('t', depths=[1, 1, 1, 1]).state_dict()
+    torch.save({'state_dict': weights}, served / 'mavit_t.pth')
+    torch.save({'state_dict': {f'backbone.{k}': v for k, v in weights.items()} | {
+        'head.fc.weight': torch.zeros(2, 2)}}, served / 'classifier.pth')
+    marker = tmp_path / 'code_ran'
+    torch.save({'state_dict': weights, 'meta': _RunsCode(marker)}, served / 'evil.pth')
+    # open-mmlab:// reads mmengine's table and the user's open_mmlab.json
+    # under MMENGINE_HOME; the other two tables come from mmengine's package.
+    home = tmp_path / 'mmengine_home'
+    home.mkdir()
+    (home / 'open_mmlab.json').write_text(json.dumps(
+        {'mavit_t': f'{url}/mavit_t.pth', 'evil': f'{url}/evil.pth'}))
+    monkeypatch.setenv('MMENGINE_HOME', str(home))
+    monkeypatch.setattr(mmengine_checkpoint, 'get_torchvision_models',
+                        lambda: {'mavit_t': f'{url}/mavit_t.pth', 'evil': f'{url}/evil.pth'})
+    monkeypatch.setattr(mmengine_checkpoint, 'get_mmcls_models',
+                        lambda: {'mavit_t': f'{url}/classifier.pth', 'evil': f'{url}/evil.pth'})
+
+    def same(state_dict):
+        return state_dict.keys() == weights.keys() and all(
+            torch.equal(v, weights[k]) for k, v in state_dict.items())
+    for scheme in ('open-mmlab://', 'openmmlab://', 'torchvision://', 'modelzoo://', 'mmcls://'):
+        # mmcls: the classifier's backbone weights, without their prefix.
+        assert same(CheckpointLoader.load_checkpoint(f'{scheme}mavit_t', 'cpu')['state_dict'])
+        with pytest.raises(UnreadableCheckpointError, match=rf'{scheme}evil is http://\S+/evil.pth: cannot read '
+                           r'http://\S+/evil.pth as a checkpoint \(torch.load with weights_only=True '
+                           r'refused it'):
+            CheckpointLoader.load_checkpoint(f'{scheme}evil', map_location='cpu')
+        with pytest.raises(UnreadableCheckpointError, match=rf'{scheme} knows no model '
+                           r"'resnet1000' \(mmengine.runner.checkpoint.get_\w+_models\(\) lists "
+                           r'the \d+ names'):
+            CheckpointLoader.load_checkpoint(f'{scheme}resnet1000', map_location='cpu')
+    assert not marker.exists()
+    model = MAViT('t', depths=[1, 1, 1, 1],
+                  init_cfg=dict(type='Pretrained', checkpoint='open-mmlab://mavit_t'))
+    model.init_weights()
+    assert same(model.state_dict())
