@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -149,10 +150,11 @@ def _run_detector(inferencer, images, args, out_dir: str) -> list:
     summaries = []
     for image, prediction in zip(images, results['predictions']):
         kept = _detections(prediction, args.score_thr, classes)
-        names = [d['class_name'] for d in kept]
+        # Per class, most found first: "12 person, 3 car", not every name in turn.
+        counts = Counter(d['class_name'] for d in kept).most_common()
         summary = (f'{len(kept)} object{"" if len(kept) == 1 else "s"} above score '
                    f'{args.score_thr:g}'
-                   + (f': {", ".join(names)}' if names else '')
+                   + (': ' + ', '.join(f'{n} {name}' for name, n in counts) if counts else '')
                    + f' ({len(prediction["scores"])} detections in all)')
         summaries.append(dict(
             image=str(image), summary=summary, detections=kept,

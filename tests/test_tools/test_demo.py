@@ -2,6 +2,7 @@
 or folders: what it draws and saves, the score threshold, the class names, and
 its errors."""
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,12 @@ def test_demo_draws_and_saves_detections_above_the_threshold(demo_setup, tmp_pat
         assert all(d['class_name'] in metainfo['classes'] for d in entry['detections'])
         assert entry['summary'].startswith(f'{entry["num_detections"]} object')
         assert ' above score 0' in entry['summary']
+        # One count per class, most found first, adding up to the detections.
+        counts = [part.split(' ', 1) for part in
+                  entry['summary'].split(': ', 1)[1].split(' (')[0].split(', ')]
+        found = Counter(d['class_name'] for d in entry['detections'])
+        assert {name: int(n) for n, name in counts} == found
+        assert [int(n) for n, _ in counts] == sorted(found.values(), reverse=True)
         # Drawn: vis/<name>, the input's size, boxes and masks on it.
         assert entry['out_file'] == str(tmp_path / 'low' / 'vis' / name)
         drawn, source = read_rgb(entry['out_file']), read_rgb(entry['image'])
