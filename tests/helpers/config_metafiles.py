@@ -1,7 +1,8 @@
 """mmengine reads the model index of mmdet or mmseg (``.mim/model-index.yml``
 and the 200-odd metafiles it names: about 0.18 s) for every ``mmdet::`` or
 ``mmseg::`` base it resolves, and our configs name three or four each, so a
-config took about 0.5 s to load: the tests load several hundred. The files
+config took about 0.5 s to load: the tests load several hundred. (mmdet's
+metafiles end in ``.yml``, mmseg's in ``.yaml``: both are read once.) The files
 are part of the installed packages and do not change during a test session,
 so the tests read each once per process (``read_each_metafile_once``); what
 a config resolves to is unchanged, and every tool the tests start as a
@@ -29,9 +30,10 @@ def read_each_metafile_once() -> None:
     @functools.wraps(load)
     def load_metafiles_once(file, *args, **kwargs):
         if not args and not kwargs and isinstance(file, str) and \
-                f'{os.sep}.mim{os.sep}' in file and file.endswith('.yml'):
+                f'{os.sep}.mim{os.sep}' in file and file.endswith(('.yml', '.yaml')):
             return read_once(file)
         return load(file, *args, **kwargs)
 
     load_metafiles_once.reads_metafiles_once = True
+    load_metafiles_once.cache_clear = read_once.cache_clear   # for its test
     utils.load = load_metafiles_once
