@@ -19,10 +19,12 @@ from helpers.config_metafiles import read_each_metafile_once
 from helpers.durations import DurationRecorder, heaviest_first, recorded_durations
 from helpers.paths import REFERENCE_DIR
 from helpers.threads import torch_threads
+from helpers.triton_interpreter import skip_repeated_patching
 from helpers.xdist_groups import group_tests_sharing_module_fixtures
 
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
+skip_repeated_patching()   # the same interpreter, without its repeated set-up (see there)
 
 
 def _threads_per_worker() -> int | None:

@@ -2,6 +2,8 @@
 each saves the time it was made for and changes no result."""
 from pathlib import Path
 
+import pytest
+import torch
 from helpers.paths import CONFIG_DIR
 
 
@@ -29,3 +31,63 @@ def test_a_config_reads_mmdets_and_mmsegs_metafiles_once_a_process(monkeypatch):
         read.clear()
         assert load_config(CONFIG_DIR / config).to_dict() == first
         assert not [path for path in read if '.mim' in path.parts], (config, read[:3])
+
+
+
+def test_the_interpreter_patches_the_language_once_a_launch_with_the_same_results(monkeypatch):
+    """helpers/triton_interpreter.py: in Triton's interpreter a launch patches
+    triton.language once, not again at every call of a ``@triton.jit`` helper;
+    the fused MALA's outputs and gradients are bit for bit those of Triton's
+    own interpreter, and the launches leave the language as they found it."""
+    triton = pytest.importorskip('triton')
+    import triton.language as tl
+    from helpers.mala_cases import SMALL_BLOCKS, fused_with_grads, make_qkv, random_like
+    from helpers.triton_interpreter import VERIFIED, _release, skip_repeated_patching
+    from triton.runtime import interpreter
+
+    from mavit_mm.ops.rope2d import RoPE2d
+
+    if not triton.knobs.runtime.interpret:
+        pytest.skip('the kernels run compiled, not in the interpreter')
+    verified = _release(triton.__version__) in VERIFIED
+    assert skip_repeated_patching() == verified
+    if not verified:
+        pytest.skip(f"triton {triton.__version__}'s interpreter runs as it is")
+    q, k, v = make_qkv(batch=1, heads=2, head_dim=16)
+    rope, dout = RoPE2d(16)(5, 7), random_like(q)
+    language = {name: getattr(tl, name) for name in ('load', 'dot', 'sum', 'range', 'reduce')}
+
+    def run(own: bool):
+        launches = {}   # kernel -> the languages patched during its launch
+        with monkeypatch.context() as patch:
+            if own:   # the functions the skip wraps
+                patch.setattr(interpreter, '_patch_lang', interpreter._patch_lang.__wrapped__)
+                patch.setattr(interpreter.GridExecutor, '__call__',
+                              interpreter.GridExecutor.__call__.__wrapped__)
+            launch, patch_core = interpreter.GridExecutor.__call__, interpreter._patch_lang_core
+
+            def counting_launch(self, *args, **kwargs):
+                launches[self.fn.__name__] = []
+                return launch(self, *args, **kwargs)
+
+            def counting_patch(lang, scope):   # a call per language a _patch_lang patches
+                launches[list(launches)[-1]].append(lang)
+                return patch_core(lang, scope)
+            patch.setattr(interpreter.GridExecutor, '__call__', counting_launch)
+            patch.setattr(interpreter, '_patch_lang_core', counting_patch)
+            out, grads = fused_with_grads(q, k, v, dout, rope, **SMALL_BLOCKS)
+        assert {name: getattr(tl, name) for name in language} == language   # restored
+        return (out, *grads), launches
+
+    ours, launches = run(own=False)
+    theirs, their_launches = run(own=True)
+    assert list(launches) == list(their_launches) and len(launches) == 5   # forward 3, backward 2
+    # A launch patches the kernel's language (tl), and tl.core where Triton's
+    # own helpers (tl.sum...) see it: Triton's _patch_lang patches both for a
+    # helper that sees both, so each at most twice. Not once a helper's call.
+    for name, patched in launches.items():
+        assert patched[0] is tl and set(patched) <= {tl, tl.core}, name
+        assert patched.count(tl) <= 2 and patched.count(tl.core) <= 2, (name, patched)
+        assert len(their_launches[name]) > 10 * len(patched), name
+    for a, b in zip(ours, theirs):
+        assert a.stride() == b.stride() and torch.equal(a, b)
