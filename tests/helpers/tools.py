@@ -2,7 +2,9 @@
 configs (another data root, smaller images), running the tools."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 import os.path as osp
 import subprocess
 from collections.abc import Iterator
@@ -151,6 +153,62 @@ def run_tool(tool: str, *args, cwd=None, timeout: int = 600,
     """Run ``tools/<tool>`` in a subprocess, as a user would; output captured.
     ``environ``: its environment (default: this process's)."""
     return run_script(TOOLS / tool, *args, cwd=cwd, timeout=timeout, environ=environ)
+
+
+@contextlib.contextmanager
+def fresh_mmengine_instances():
+    """mmengine's named global instances (its ``ManagerMixin`` classes: the
+    loggers, message hubs, visualizers, default scopes) as a new process has
+    them, none, for the duration; this process's own back afterwards.
+
+    A Runner takes over an instance of the name its config gives: mmdet's
+    and mmseg's configs name their visualizer 'visualizer', so a second run
+    in one process would log into the first run's folder."""
+    from collections import OrderedDict
+
+    from mmengine.utils import ManagerMixin
+
+    def manager_classes():
+        found, stack = [], [ManagerMixin]
+        while stack:
+            cls = stack.pop()
+            found.append(cls)
+            stack.extend(cls.__subclasses__())
+        return found
+
+    saved = {cls: cls.__dict__['_instance_dict'] for cls in manager_classes()}
+    for cls in saved:
+        cls._instance_dict = OrderedDict()
+    try:
+        yield
+    finally:
+        for cls in manager_classes():   # those imported meanwhile too
+            cls._instance_dict = saved.get(cls, OrderedDict())
+
+
+def train_in_process(*args, cwd) -> str:
+    """``tools/train.py``'s ``main(argv)`` in this process, run from ``cwd``
+    with mmengine's global instances as in a new process; returns what its
+    Runner logged (the run's ``<timestamp>.log``: the lines a user sees on
+    the console).
+
+    For the runs whose subject is what the Runner does (resume, load_from,
+    Pretrained) with a config that also trains in a process of its own, as a
+    user runs the tool (test_e2e's test_train_then_test): here they skip
+    that process's start and imports, 5-8 s of each run. A failure is the
+    tool's exception, raised here."""
+    from mavit_mm.tooling.json_logs import run_dirs
+    argv = [str(arg) for arg in args]
+    work_dir = Path(argv[argv.index('--work-dir') + 1])
+    with contextlib.chdir(cwd), fresh_mmengine_instances():
+        runner = load_tool('train').main(argv)
+        # Done with its log: the file closed, not left open in this process.
+        for handler in list(runner.logger.handlers):
+            if isinstance(handler, logging.FileHandler):
+                runner.logger.removeHandler(handler)
+                handler.close()
+    run_dir = run_dirs(work_dir)[-1]
+    return (run_dir / f'{run_dir.name}.log').read_text()
 
 
 def explain(result: subprocess.CompletedProcess) -> str:

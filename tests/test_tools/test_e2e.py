@@ -3,16 +3,20 @@ Cascade Mask R-CNN, Semantic FPN, UperNet; MAViT-T) trains a few iterations
 with tools/train.py on tiny generated data, is evaluated by tools/test.py from
 its saved checkpoint with the real evaluators, and resumes from a checkpoint.
 
-Each tool runs in its own process, as a user runs it. Tiny on purpose (64 px
-images, 4 train / 2 val images, 2 iterations): these tests check the plumbing
-and the metric reporting, not accuracy (the main job shows learning).
+Every pipeline trains and is tested with the tools in processes of their own,
+as a user runs them. The runs that go on from those checkpoints (resume,
+load_from, Pretrained) call tools/train.py's main in the test's process
+(helpers.tools.train_in_process): what they check is the Runner's, and a
+process of their own would add only its start and imports. Tiny on purpose
+(64 px images, 4 train / 2 val images, 2 iterations): these tests check the
+plumbing and the metric reporting, not accuracy (the main job shows learning).
 """
 import math
 import pickle
 
 import pytest
 import torch
-from helpers.tools import explain, make_tiny_data, run_tool, write_tiny_config
+from helpers.tools import explain, make_tiny_data, run_tool, train_in_process, write_tiny_config
 
 from mavit_mm.tooling.demo_jobs import DEMO_JOBS
 from mavit_mm.tooling.json_logs import (
@@ -157,11 +161,10 @@ def test_resume_from_a_checkpoint_continues_its_iteration(trained, tmp_path):
     would be 1)."""
     work_dir, _ = trained.get('mask_rcnn')
     resumed_dir = tmp_path / 'resumed'
-    result = run_tool('train.py', trained.config('mask_rcnn'), '--work-dir', resumed_dir,
-                      '--resume', work_dir / 'iter_1.pth', '--cfg-options', NO_VALIDATION,
-                      cwd=tmp_path)
-    assert result.returncode == 0, explain(result)
-    assert 'resumed epoch: 0, iter: 1' in result.stdout + result.stderr
+    log = train_in_process(trained.config('mask_rcnn'), '--work-dir', resumed_dir,
+                           '--resume', work_dir / 'iter_1.pth', '--cfg-options', NO_VALIDATION,
+                           cwd=tmp_path)
+    assert 'resumed epoch: 0, iter: 1' in log
     records = training_records(run_dirs(resumed_dir)[-1])
     assert [r['step'] for r in records if 'loss' in r] == [2]  # iteration 1 not redone
     assert (resumed_dir / 'iter_2.pth').is_file() and not (resumed_dir / 'iter_1.pth').exists()
@@ -187,11 +190,10 @@ def test_auto_resume_from_the_work_dir(trained, tmp_path):
     shutil.copytree(work_dir, copy, ignore=shutil.ignore_patterns('2*'),  # no old logs
                     copy_function=link_checkpoints)
     (copy / 'last_checkpoint').write_text(str(copy / f'iter_{MAX_ITERS}.pth'))
-    result = run_tool('train.py', trained.config('upernet'), '--work-dir', copy, '--resume',
-                      '--cfg-options', f'train_cfg.max_iters={MAX_ITERS + 1}', NO_VALIDATION,
-                      cwd=tmp_path)
-    assert result.returncode == 0, explain(result)
-    assert f'resumed epoch: 0, iter: {MAX_ITERS}' in result.stdout + result.stderr
+    log = train_in_process(trained.config('upernet'), '--work-dir', copy, '--resume',
+                           '--cfg-options', f'train_cfg.max_iters={MAX_ITERS + 1}',
+                           NO_VALIDATION, cwd=tmp_path)
+    assert f'resumed epoch: 0, iter: {MAX_ITERS}' in log
     records = training_records(run_dirs(copy)[-1])
     assert [r['step'] for r in records if 'loss' in r] == [MAX_ITERS + 1]
     assert (copy / f'iter_{MAX_ITERS + 1}.pth').is_file()
@@ -204,11 +206,10 @@ def test_our_checkpoints_feed_load_from_and_pretrained(trained, tmp_path):
     both read through torch.load(weights_only=True) with no env var."""
     work_dir, _ = trained.get('mask_rcnn')
     checkpoint = work_dir / f'iter_{MAX_ITERS}.pth'
-    cascade = run_tool('train.py', trained.config('cascade_mask_rcnn'), '--work-dir',
-                       tmp_path / 'cascade', '--cfg-options', f'load_from={checkpoint}',
-                       'train_cfg.max_iters=1', NO_CHECKPOINTS, cwd=tmp_path)
-    assert cascade.returncode == 0, explain(cascade)
-    assert f'Load checkpoint from {checkpoint}' in cascade.stdout + cascade.stderr
+    log = train_in_process(trained.config('cascade_mask_rcnn'), '--work-dir',
+                           tmp_path / 'cascade', '--cfg-options', f'load_from={checkpoint}',
+                           'train_cfg.max_iters=1', NO_CHECKPOINTS, cwd=tmp_path)
+    assert f'Load checkpoint from {checkpoint}' in log
     # Its validation at that iteration is make test's run of the cascade's
     # predict path and evaluation (test_train_then_test's cascade case is slow).
     _check_metrics(validation_metrics_by_step(tmp_path / 'cascade').get(1),
@@ -219,10 +220,8 @@ def test_our_checkpoints_feed_load_from_and_pretrained(trained, tmp_path):
         f"_base_ = [{str(trained.config('sem_fpn'))!r}]\n"
         f"model = dict(backbone=dict(init_cfg=dict(\n"
         f"    _delete_=True, type='Pretrained', checkpoint={str(checkpoint)!r})))\n")
-    fpn = run_tool('train.py', pretrained_config, '--work-dir', tmp_path / 'fpn',
-                   '--cfg-options', 'train_cfg.max_iters=1', NO_VALIDATION, NO_CHECKPOINTS,
-                   cwd=tmp_path)
-    assert fpn.returncode == 0, explain(fpn)
-    log = fpn.stdout + fpn.stderr
+    log = train_in_process(pretrained_config, '--work-dir', tmp_path / 'fpn',
+                           '--cfg-options', 'train_cfg.max_iters=1', NO_VALIDATION,
+                           NO_CHECKPOINTS, cwd=tmp_path)
     assert 'MAViT: loaded' in log and str(checkpoint) in log
     assert 'missing keys' not in log  # every backbone tensor came from the checkpoint
