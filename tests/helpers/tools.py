@@ -159,13 +159,15 @@ def run_tool(tool: str, *args, cwd=None, timeout: int = 600,
 def fresh_mmengine_instances():
     """mmengine's named global instances (its ``ManagerMixin`` classes: the
     loggers, message hubs, visualizers, default scopes) as a new process has
-    them, none, for the duration; this process's own back afterwards.
+    them, none, for the duration; afterwards this process's own are back and
+    the log files of the ones made meanwhile closed.
 
     A Runner takes over an instance of the name its config gives: mmdet's
     and mmseg's configs name their visualizer 'visualizer', so a second run
     in one process would log into the first run's folder."""
     from collections import OrderedDict
 
+    from mmengine.logging import MMLogger
     from mmengine.utils import ManagerMixin
 
     def manager_classes():
@@ -182,32 +184,35 @@ def fresh_mmengine_instances():
     try:
         yield
     finally:
+        for logger in MMLogger._instance_dict.values():
+            for handler in list(logger.handlers):
+                if isinstance(handler, logging.FileHandler):
+                    logger.removeHandler(handler)
+                    handler.close()
         for cls in manager_classes():   # those imported meanwhile too
             cls._instance_dict = saved.get(cls, OrderedDict())
 
 
-def train_in_process(*args, cwd) -> str:
-    """``tools/train.py``'s ``main(argv)`` in this process, run from ``cwd``
-    with mmengine's global instances as in a new process; returns what its
-    Runner logged (the run's ``<timestamp>.log``: the lines a user sees on
-    the console).
+def tool_in_process(tool: str, *args, cwd):
+    """``tools/<tool>``'s ``main(argv)`` in this process, run from ``cwd``
+    with mmengine's global instances as in a new process
+    (``fresh_mmengine_instances``); what ``main`` returns. A failure is the
+    tool's exception, raised here.
 
-    For the runs whose subject is what the Runner does (resume, load_from,
-    Pretrained) with a config that also trains in a process of its own, as a
-    user runs the tool (test_e2e's test_train_then_test): here they skip
-    that process's start and imports, 5-8 s of each run. A failure is the
-    tool's exception, raised here."""
-    from mavit_mm.tooling.json_logs import run_dirs
-    argv = [str(arg) for arg in args]
-    work_dir = Path(argv[argv.index('--work-dir') + 1])
+    For runs whose subject is what the Runner does, with a config and tool
+    that other tests run in a process of their own, as a user does: here
+    they skip that process's start and imports, 5-8 s of each run."""
     with contextlib.chdir(cwd), fresh_mmengine_instances():
-        runner = load_tool('train').main(argv)
-        # Done with its log: the file closed, not left open in this process.
-        for handler in list(runner.logger.handlers):
-            if isinstance(handler, logging.FileHandler):
-                runner.logger.removeHandler(handler)
-                handler.close()
-    run_dir = run_dirs(work_dir)[-1]
+        return load_tool(tool.removesuffix('.py')).main([str(arg) for arg in args])
+
+
+def train_in_process(*args, cwd) -> str:
+    """``tool_in_process('train.py', *args)``; what its Runner logged (the
+    run's ``<timestamp>.log``: the lines a user sees on the console)."""
+    from mavit_mm.tooling.json_logs import run_dirs
+    tool_in_process('train.py', *args, cwd=cwd)
+    argv = [str(arg) for arg in args]
+    run_dir = run_dirs(argv[argv.index('--work-dir') + 1])[-1]
     return (run_dir / f'{run_dir.name}.log').read_text()
 
 

@@ -34,7 +34,8 @@ import numpy as np
 import pytest
 import torch
 from helpers.paths import REPO_ROOT, TESTS_DIR
-from helpers.tools import explain, make_tiny_data, run_tool, write_tiny_config
+from helpers.threads import torch_threads
+from helpers.tools import explain, make_tiny_data, tool_in_process, write_tiny_config
 from PIL import Image
 from torch import nn
 
@@ -426,19 +427,21 @@ def _train_and_evaluate(config: Path, work: Path, max_iters: int, metric: str):
     # Segmentation --out: one predicted label PNG per image, written by the
     # process that evaluated it.
     one_per_batch = ('--cfg-options', 'test_dataloader.batch_size=1')
-    # One thread, as each process of the launch below: oneDNN's convolutions
-    # sum in an order that follows the thread count, and a pixel whose two
-    # best classes tie to float rounding would flip between 2 threads and 1.
-    single = run_tool('test.py', config, checkpoint, '--work-dir', work / 'test1',
-                      '--out', work / 'pred1', *one_per_batch, cwd=REPO_ROOT,
-                      environ=dict(os.environ, OMP_NUM_THREADS='1'))
-    assert single.returncode == 0, explain(single)
+    # The one-process reference: tools/test.py's main in this process (the
+    # tool's own process: test_e2e). One thread, as each process of the
+    # launch below: oneDNN's convolutions sum in an order that follows the
+    # thread count, and a pixel whose two best classes tie to float rounding
+    # would flip between 2 threads and 1.
+    start = time.time()
+    with torch_threads(1):
+        tool_in_process('test.py', config, checkpoint, '--work-dir', work / 'test1',
+                        '--out', work / 'pred1', *one_per_batch, cwd=REPO_ROOT)
+    timings['test'] = time.time() - start
     metrics = latest_test_metrics(work / 'test1')
     assert metrics and metric in metrics, metrics
     assert math.isfinite(metrics[metric]) and metrics[metric] >= 0
     predictions = sorted(p.name for p in (work / 'pred1').iterdir())
     assert len(predictions) >= 2 and len(predictions) % 2 == 0, predictions
-    timings['test'] = single.seconds
 
     double = _launch('dist_test.sh', config, checkpoint, 2, '--work-dir', work / 'test2',
                      '--out', work / 'pred2', *one_per_batch, cwd=REPO_ROOT)
@@ -470,7 +473,9 @@ def test_dist_train_two_processes_on_cpu(tmp_path):
     pytest.importorskip('mmseg.models')
     roots = make_tiny_data(tmp_path / 'data')
     max_iters = 3
-    config = write_tiny_config('sem_fpn', roots, tmp_path / 'configs', max_iters)
+    # The last checkpoint only (0.2 GB each), the one the test evaluates.
+    config = write_tiny_config('sem_fpn', roots, tmp_path / 'configs', max_iters,
+                               checkpoint_interval=max_iters)
     metrics, timings = _train_and_evaluate(config, tmp_path, max_iters, 'mIoU')
     print(f'metrics {metrics}; seconds {timings}')
 
