@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import os
 import os.path as osp
 import subprocess
 from collections.abc import Iterator
@@ -193,16 +194,52 @@ def fresh_mmengine_instances():
             cls._instance_dict = saved.get(cls, OrderedDict())
 
 
+@contextlib.contextmanager
+def process_settings_kept():
+    """The process-wide settings a Runner changes (mmengine's ``setup_env``
+    and ``set_random_seed``: the start method of multiprocessing, OpenCV's
+    threads, cuDNN's benchmark mode, the random generators' states, the
+    environment) back as they were afterwards, so that the tests run after
+    an in-process tool in the same worker see the process they would have
+    seen without it."""
+    import multiprocessing
+    import random
+
+    import cv2
+    import numpy as np
+    import torch
+    environ = dict(os.environ)
+    start_method = multiprocessing.get_start_method(allow_none=True)
+    cv2_threads = cv2.getNumThreads()
+    cudnn = torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic
+    generators = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda_generators = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        multiprocessing.set_start_method(start_method, force=True)
+        cv2.setNumThreads(cv2_threads)
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
+        random.setstate(generators[0])
+        np.random.set_state(generators[1])
+        torch.set_rng_state(generators[2])
+        if cuda_generators is not None:
+            torch.cuda.set_rng_state_all(cuda_generators)
+
+
 def tool_in_process(tool: str, *args, cwd):
     """``tools/<tool>``'s ``main(argv)`` in this process, run from ``cwd``
     with mmengine's global instances as in a new process
-    (``fresh_mmengine_instances``); what ``main`` returns. A failure is the
+    (``fresh_mmengine_instances``), this process's settings kept
+    (``process_settings_kept``); what ``main`` returns. A failure is the
     tool's exception, raised here.
 
     For runs whose subject is what the Runner does, with a config and tool
     that other tests run in a process of their own, as a user does: here
     they skip that process's start and imports, 5-8 s of each run."""
-    with contextlib.chdir(cwd), fresh_mmengine_instances():
+    with contextlib.chdir(cwd), process_settings_kept(), fresh_mmengine_instances():
         return load_tool(tool.removesuffix('.py')).main([str(arg) for arg in args])
 
 
