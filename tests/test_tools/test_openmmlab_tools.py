@@ -151,6 +151,15 @@ def benchmark_roots(tmp_path_factory):
             'ade20k': make_ade20k_dataset(root / 'ade20k', **settings)['root']}
 
 
+@pytest.fixture(scope='module')
+def benchmark_configs(benchmark_roots, tmp_path_factory):
+    """The Mask R-CNN and UperNet demo configs on ``benchmark_roots``, written
+    once for the tests that read them (none changes them)."""
+    folder = tmp_path_factory.mktemp('openmmlab_analysis_configs')
+    return {name: write_tiny_config(name, benchmark_roots, folder)
+            for name in ('mask_rcnn', 'upernet')}
+
+
 def assert_checkpoint_loaded(output: str) -> None:
     assert 'Loads checkpoint by local backend from path' in output, output[-3000:]
     assert 'do not match exactly' not in output, output[-3000:]
@@ -187,7 +196,7 @@ def test_mmengine_counts_fused_mala_as_its_pytorch_path(one_torch_thread):
     assert fused_total == torch_total
 
 
-def test_mmdet_get_flops_counts_our_layers_and_linear_attention(benchmark_roots, tmp_path):
+def test_mmdet_get_flops_counts_our_layers_and_linear_attention(benchmark_configs, tmp_path):
     """mmdet's get_flops.py (mmengine's counter, on a dataset image) against
     tools/analysis_tools/get_flops.py on the same model and input size. mmengine counts every
     convolution (the mask head's transposed one too), linear layer and matmul,
@@ -198,7 +207,7 @@ def test_mmdet_get_flops_counts_our_layers_and_linear_attention(benchmark_roots,
     Parameters are the same count, to mmdet's printed precision (three
     significant decimals)."""
     from mmengine.analysis.print_helper import _format_size
-    config = write_tiny_config('mask_rcnn', benchmark_roots, tmp_path / 'configs')
+    config = benchmark_configs['mask_rcnn']
     # The RoI heads' work grows with the proposals the RPN keeps. A random-weight
     # RPN keeps over 250 on a 64 px image; at most 20 makes the work the same for
     # both tools (theirs loads a dataset image, ours random pixels).
@@ -252,12 +261,12 @@ def test_mmseg_get_flops_builds_our_model_then_stops_in_mmengine(tmp_path):
                      r'get_model_complexity_info\(', result.stderr), explain(result)
 
 
-def test_mmseg_benchmark_reports_fps(benchmark_roots, tmp_path):
+def test_mmseg_benchmark_reports_fps(benchmark_configs, tmp_path):
     """mmseg's benchmark.py runs on a CPU (its CUDA calls are guarded). It prints
     the frames per second of the images after its 5 warm-up ones every
     --log-interval images; its "Overall fps" waits for 200 images (fixed in
     the tool), which the tiny data does not have."""
-    config = write_tiny_config('upernet', benchmark_roots, tmp_path / 'configs')
+    config = benchmark_configs['upernet']
     checkpoint = save_initialised_checkpoint(config, tmp_path / 'upernet.pth')
     result = run_package_tool('mmseg', 'analysis_tools/benchmark.py', config, checkpoint,
                               '--log-interval', 1, '--work-dir', tmp_path / 'bench',
@@ -282,12 +291,12 @@ def _mmdet_benchmark(config, *args, cwd) -> subprocess.CompletedProcess:
     return run_package_tool('mmdet', 'analysis_tools/benchmark.py', config, *args, cwd=cwd)
 
 
-def test_mmdet_benchmark_dataloader_reports_fps(benchmark_roots, tmp_path):
+def test_mmdet_benchmark_dataloader_reports_fps(benchmark_configs, tmp_path):
     """mmdet's benchmark.py --task dataloader (its default) times our test
     pipeline and loader on a CPU. It computes fps only at --log-interval or
     --max-iter, so both are set to the number of batches the tiny data has."""
     from mavit_mm.tooling.config import load_config
-    config = write_tiny_config('mask_rcnn', benchmark_roots, tmp_path / 'configs')
+    config = benchmark_configs['mask_rcnn']
     batch_size = load_config(config).test_dataloader.batch_size
     batches = math.ceil(BENCHMARK_IMAGES / batch_size)
     assert batches >= 2
@@ -302,14 +311,14 @@ def test_mmdet_benchmark_dataloader_reports_fps(benchmark_roots, tmp_path):
     print(f'mmdet benchmark.py --task dataloader: {match.group(0)}, {result.seconds:.1f} s')
 
 
-def test_mmdet_benchmark_inference_gets_to_its_cuda_call(benchmark_roots, tmp_path):
+def test_mmdet_benchmark_inference_gets_to_its_cuda_call(benchmark_configs, tmp_path):
     """mmdet's benchmark.py --task inference moves the model to CUDA without a
     check (mmdet/utils/benchmark.py, InferenceBenchmark._init_model:
     ``model = model.cuda()``; then ``torch.cuda.synchronize()`` around every
     image). On a GPU it reports fps; on a CPU our config, model and checkpoint
     get as far as that call."""
     import torch
-    config = write_tiny_config('mask_rcnn', benchmark_roots, tmp_path / 'configs')
+    config = benchmark_configs['mask_rcnn']
     checkpoint = save_initialised_checkpoint(config, tmp_path / 'mask_rcnn.pth')
     result = _mmdet_benchmark(config, '--task', 'inference', '--checkpoint', checkpoint,
                               '--max-iter', BENCHMARK_IMAGES, '--num-warmup', 1,
