@@ -61,7 +61,8 @@ WHAT_IT_DOES = [
     ('test_deploy.py', 'ONNX export (mmdeploy or torch.onnx)'),
     ('test_detector_learns.py', "the demo Mask R-CNN run (tools/train.py, 40 iterations): "
                                 'iterations 31-40 judged'),
-    ('test_e2e.py', 'tools/train.py and tools/test.py as subprocesses on tiny data'),
+    ('test_e2e.py', 'tools/train.py and tools/test.py on tiny data (subprocesses; '
+                    'resume, load_from and some evaluations in-process)'),
     ('test_openmmlab_tools.py', "mmdet's / mmseg's own tools as subprocesses"),
     ('test_distributed_launch.py', 'two-process data-parallel runs (gloo)'),
     ('test_benchmark_fps.py', 'benchmark_fps.py, torch.compile (inductor C++ kernels)'),

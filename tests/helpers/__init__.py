@@ -7,7 +7,8 @@ share with the benchmarks, such as the op log and the censuses, are in
 - ``helpers.models``: configs, models built without pretrained weights, and
   small CPU batches with real ground truth;
 - ``helpers.tools``: tiny data and configs derived from the demo configs,
-  running the tools;
+  running the tools (in a process of their own, or their ``main`` in the
+  test's process with mmengine's global instances as a new process has them);
 - ``helpers.depthwise_stages``: the fused depthwise stages called as the
   model calls them;
 - ``helpers.mala_cases``: the fused MALA tests' small cases and float64
