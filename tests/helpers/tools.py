@@ -217,8 +217,11 @@ def process_settings_kept():
     try:
         yield
     finally:
-        os.environ.clear()
-        os.environ.update(environ)
+        for name in os.environ.keys() - environ.keys():
+            del os.environ[name]
+        for name, value in environ.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
         multiprocessing.set_start_method(start_method, force=True)
         cv2.setNumThreads(cv2_threads)
         torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = cudnn
@@ -245,7 +248,8 @@ def tool_in_process(tool: str, *args, cwd):
 
 def train_in_process(*args, cwd) -> str:
     """``tool_in_process('train.py', *args)``; what its Runner logged (the
-    run's ``<timestamp>.log``: the lines a user sees on the console)."""
+    run's ``<timestamp>.log``, where mmengine's logger writes each line it
+    prints on the console)."""
     from mavit_mm.tooling.json_logs import run_dirs
     tool_in_process('train.py', *args, cwd=cwd)
     argv = [str(arg) for arg in args]
