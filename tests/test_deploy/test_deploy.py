@@ -2,11 +2,11 @@
 ``tools/deploy.py`` and ``tools/test.py`` call it, on the bundled demo data.
 
 Every check compares ONNX Runtime with PyTorch on the same preprocessed input
-(``task_processor.create_input``) and through the same evaluation
-(``task_processor.build_test_runner``): segmentation labels, detections and
-masks, and the metric each reaches. The compatibility mmdeploy 1.3.1 needs on
-torch 2.13 comes from the model config's ``custom_imports``
-(``mavit_mm.deploy``), never from the test.
+(``task_processor.create_input``'s, or the evaluation's, checked equal) and
+through the same evaluation (``task_processor.build_test_runner``):
+segmentation labels, detections and masks, and the metric each reaches. The
+compatibility mmdeploy 1.3.1 needs on torch 2.13 comes from the model config's
+``custom_imports`` (``mavit_mm.deploy``), never from the test.
 """
 from __future__ import annotations
 
@@ -260,28 +260,37 @@ def test_segmentation_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp
         assert 'AveragePool' not in graph['ops']    # no approximate adaptive pooling
     processor, backend, pytorch = export(deploy_config(deploy_name), config, checkpoint,
                                          images[0], tmp_path / 'onnx', exported=fresh_process)
-    # Labels at the network's output, on the same preprocessed input: the ONNX
-    # graph's argmax against PyTorch's encode_decode (both resized to the input).
-    import onnxruntime as ort
-    session = ort.InferenceSession(str(tmp_path / 'onnx' / 'end2end.onnx'),
-                                   providers=['CPUExecutionProvider'])
-    input_shape = get_input_shape(processor.deploy_cfg)
-    if input_shape:
-        images = images[:STATIC_SEG_IMAGES]
+    num_images = STATIC_SEG_IMAGES if get_input_shape(processor.deploy_cfg) else len(images)
+    # Labels at the network's output: the ONNX graph's argmax against PyTorch's
+    # encode_decode (both resized to the input), recorded as the evaluations
+    # below run each image through each runtime (one forward each, not two).
+    ort_calls = record_calls(backend.wrapper, 'forward', lambda args, outputs: (
+        args[0][backend.input_name].clone(), outputs[backend.output_names[0]].clone()))
+    torch_calls = record_calls(pytorch, 'encode_decode', lambda args, logits: (
+        args[0].clone(), logits.argmax(dim=1)))
+    ort_metrics = evaluate(processor, backend, tmp_path / 'eval_ort', num_images)
+    torch_metrics = evaluate(processor, pytorch, tmp_path / 'eval_torch', num_images)
+    assert len(ort_calls) == len(torch_calls) == num_images, (len(ort_calls), len(torch_calls))
     agree = []
-    for image in images:
-        data, inputs = processor.create_input(image, input_shape)
-        with torch.no_grad():
-            data = pytorch.data_preprocessor(data, False)
-            metas = [sample.metainfo for sample in data['data_samples']]
-            expected = pytorch.encode_decode(data['inputs'], metas).argmax(dim=1)
-        got = torch.from_numpy(session.run(None, {'input': data['inputs'].numpy()})[0])
+    for (ort_input, got), (torch_input, expected) in zip(ort_calls, torch_calls):
+        assert torch.equal(ort_input, torch_input)   # the same preprocessed input
         assert got.shape[-2:] == expected.shape[-2:], (got.shape, expected.shape)
         agree.append((got.reshape(expected.shape) == expected).float().mean().item())
     assert min(agree) >= 0.999, agree
-    ort_metrics = evaluate(processor, backend, tmp_path / 'eval_ort', len(images))
-    torch_metrics = evaluate(processor, pytorch, tmp_path / 'eval_torch', len(images))
     assert abs(ort_metrics['mIoU'] - torch_metrics['mIoU']) <= 0.5, (ort_metrics, torch_metrics)
+
+
+def record_calls(owner, name: str, keep) -> list:
+    """From now on every call of ``owner.<name>`` (an instance's method) runs
+    as before and appends ``keep(args, result)`` to the list returned."""
+    calls, original = [], getattr(owner, name)
+
+    def recorded(*args, **kwargs):
+        result = original(*args, **kwargs)
+        calls.append(keep(args, result))
+        return result
+    setattr(owner, name, recorded)
+    return calls
 
 
 # -- detectors ------------------------------------------------------------------
