@@ -264,10 +264,10 @@ def test_segmentation_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp
     # Labels at the network's output: the ONNX graph's argmax against PyTorch's
     # encode_decode (both resized to the input), recorded as the evaluations
     # below run each image through each runtime (one forward each, not two).
-    ort_calls = record_calls(backend.wrapper, 'forward', lambda args, outputs: (
-        args[0][backend.input_name].clone(), outputs[backend.output_names[0]].clone()))
-    torch_calls = record_calls(pytorch, 'encode_decode', lambda args, logits: (
-        args[0].clone(), logits.argmax(dim=1)))
+    ort_calls = record_calls(backend.wrapper, 'forward', lambda outputs, inputs: (
+        inputs[backend.input_name].clone(), outputs[backend.output_names[0]].clone()))
+    torch_calls = record_calls(pytorch, 'encode_decode', lambda logits, inputs, metas: (
+        inputs.clone(), logits.argmax(dim=1)))
     ort_metrics = evaluate(processor, backend, tmp_path / 'eval_ort', num_images)
     torch_metrics = evaluate(processor, pytorch, tmp_path / 'eval_torch', num_images)
     assert len(ort_calls) == len(torch_calls) == num_images, (len(ort_calls), len(torch_calls))
@@ -282,12 +282,12 @@ def test_segmentation_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp
 
 def record_calls(owner, name: str, keep) -> list:
     """From now on every call of ``owner.<name>`` (an instance's method) runs
-    as before and appends ``keep(args, result)`` to the list returned."""
+    as before and appends ``keep(result, *args, **kwargs)`` to the list returned."""
     calls, original = [], getattr(owner, name)
 
     def recorded(*args, **kwargs):
         result = original(*args, **kwargs)
-        calls.append(keep(args, result))
+        calls.append(keep(result, *args, **kwargs))
         return result
     setattr(owner, name, recorded)
     return calls
@@ -384,13 +384,28 @@ def test_detector_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp_pat
     processor, backend, pytorch = export(deploy_config(deploy_name), config,
                                          checkpoint, images[0], tmp_path / 'onnx')
     with_masks = deploy_name.startswith('instance-seg')
-    compared, detections, masks_drawn, mask_ious = 0, {}, 0, []
+    # PyTorch's detections first: the evaluation reads its ground truth from them.
+    torch_inputs = record_calls(pytorch, 'forward', lambda results, inputs, **_: inputs.clone())
+    detections = {}
     for image in images:
         data, _ = processor.create_input(image, get_input_shape(processor.deploy_cfg))
         with torch.no_grad():
-            expected = pytorch.test_step(data)[0].pred_instances
-            got = backend.test_step(data)[0].pred_instances
-        detections[Path(image).name] = expected
+            detections[Path(image).name] = pytorch.test_step(data)[0].pred_instances
+    written = write_ground_truth(annotations, Path(data_roots['coco']) / 'annotations' /
+                                 'instances_val.json', detections, with_masks)
+    assert written == GT_PER_IMAGE * len(images)
+    # ONNX Runtime's, recorded as its evaluation runs each image (one forward an
+    # image, not two), on the input PyTorch had (checked).
+    ort_runs = record_calls(backend, 'forward', lambda results, inputs, **_: [
+        (Path(sample.img_path).name, inputs.clone(), sample.pred_instances.clone())
+        for sample in results])
+    ort_metrics = evaluate(processor, backend, tmp_path / 'eval_ort')
+    ort_detections = {name: (inputs, got) for run in ort_runs for name, inputs, got in run}
+    assert sorted(ort_detections) == sorted(detections), (sorted(ort_detections), detections)
+    compared, masks_drawn, mask_ious = 0, 0, []
+    for (name, expected), pytorch_input in zip(detections.items(), torch_inputs):
+        ort_input, got = ort_detections[name]
+        assert torch.equal(ort_input, pytorch_input), name   # the same preprocessed input
         # A detection within SCORE_TOLERANCE of the score threshold, or of the
         # lowest score of a list cut at max_per_img, may have its ONNX Runtime
         # twin just the other side of the cut.
@@ -405,7 +420,7 @@ def test_detector_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp_pat
                 same = ious[row].where(same_class, ious.new_tensor(-1.0))
                 best = int(same.argmax())
                 raise AssertionError(
-                    f'{Path(image).name}: PyTorch detection of class '
+                    f'{name}: PyTorch detection of class '
                     f'{int(expected.labels[index])}, score {float(expected.scores[index]):.4f}, '
                     f'box {expected.bboxes[index].tolist()} has no ONNX Runtime match; the '
                     f'nearest of its class: IoU {float(same[best]):.4f}, score '
@@ -428,10 +443,6 @@ def test_detector_matches_onnxruntime(pipeline, deploy_name, data_roots, tmp_pat
     if with_masks:
         assert min(mask_ious) >= MASK_IOU_EACH and np.mean(mask_ious) >= MASK_IOU_MEAN, \
             sorted(mask_ious)[:5]
-    written = write_ground_truth(annotations, Path(data_roots['coco']) / 'annotations' /
-                                 'instances_val.json', detections, with_masks)
-    assert written == GT_PER_IMAGE * len(images)
-    ort_metrics = evaluate(processor, backend, tmp_path / 'eval_ort')
     torch_metrics = evaluate(processor, pytorch, tmp_path / 'eval_torch')
     for key in ('coco/bbox_mAP', 'coco/segm_mAP') if with_masks else ('coco/bbox_mAP',):
         assert 0.2 <= torch_metrics[key] < 1.0, (key, torch_metrics)
