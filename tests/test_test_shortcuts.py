@@ -33,6 +33,31 @@ def test_a_config_reads_mmdets_and_mmsegs_metafiles_once_a_process(monkeypatch):
         assert not [path for path in read if '.mim' in path.parts], (config, read[:3])
 
 
+def test_a_config_asks_whether_its_package_is_installed_once_a_process(monkeypatch):
+    """helpers/config_metafiles.py: mmengine's check before an ``mmseg::``
+    base that mmseg is installed (a reload of ``pkg_resources``) runs once a
+    process; the answers stay the same."""
+    import importlib
+
+    from mmengine.config import config as mmengine_config
+
+    from mavit_mm.tooling.config import load_config
+
+    reloads = []
+    reload = importlib.reload
+    monkeypatch.setattr(importlib, 'reload',
+                        lambda module: reloads.append(module.__name__) or reload(module))
+    mmengine_config.is_installed.cache_clear()   # (what earlier tests asked)
+    config = CONFIG_DIR / 'sem_fpn/fpn_mavit-t_8xb2-80k_ade20k-512x512.py'
+    first = load_config(config).to_dict()
+    assert 'pkg_resources' in reloads
+    reloads.clear()
+    assert load_config(config).to_dict() == first
+    assert reloads == []
+    assert mmengine_config.is_installed('mmseg') is True
+    assert mmengine_config.is_installed('no_such_package_mavit') is False
+
+
 
 def test_the_interpreter_patches_the_language_once_a_launch_with_the_same_results(monkeypatch):
     """helpers/triton_interpreter.py: in Triton's interpreter a launch patches
