@@ -208,8 +208,11 @@ def render_newcomer(report: dict, source: str) -> str:
     minutes = {name: step['seconds'] / 60 for name, step in steps.items()}
     failed = [name for name, step in steps.items() if step['returncode'] != 0]
     disk = all('peak_disk_gb' in step for step in steps.values())
+    # A step whose disk others changed meanwhile (the report says why): no figures.
+    disturbed = report.get('disk_disturbed') or {}
     rows = [f"| `{name}` | {minutes[name]:.1f} |" + (
-        f" {step['peak_disk_gb']:.1f} | {step['left_on_disk_gb']:.1f} |" if disk else '')
+        (' - | - |' if name in disturbed else
+         f" {step['peak_disk_gb']:.1f} | {step['left_on_disk_gb']:.1f} |") if disk else '')
         for name, step in steps.items()]
     versions = report.get('versions') or {}
     interpreter = (f" Python {versions.get('python')} making the venv (`--python`), which "
@@ -226,7 +229,8 @@ def render_newcomer(report: dict, source: str) -> str:
         *rows,
         f"| **both** | **{sum(minutes.values()):.1f}** |" + (' | |' if disk else ''),
         '',
-        f"Tests: {report['test_summary']}." + _worker_busy(report)])
+        f"Tests: {report['test_summary']}." + _worker_busy(report)
+        + ''.join(f' No disk figures for `{name}`: {why}.' for name, why in disturbed.items())])
 
 
 def _worker_busy(report: dict) -> str:

@@ -484,3 +484,23 @@ def test_newcomer_blocks_keep_the_readme_path_and_another_python_apart(tmp_path)
     block = readme_tables.render_newcomer(json.loads(other.read_text()), other.name)
     assert 'Python 3.12.1 making the venv' in block and 'torch 2.13.0+cu130' in block
     assert '| `make setup` | 7.0 |' in block
+
+
+def test_newcomer_block_gives_no_disk_figures_for_a_disturbed_step():
+    """A step whose disk something else changed meanwhile (the report's
+    ``disk_disturbed`` says why) shows no disk figures, and the reason; the
+    other steps keep theirs."""
+    step = dict(command='make setup', returncode=0, seconds=420.0, peak_disk_gb=0.2,
+                left_on_disk_gb=-0.0)
+    record = dict(benchmark='newcomer_path', commit='abc1234', machine='a CPU, 2 cores',
+                  date='2026-11-28T10:00:00+00:00', python_option=None,
+                  steps={'make setup': step, 'make test': dict(
+                      step, command='make test', peak_disk_gb=4.7, left_on_disk_gb=0.2)},
+                  test_summary='10 passed in 500.00s',
+                  disk_disturbed={'make setup': 'a folder was deleted meanwhile'})
+    block = readme_tables.render_newcomer(record, 'newcomer.json')
+    assert '| `make setup` | 7.0 | - | - |' in block
+    assert '| `make test` | 7.0 | 4.7 | 0.2 |' in block
+    assert 'No disk figures for `make setup`: a folder was deleted meanwhile.' in block
+    del record['disk_disturbed']
+    assert '| `make setup` | 7.0 | 0.2 | -0.0 |' in readme_tables.render_newcomer(record, 'n.json')
