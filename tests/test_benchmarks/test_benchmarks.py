@@ -105,7 +105,11 @@ def test_bench_mala_compile_report_takes_another_tile(monkeypatch):
     query = next(line for line in result.stdout.splitlines() if '_backward_query_kernel' in line)
     assert 'BLOCK_N=16' in query and "'num_warps': 8," in query, query
     # In this process (the command line itself: the run above), which keeps its
-    # TRITON_INTERPRET: the report sets it for the kernels it compiles.
+    # TRITON_INTERPRET: the report sets it for the kernels it compiles. The
+    # kernels are imported first as the process has them (interpreted under
+    # the tests): imported by the report, they would be compiled-mode kernels
+    # for every later test of this process, and fail without a GPU driver.
+    import mavit_mm.ops.mala.function  # noqa: F401
     monkeypatch.setenv('TRITON_INTERPRET', os.environ.get('TRITON_INTERPRET', '0'))
     with pytest.raises(SystemExit, match='no kernel querry in the launch plan'):
         bench_mala.main(['--compile-report', '90', '--tile', 'querry=16,8,1'])
