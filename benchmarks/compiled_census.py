@@ -23,7 +23,6 @@ import argparse
 import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault('TRITON_INTERPRET', '1')   # before triton is imported
@@ -74,11 +73,12 @@ def main(argv=None) -> dict:
         print(f"{name:8}: {counts['graphs']} graph(s), {counts['launches']} launches = "
               f"{counts['fused_kernels']} fused + {counts['extern_calls']}, "
               f"{counts['bytes_accessed']} bytes accessed ({seconds:.0f} s)")
+    from mavit_mm.tooling.results_file import utc_timestamp
     report = dict(benchmark='compiled_census', input=[1, 3, *args.size], dtype='float32',
                   rule='devtools/compiled_census.py (module docstring)',
                   backbones=CENSUS_BACKBONES,
                   cpu=cpu_model(), threads=torch.get_num_threads(), torch=torch.__version__,
-                  commit=git_commit(), date=datetime.now(UTC).isoformat(timespec='seconds'),
+                  commit=git_commit(), date=utc_timestamp(),
                   results=results)
     if args.out:
         from mavit_mm.tooling.results_file import write_json

@@ -19,7 +19,6 @@ a copy before RoIAlign) shows as this ratio moving. Example::
 from __future__ import annotations
 
 import argparse
-import datetime
 import statistics
 import sys
 import time
@@ -77,7 +76,7 @@ def main(argv=None) -> dict:
     )
     from mavit_mm.tooling.config import load_config
     from mavit_mm.tooling.device import device_name, library_versions
-    from mavit_mm.tooling.results_file import write_json
+    from mavit_mm.tooling.results_file import utc_timestamp, write_json
     root = Path(DEMO_DATA_ROOT) / 'coco'
     if not dataset_complete(root, 'coco', **DEMO_DATA_SETTINGS):
         print(f'writing the demo data to {root} ...', flush=True)
@@ -115,7 +114,7 @@ def main(argv=None) -> dict:
         benchmark='demo-train-step', config=CONFIG, device=device_name(torch.device('cpu')),
         device_type='cpu', cpu_threads=torch.get_num_threads(), versions=library_versions(),
         commit=git_commit(),
-        date=datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+        date=utc_timestamp(),
         batch_size=cfg.train_dataloader.batch_size, warmup=args.warmup, steps=args.steps,
         baseline_backbone=RESNET18, times_ms=times, median_ms=medians,
         ratio_mavit_over_resnet18=round(medians['MAViT-T'] / medians['ResNet-18'], 3))

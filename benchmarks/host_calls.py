@@ -42,7 +42,6 @@ import json
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -139,7 +138,7 @@ def main(argv=None) -> dict:
     from devtools.checkout import git_commit
     from devtools.host_calls import cuda_path_on_cpu, eager_pass
     from devtools.op_census import mavit_t, swin_t
-    from mavit_mm.tooling.results_file import write_json
+    from mavit_mm.tooling.results_file import utc_timestamp, write_json
     torch.set_num_threads(1)
     image = torch.randn(1, 3, *args.size, generator=torch.Generator().manual_seed(0))
     results = {}
@@ -167,7 +166,7 @@ def main(argv=None) -> dict:
         commit=git_commit(args.package_root), instrument_commit=git_commit(REPO_ROOT),
         own_checkout=Path(mavit_mm.__file__).resolve().parent == REPO_ROOT / 'mavit_mm',
         python=sys.version.split()[0], torch=torch.__version__,
-        date=datetime.now(UTC).isoformat(timespec='seconds'),
+        date=utc_timestamp(),
         python_calls_vs_swin={which: round(results['MAViT-T'][which]['python_calls']
                                            / results['Swin-T'][which]['python_calls'], 3)
                               for which in args.passes},

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import platform
@@ -78,7 +77,7 @@ import torch  # noqa: E402
 
 from devtools.host_calls import cuda_path_on_cpu  # noqa: E402
 from devtools.mala_inputs import DEFAULT_LAYOUT, MALA_LAYOUTS  # noqa: E402
-from mavit_mm.tooling.results_file import write_json  # noqa: E402
+from mavit_mm.tooling.results_file import utc_timestamp, write_json  # noqa: E402
 
 DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
 LAUNCHES = ('stub-driver', 'stub-kernels')
@@ -450,7 +449,7 @@ def main(argv=None):
     this['commit'] = git_commit()
     report = dict(
         benchmark='mala_host_overhead',
-        date=datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+        date=utc_timestamp(),
         commit=this['commit'],
         measures=("mala_attention(impl='triton') on the CPU, Triton interpreter off, at the "
                   "op's calls in MAViT-T; " + (

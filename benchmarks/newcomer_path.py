@@ -44,7 +44,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -176,7 +175,7 @@ def main(argv=None) -> dict:
     sys.path.insert(0, str(REPO_ROOT))
     from devtools.checkout import git_commit
     from mavit_mm.tooling.device import cpu_model
-    from mavit_mm.tooling.results_file import write_json
+    from mavit_mm.tooling.results_file import utc_timestamp, write_json
     here = git_commit()
     if here is None or here.endswith('+changes'):
         print('note: uncommitted changes are not in the clone; HEAD is timed', flush=True)
@@ -208,7 +207,7 @@ def main(argv=None) -> dict:
                   machine=f'{cpu_model()}, {os.cpu_count()} cores',
                   python=versions.get('python', platform.python_version()),
                   python_option=args.python, versions=versions,
-                  date=datetime.now(UTC).isoformat(timespec='seconds'),
+                  date=utc_timestamp(),
                   steps=steps, total_minutes=round(sum(s['seconds'] for s in steps.values())
                                                    / 60, 1),
                   test_summary=summary[-1] if summary else None,

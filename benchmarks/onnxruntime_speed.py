@@ -15,7 +15,6 @@ alternate, run by run, in one process; medians and ratios go to JSON under
 from __future__ import annotations
 
 import argparse
-import datetime
 import statistics
 import sys
 import tempfile
@@ -112,18 +111,18 @@ def main(argv=None) -> dict:
         rows.append(dict(shape=[height, width], times_ms=times, median_ms=medians,
                          speedup=round(medians['PyTorch'] / medians['ONNX Runtime'], 3),
                          label_agreement=agree))
+    from mavit_mm.tooling.results_file import utc_timestamp, write_json
     report = dict(benchmark='onnxruntime-speed', config=CONFIG, model='UperNet + MAViT-T',
                   device=device_name(torch.device('cpu')), device_type='cpu',
                   cpu_threads=torch.get_num_threads(), versions=dict(
                       library_versions(), onnxruntime=ort.__version__),
                   commit=git_commit(),
-                  date=datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+                  date=utc_timestamp(),
                   dtype='fp32', batch_size=1, warmup=args.warmup, repeats=args.repeats,
                   exported_with='mmdeploy 1.3.1 torch2onnx, opset 11, static shape, with_argmax',
                   results=rows)
     path = args.out or (REPO_ROOT / 'benchmarks' / 'results' /
                         f'onnxruntime-speed-cpu-{time.strftime("%Y-%m-%d")}.json')
-    from mavit_mm.tooling.results_file import write_json
     write_json(path, report)
     for row in rows:
         print(f"{row['shape'][0]}x{row['shape'][1]}: PyTorch {row['median_ms']['PyTorch']:.0f} ms, "

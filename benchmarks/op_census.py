@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault('TRITON_INTERPRET', '1')   # before triton is imported
@@ -73,6 +72,7 @@ def main(argv=None) -> dict:
                   f"{counts['mixed_dtype_elementwise']} mixed-dtype, "
                   f"{counts['bytes_moved'] / 1e6:.1f} MB moved")
     mavit, swin = (results[name]['steady'] for name in ('MAViT-T', 'Swin-T'))
+    from mavit_mm.tooling.results_file import utc_timestamp
     report = dict(benchmark='op_census', input=[1, 3, *args.size], autocast='cpu bf16',
                   rule='devtools/op_census.py (module docstring)',
                   backbones=CENSUS_BACKBONES,
@@ -80,7 +80,7 @@ def main(argv=None) -> dict:
                       non_view_ops=round(mavit['non_view_ops'] / swin['non_view_ops'], 4),
                       bytes_moved=round(mavit['bytes_moved'] / swin['bytes_moved'], 4)),
                   torch=torch.__version__, commit=git_commit(),
-                  date=datetime.now(UTC).isoformat(timespec='seconds'), results=results)
+                  date=utc_timestamp(), results=results)
     print(f"MAViT-T / Swin-T, steady: {report['steady_ratios']}")
     if args.out:
         from mavit_mm.tooling.results_file import write_json

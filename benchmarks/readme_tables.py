@@ -10,7 +10,8 @@ the newest file (by its ``date``) of its kind in ``benchmarks/results/``:
   speed-table       README.md          speed-vs-swin-*.json (CPU) make bench
   main-job          README.md          main-job-*.json            tools/main_job.py --record
   newcomer          README.md          newcomer-*.json            benchmarks/newcomer_path.py
-  newcomer-python   docs/installation.md newcomer-*.json          benchmarks/newcomer_path.py --python
+  newcomer-python3.10, newcomer-python3.12
+                    docs/installation.md newcomer-*.json          benchmarks/newcomer_path.py --python
   model-zoo         README.md          model-complexity-*.json    benchmarks/model_complexity.py
   backbone-sizes    docs/backbone.md   model-complexity-*.json    benchmarks/model_complexity.py
   flops             docs/speed.md      model-complexity-*.json    benchmarks/model_complexity.py
@@ -62,6 +63,7 @@ differ from the newest results files fails the tests. ``--check`` and
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import statistics
@@ -231,6 +233,18 @@ def render_newcomer(report: dict, source: str) -> str:
         '',
         f"Tests: {report['test_summary']}." + _worker_busy(report)
         + ''.join(f' No disk figures for `{name}`: {why}.' for name, why in disturbed.items())])
+
+
+# The interpreters besides the README's (python3, 3.11) whose newcomer path
+# docs/installation.md shows.
+OTHER_PYTHONS = ('3.10', '3.12')
+
+
+def _made_by_python(minor: str, report: dict) -> bool:
+    """A newcomer run whose venv another interpreter (``--python``), of
+    version ``minor``, made."""
+    version = (report.get('versions') or {}).get('python') or ''
+    return bool(report.get('python_option')) and version.split('.')[:2] == minor.split('.')
 
 
 def _worker_busy(report: dict) -> str:
@@ -973,8 +987,12 @@ BLOCKS: dict[str, Block] = {
     # The README's path (python3) apart from runs with another interpreter.
     'newcomer': Block('newcomer-*.json', render_newcomer,
                       measured=lambda report: not report.get('python_option')),
-    'newcomer-python': Block('newcomer-*.json', render_newcomer, target='docs/installation.md',
-                             measured=lambda report: bool(report.get('python_option'))),
+    # One block per other interpreter (newcomer_path.py --python), by the
+    # version that made the venv.
+    **{f'newcomer-python{minor}': Block('newcomer-*.json', render_newcomer,
+                                        target='docs/installation.md',
+                                        measured=functools.partial(_made_by_python, minor))
+       for minor in OTHER_PYTHONS},
     'model-zoo': Block('model-complexity-*.json', render_model_zoo),
     'backbone-sizes': Block('model-complexity-*.json', render_backbone_sizes,
                             target='docs/backbone.md'),

@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -126,6 +126,7 @@ def measure(args) -> dict:
 
     from devtools.checkout import git_commit
     from mavit_mm.tooling.device import device_name, library_versions
+    from mavit_mm.tooling.results_file import utc_timestamp
 
     device = resolve_device(args.device)
     if args.dtype != 'fp32' and device.type != 'cuda':
@@ -173,7 +174,7 @@ def measure(args) -> dict:
                 mala_impl=args.mala_impl, batch_size=1, warmup=args.warmup,
                 repeats=args.repeats, configs=dict(mavit=MAVIT_CONFIG, swin=SWIN_CONFIG),
                 commit=git_commit(), versions=library_versions(),
-                date=datetime.now(UTC).isoformat(timespec='seconds'),
+                date=utc_timestamp(),
                 targets=dict(size=list(TARGET_SIZE), ratio_at_most=TARGETS),
                 results=rows)
 

@@ -42,6 +42,20 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(fingerprint)" ]] && stack_imports; 
     exit 0
 fi
 
+# Python 3.10 to 3.12: mmcv 2.1.0 and mmdet 3.3.0 need numpy<2, which has no
+# wheels for 3.13; torch 2.13 needs 3.10 or newer.
+if [[ -x "$PY" ]]; then
+    VENV_PYTHON="$PY" REMEDY="remove .venv, then name another with PYTHON=..."
+else
+    VENV_PYTHON="${PYTHON:-python3}" REMEDY="name another with PYTHON=..."
+fi
+if ! "$VENV_PYTHON" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' 2>/dev/null; then
+    log "$VENV_PYTHON is $("$VENV_PYTHON" -V 2>/dev/null || echo 'not a Python that runs'):" \
+        "this project needs Python 3.10," \
+        "3.11 or 3.12; $REMEDY (docs/installation.md)"
+    exit 1
+fi
+
 if [[ ! -x "$PY" ]]; then
     log "creating virtual environment at .venv"
     "${PYTHON:-python3}" -m venv "$VENV"

@@ -156,3 +156,28 @@ def test_child_processes_keep_the_packages_on_the_parents_pythonpath(monkeypatch
         cwd=tmp_path.parent, env=child_environment(), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert child_environment()['PYTHONPATH'].split(os.pathsep)[0] == str(REPO_ROOT)
+
+
+@pytest.mark.parametrize('version', ['3.9.18', '3.13.0'])
+def test_setup_refuses_a_python_outside_3_10_to_3_12_before_making_the_venv(tmp_path, version):
+    """scripts/setup.sh names the interpreter and the Pythons it supports, and
+    makes nothing, for a Python it cannot install the stack for (3.13: no
+    numpy<2 wheels; 3.9: below torch 2.13). A stand-in interpreter answers
+    ``-V`` with ``version`` and fails every other call."""
+    import shutil
+    import subprocess
+
+    from helpers.paths import REPO_ROOT
+    root = tmp_path / 'checkout'
+    shutil.copytree(REPO_ROOT / 'scripts', root / 'scripts')
+    shutil.copytree(REPO_ROOT / 'requirements', root / 'requirements')
+    shutil.copy(REPO_ROOT / 'setup.py', root)
+    python = tmp_path / 'python3'
+    python.write_text(f'#!/bin/sh\n[ "$1" = -V ] && echo "Python {version}" && exit 0\nexit 1\n')
+    python.chmod(0o755)
+    result = subprocess.run(['bash', str(root / 'scripts' / 'setup.sh')], capture_output=True,
+                            text=True, timeout=60, env={**os.environ, 'PYTHON': str(python)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (f'{python} is Python {version}: this project needs Python 3.10, 3.11 or 3.12'
+            in result.stdout), result.stdout
+    assert not (root / '.venv').exists()

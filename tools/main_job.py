@@ -50,7 +50,7 @@ from mavit_mm.tooling.json_logs import (  # noqa: E402
     run_dirs,
     validation_metrics_by_step,
 )
-from mavit_mm.tooling.results_file import write_json  # noqa: E402
+from mavit_mm.tooling.results_file import utc_timestamp, write_json  # noqa: E402
 from mavit_mm.tooling.run_script import run_script  # noqa: E402
 
 # The demo models the main job trains (their configs, data and headline
@@ -266,7 +266,6 @@ def check_results(results: dict, bars=BARS) -> dict:
 def job_record(summary: dict) -> dict:
     """``summary`` with what a reader of a results file needs: the machine, the
     versions, the commit and the date."""
-    import datetime
 
     import torch
 
@@ -275,7 +274,7 @@ def job_record(summary: dict) -> dict:
     return dict(benchmark='main-job', device=device_name(torch.device('cpu')), device_type='cpu',
                 cpu_threads=torch.get_num_threads(), versions=library_versions(),
                 commit=git_commit(),
-                date=datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+                date=utc_timestamp(),
                 summary=summary)
 
 

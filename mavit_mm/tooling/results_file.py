@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 
 
@@ -22,4 +23,10 @@ def write_json(path, data, default: Callable | None = None) -> Path:
     return path
 
 
-__all__ = ['write_json']
+def utc_timestamp() -> str:
+    """Now, as a results file records its date: UTC, to the second, ISO 8601
+    (``2026-11-28T18:44:51+00:00``)."""
+    return datetime.now(timezone.utc).isoformat(timespec='seconds')
+
+
+__all__ = ['utc_timestamp', 'write_json']

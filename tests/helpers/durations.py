@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from datetime import UTC, datetime
 from pathlib import Path
 
 from helpers.paths import REPO_ROOT
@@ -60,7 +59,8 @@ class DurationRecorder:
         busy: dict[str, float] = defaultdict(float)
         for nodeid, seconds in self.seconds.items():
             busy[self.worker[nodeid]] += seconds
-        record = dict(date=datetime.now(UTC).isoformat(timespec='seconds'),
+        from mavit_mm.tooling.results_file import utc_timestamp
+        record = dict(date=utc_timestamp(),
                       worker_busy_s={worker: round(s, 1) for worker, s in sorted(busy.items())},
                       failed=self.failures,
                       tests=[dict(test=nodeid, seconds=round(seconds, 2),

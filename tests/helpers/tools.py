@@ -157,6 +157,18 @@ def run_tool(tool: str, *args, cwd=None, timeout: int = 600,
 
 
 @contextlib.contextmanager
+def working_directory(path) -> Iterator[None]:
+    """``path`` as the working directory for the duration (Python 3.11's
+    ``contextlib.chdir``; the project supports 3.10)."""
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+@contextlib.contextmanager
 def fresh_mmengine_instances():
     """mmengine's named global instances (its ``ManagerMixin`` classes: the
     loggers, message hubs, visualizers, default scopes) as a new process has
@@ -242,7 +254,7 @@ def tool_in_process(tool: str, *args, cwd):
     For runs whose subject is what the Runner does, with a config and tool
     that other tests run in a process of their own, as a user does: here
     they skip that process's start and imports, 5-8 s of each run."""
-    with contextlib.chdir(cwd), process_settings_kept(), fresh_mmengine_instances():
+    with working_directory(cwd), process_settings_kept(), fresh_mmengine_instances():
         return load_tool(tool.removesuffix('.py')).main([str(arg) for arg in args])
 
 

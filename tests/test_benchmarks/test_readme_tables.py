@@ -478,9 +478,15 @@ def test_newcomer_blocks_keep_the_readme_path_and_another_python_apart(tmp_path)
     (tmp_path / 'newcomer-python3.12-cpu-new.json').write_text(json.dumps(
         dict(record, date='2026-11-27T12:00:00+00:00', python_option='python3.12',
              versions=dict(python='3.12.1', torch='2.13.0+cu130', triton='3.7.1'))))
+    (tmp_path / 'newcomer-python3.10-cpu-older.json').write_text(json.dumps(
+        dict(record, date='2026-11-27T11:00:00+00:00', python_option='python3.10',
+             versions=dict(python='3.10.13', torch='2.13.0+cu130', triton='3.7.1'))))
     assert readme_tables.newest_results('newcomer', tmp_path).name == 'newcomer-cpu-old.json'
-    other = readme_tables.newest_results('newcomer-python', tmp_path)
+    other = readme_tables.newest_results('newcomer-python3.12', tmp_path)
     assert other.name == 'newcomer-python3.12-cpu-new.json'
+    # Each other interpreter has its own block: the newer 3.12 run hides no 3.10 one.
+    assert readme_tables.newest_results('newcomer-python3.10', tmp_path).name == \
+        'newcomer-python3.10-cpu-older.json'
     block = readme_tables.render_newcomer(json.loads(other.read_text()), other.name)
     assert 'Python 3.12.1 making the venv' in block and 'torch 2.13.0+cu130' in block
     assert '| `make setup` | 7.0 |' in block

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.drawing import NOTHING_DRAWN, drawn_difference
 from helpers.paths import CONFIG_DIR
 from helpers.tools import load_tool, make_tiny_data, save_initialised_checkpoint, write_tiny_config
 
@@ -70,7 +71,7 @@ def test_demo_draws_and_saves_detections_above_the_threshold(demo_setup, tmp_pat
         assert entry['out_file'] == str(tmp_path / 'low' / 'vis' / name)
         drawn, source = read_rgb(entry['out_file']), read_rgb(entry['image'])
         assert drawn.shape == source.shape == (64, 64, 3)
-        assert np.abs(drawn - source).mean() > 5
+        assert drawn_difference(drawn, source) > NOTHING_DRAWN
         # Predictions: preds/<stem>.json in mmdet's format, every detection.
         assert entry['pred_file'] == str(tmp_path / 'low' / 'preds' / f'{Path(name).stem}.json')
         saved = json.loads(Path(entry['pred_file']).read_text())
@@ -98,7 +99,7 @@ def test_demo_draws_and_saves_detections_above_the_threshold(demo_setup, tmp_pat
     for entry in high:
         assert entry['detections'] == [] and entry['summary'].startswith('0 objects above score 1')
         drawn, source = read_rgb(entry['out_file']), read_rgb(entry['image'])
-        assert np.abs(drawn - source).mean() < 3  # the image itself, re-encoded
+        assert drawn_difference(drawn, source) < NOTHING_DRAWN  # the image itself, re-encoded
         saved = json.loads(Path(entry['pred_file']).read_text())
         assert len(saved['scores']) == entry['num_detections'] > 0
 
@@ -115,7 +116,7 @@ def test_demo_segments_images(demo_setup, tmp_path):
     assert entry['summary'].startswith('classes present: ')
     assert entry['out_file'] == str(tmp_path / 'one' / 'vis' / image.name)
     drawn, source = read_rgb(entry['out_file']), read_rgb(image)
-    assert drawn.shape == source.shape and np.abs(drawn - source).mean() > 5
+    assert drawn.shape == source.shape and drawn_difference(drawn, source) > NOTHING_DRAWN
     from PIL import Image
     assert entry['pred_file'] == str(tmp_path / 'one' / 'preds' / '000000.png')
     with Image.open(entry['pred_file']) as saved:

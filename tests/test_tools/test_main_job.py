@@ -7,6 +7,7 @@ import logging
 
 import numpy as np
 import pytest
+from helpers.drawing import NOTHING_DRAWN, drawn_difference
 from helpers.tools import load_tool, make_tiny_data, save_initialised_checkpoint, write_tiny_config
 
 from mavit_mm.tooling.config import load_config
@@ -206,7 +207,7 @@ def test_ground_truth_beside_prediction(tiny_setup, tmp_path, name):
         assert picture.shape == (height, 2 * width, 3)  # ground truth | prediction
         for half in (picture[:, :width], picture[:, width:]):
             # Something was drawn on each half (boxes, masks, labels or class overlays).
-            assert np.abs(half.astype(int) - source.astype(int)).mean() > 5
+            assert drawn_difference(half, source) > NOTHING_DRAWN
     sheet = read_png(drawn['sheet'])
     assert sheet.shape[0] > 300 and sheet.shape[1] > 300 and sheet.std() > 20
 

@@ -58,7 +58,7 @@ import platform
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -416,6 +416,7 @@ def main(argv=None) -> dict:
         versions['triton'] = triton.__version__
     except ImportError:
         pass
+    from mavit_mm.tooling.results_file import utc_timestamp, write_json
     report = dict(device=name, device_type=device.type,
                   cuda=torch.version.cuda if device.type == 'cuda' else None,
                   batch_size=args.batch_size, backbone_only=args.backbone_only,
@@ -423,12 +424,11 @@ def main(argv=None) -> dict:
                   depthwise_impl_override=args.depthwise_impl, compile_mode=args.compile_mode,
                   modes=args.modes,
                   iters=args.iters, warmup=args.warmup, cpu_threads=torch.get_num_threads(),
-                  versions=versions, date=datetime.now(UTC).isoformat(timespec='seconds'),
+                  versions=versions, date=utc_timestamp(),
                   results=results, fps_ratios=ratios)
     out = Path(args.out) if args.out else (     # beside the runs' work dirs (./work_dirs, as
         Path('work_dirs') / 'benchmark_fps' /     # train.py's and test.py's), not committed
         f'fps-{device.type}-{datetime.now():%Y%m%d-%H%M%S}.json')
-    from mavit_mm.tooling.results_file import write_json
     write_json(out, report)
     print(format_table(results))
     if ratios:
