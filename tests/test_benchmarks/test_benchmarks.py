@@ -578,9 +578,11 @@ def test_own_seconds_takes_off_what_cprofile_counted_twice():
 
 
 def test_host_time_adds_up_to_the_profiled_wall_time_through_a_custom_op():
-    """Through a real custom op whose kernel waits 300 µs: the callee owns the
+    """Through a real custom op whose kernel waits 1 ms: the callee owns the
     wait, torch's wrapper does not, and the own times add up to the wall time
-    under cProfile (on Python 3.12, cProfile's own figures add up to twice it)."""
+    under cProfile (on Python 3.12, cProfile's own figures add up to twice it).
+    (The wait is long against the wrapper's own time under cProfile, about
+    90 µs a call on Python 3.10, 40-60 on 3.11.)"""
     import time
 
     @torch.library.custom_op('mavit_mm_test::busy_clone', mutates_args=(), device_types='cpu')
@@ -589,7 +591,7 @@ def test_host_time_adds_up_to_the_profiled_wall_time_through_a_custom_op():
 
     def wait_then_clone(x):
         started = time.perf_counter()
-        while time.perf_counter() - started < 3e-4:
+        while time.perf_counter() - started < 1e-3:
             pass
         return x.clone()
 
@@ -608,7 +610,7 @@ def test_host_time_adds_up_to_the_profiled_wall_time_through_a_custom_op():
     own = {row['function'].split('(')[-1].rstrip(')'): row['own_us']
            for row in host['top_functions']}
     waiting = own['wait_then_clone'] + own['<built-in method time.perf_counter>']
-    assert waiting >= 300 and waiting > 0.8 * host['profiled_ms'] * 1e3, host
+    assert waiting >= 1000 and waiting > 0.8 * host['profiled_ms'] * 1e3, host
     assert own.get('backend_impl', 0) < 0.1 * waiting, host
 
 
