@@ -143,14 +143,13 @@ def main(argv=None) -> dict:
                                                           'ratio_max')})
             print(f"{task}: this tree / base, per pair: median {results[task]['ratio_median']}"
                   f" (min {results[task]['ratio_min']}, max {results[task]['ratio_max']})")
-    from mavit_mm.tooling.results_file import utc_timestamp
+    from mavit_mm.tooling.results_file import utc_timestamp, write_json
     report = dict(benchmark='backbone_ab', model="MAViT('tiny', mala_impl='torch')",
                   input=[1, 3, *args.size], autocast=args.autocast or 'off (fp32)',
                   pairs=args.pairs, same_outputs=same, commit=git_commit(), base=base_commit,
                   cpu=cpu_model(), threads=torch.get_num_threads(), torch=torch.__version__,
                   date=utc_timestamp(), results=results)
     if args.out:
-        from mavit_mm.tooling.results_file import write_json
         write_json(args.out, report)
         print(f'wrote {args.out}')
     return report

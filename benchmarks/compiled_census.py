@@ -73,7 +73,7 @@ def main(argv=None) -> dict:
         print(f"{name:8}: {counts['graphs']} graph(s), {counts['launches']} launches = "
               f"{counts['fused_kernels']} fused + {counts['extern_calls']}, "
               f"{counts['bytes_accessed']} bytes accessed ({seconds:.0f} s)")
-    from mavit_mm.tooling.results_file import utc_timestamp
+    from mavit_mm.tooling.results_file import utc_timestamp, write_json
     report = dict(benchmark='compiled_census', input=[1, 3, *args.size], dtype='float32',
                   rule='devtools/compiled_census.py (module docstring)',
                   backbones=CENSUS_BACKBONES,
@@ -81,7 +81,6 @@ def main(argv=None) -> dict:
                   commit=git_commit(), date=utc_timestamp(),
                   results=results)
     if args.out:
-        from mavit_mm.tooling.results_file import write_json
         write_json(args.out, report)
         print(f'wrote {args.out}')
     return report

@@ -72,7 +72,7 @@ def main(argv=None) -> dict:
                   f"{counts['mixed_dtype_elementwise']} mixed-dtype, "
                   f"{counts['bytes_moved'] / 1e6:.1f} MB moved")
     mavit, swin = (results[name]['steady'] for name in ('MAViT-T', 'Swin-T'))
-    from mavit_mm.tooling.results_file import utc_timestamp
+    from mavit_mm.tooling.results_file import utc_timestamp, write_json
     report = dict(benchmark='op_census', input=[1, 3, *args.size], autocast='cpu bf16',
                   rule='devtools/op_census.py (module docstring)',
                   backbones=CENSUS_BACKBONES,
@@ -83,7 +83,6 @@ def main(argv=None) -> dict:
                   date=utc_timestamp(), results=results)
     print(f"MAViT-T / Swin-T, steady: {report['steady_ratios']}")
     if args.out:
-        from mavit_mm.tooling.results_file import write_json
         write_json(args.out, report)
         print(f'wrote {args.out}')
     return report

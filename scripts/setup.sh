@@ -51,8 +51,7 @@ else
 fi
 if ! "$VENV_PYTHON" -c 'import sys; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 12))' 2>/dev/null; then
     log "$VENV_PYTHON is $("$VENV_PYTHON" -V 2>/dev/null || echo 'not a Python that runs'):" \
-        "this project needs Python 3.10," \
-        "3.11 or 3.12; $REMEDY (docs/installation.md)"
+        "this project needs Python 3.10, 3.11 or 3.12; $REMEDY (docs/installation.md)"
     exit 1
 fi
 

@@ -23,7 +23,8 @@ NOTHING_DRAWN = 5.0
 def exact_canvas() -> bool:
     """matplotlib's canvas gives back an undrawn image exactly (3.11 and newer)."""
     import matplotlib
-    return tuple(int(part) for part in matplotlib.__version__.split('.')[:2]) >= (3, 11)
+    from packaging.version import Version
+    return Version(matplotlib.__version__).release[:2] >= (3, 11)
 
 
 def drawn_difference(drawn: np.ndarray, image: np.ndarray) -> float:
